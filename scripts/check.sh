@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The one command: what CI runs and what every commit must pass.
+# fmt, clippy with warnings denied, every test, docs with warnings denied.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy (-D warnings)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "cargo doc (-D warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
+printf '\ncheck.sh: all steps passed\n'
