@@ -1,0 +1,5 @@
+//! Fuzz target `header`: the body is `ringmq_protocol::command::fuzz_header`, which
+//! protocol/tests/fuzz_corpus.rs also replays over the seed corpus.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ringmq_protocol::command::fuzz_header(data));

@@ -1,0 +1,609 @@
+//! Admin and statistics bodies used by `mqadmin` and clients.
+//!
+//! ```text
+//! Connection          {"clientAddr":"ip:port","clientId":..,"language":"JAVA","version":479}
+//! ConsumerConnection  {"connectionSet":[..],"consumeFromWhere":..,"consumeType":..,"messageModel":..,
+//!                      "subscriptionTable":{topic:SubscriptionData}}
+//! ProducerConnection  {"connectionSet":[..]}
+//! ConsumeStats        {"consumeTps":0.0,"offsetTable":{{MessageQueue}:{"brokerOffset":..,
+//!                      "consumerOffset":..,"lastTimestamp":..,"pullOffset":..}}}
+//! TopicStatsTable     {"offsetTable":{{MessageQueue}:{"lastUpdateTimestamp":..,"maxOffset":..,
+//!                      "minOffset":..}},"topicPutTps":0.0}
+//! TopicList           {"brokerAddr":..?,"topicList":[..]}     GroupList {"groupList":[..]}
+//! KVTable             {"table":{k:v}}                          ResetOffsetBody {"offsetTable":{{MessageQueue}:5}}
+//! ```
+//!
+//! `MessageQueue`-keyed maps are written in fastjson's native object-key
+//! form and read from it or from stringified-JSON keys.
+//!
+//! # Invariants
+//!
+//! - Members are written in alphabetical order; maps in key order.
+
+use std::collections::BTreeMap;
+
+use super::bean::{
+    JsonBean, field_list, field_str_map, field_strings, json_body, read_list, read_map, value_i64,
+};
+use super::error::JsonError;
+use super::heartbeat::{ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData};
+use super::queue::MessageQueue;
+use super::value::{JsonValue, Members, key_text};
+use super::write::{ArrayKind, JsonWriter};
+
+/// One client connection as the broker saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Connection {
+    /// `clientId`.
+    pub client_id: String,
+    /// `clientAddr`: `ip:port` of the client socket.
+    pub client_addr: String,
+    /// `language`: `LanguageCode` name, e.g. `JAVA`.
+    pub language: String,
+    /// `version`: the client's version ordinal.
+    pub version: i32,
+}
+
+impl JsonBean for Connection {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_str("clientAddr", &self.client_addr);
+        w.field_str("clientId", &self.client_id);
+        w.field_str("language", &self.language);
+        w.field_i64("version", i64::from(self.version));
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            client_id: m.string_or_empty("clientId")?,
+            client_addr: m.string_or_empty("clientAddr")?,
+            language: m.string_or_empty("language")?,
+            version: m.i32("version")?.unwrap_or(0),
+        })
+    }
+}
+json_body!(Connection);
+
+/// GET_CONSUMER_CONNECTION_LIST response body.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerConnection {
+    /// `connectionSet`.
+    pub connection_set: Vec<Connection>,
+    /// `subscriptionTable`: topic → subscription.
+    pub subscription_table: BTreeMap<String, SubscriptionData>,
+    /// `consumeType`.
+    pub consume_type: ConsumeType,
+    /// `messageModel`.
+    pub message_model: MessageModel,
+    /// `consumeFromWhere`.
+    pub consume_from_where: ConsumeFromWhere,
+}
+
+impl JsonBean for ConsumerConnection {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        field_list(w, "connectionSet", ArrayKind::Set, &self.connection_set);
+        w.field_str("consumeFromWhere", self.consume_from_where.name());
+        w.field_str("consumeType", self.consume_type.name());
+        w.field_str("messageModel", self.message_model.name());
+        field_str_map(w, "subscriptionTable", &self.subscription_table, |w, s| {
+            s.write_json(w)
+        });
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            connection_set: read_list(&m, "connectionSet")?,
+            subscription_table: read_map(
+                &m,
+                "subscriptionTable",
+                key_text,
+                SubscriptionData::read_json,
+            )?,
+            consume_type: m
+                .string("consumeType")?
+                .map(|s| ConsumeType::from_name(&s))
+                .unwrap_or_default(),
+            message_model: m
+                .string("messageModel")?
+                .map(|s| MessageModel::from_name(&s))
+                .unwrap_or_default(),
+            consume_from_where: m
+                .string("consumeFromWhere")?
+                .map(|s| ConsumeFromWhere::from_name(&s))
+                .unwrap_or_default(),
+        })
+    }
+}
+json_body!(ConsumerConnection);
+
+/// GET_PRODUCER_CONNECTION_LIST response body.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProducerConnection {
+    /// `connectionSet`.
+    pub connection_set: Vec<Connection>,
+}
+
+impl JsonBean for ProducerConnection {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        field_list(w, "connectionSet", ArrayKind::Set, &self.connection_set);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            connection_set: read_list(&m, "connectionSet")?,
+        })
+    }
+}
+json_body!(ProducerConnection);
+
+/// Writes a `Map<MessageQueue,V>` member in fastjson's object-key form.
+fn field_queue_map<V>(
+    w: &mut JsonWriter<'_>,
+    name: &'static str,
+    map: &BTreeMap<MessageQueue, V>,
+    mut write: impl FnMut(&mut JsonWriter<'_>, &V),
+) {
+    w.member(name);
+    w.begin_map();
+    for (queue, value) in map {
+        w.map_key_with(|w| queue.write_json(w));
+        write(w, value);
+    }
+    w.end_map();
+}
+
+/// One queue's offsets for one consumer group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OffsetWrapper {
+    /// `brokerOffset`: the queue's max offset.
+    pub broker_offset: i64,
+    /// `consumerOffset`: the committed offset.
+    pub consumer_offset: i64,
+    /// `pullOffset`: max(committed, last pulled).
+    pub pull_offset: i64,
+    /// `lastTimestamp`: store time of message `consumerOffset - 1`, 0 if none.
+    pub last_timestamp: i64,
+}
+
+impl JsonBean for OffsetWrapper {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_i64("brokerOffset", self.broker_offset);
+        w.field_i64("consumerOffset", self.consumer_offset);
+        w.field_i64("lastTimestamp", self.last_timestamp);
+        w.field_i64("pullOffset", self.pull_offset);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            broker_offset: m.i64("brokerOffset")?.unwrap_or(0),
+            consumer_offset: m.i64("consumerOffset")?.unwrap_or(0),
+            pull_offset: m.i64("pullOffset")?.unwrap_or(0),
+            last_timestamp: m.i64("lastTimestamp")?.unwrap_or(0),
+        })
+    }
+}
+json_body!(OffsetWrapper);
+
+/// GET_CONSUME_STATS response body.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConsumeStats {
+    /// `consumeTps`.
+    pub consume_tps: f64,
+    /// `offsetTable`: queue → offsets.
+    pub offset_table: BTreeMap<MessageQueue, OffsetWrapper>,
+}
+
+impl JsonBean for ConsumeStats {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_f64("consumeTps", self.consume_tps);
+        field_queue_map(w, "offsetTable", &self.offset_table, |w, o| o.write_json(w));
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            consume_tps: m.f64("consumeTps")?.unwrap_or(0.0),
+            offset_table: read_map(
+                &m,
+                "offsetTable",
+                MessageQueue::from_key,
+                OffsetWrapper::read_json,
+            )?,
+        })
+    }
+}
+json_body!(ConsumeStats);
+
+/// One queue's offset range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TopicOffset {
+    /// `minOffset`.
+    pub min_offset: i64,
+    /// `maxOffset`.
+    pub max_offset: i64,
+    /// `lastUpdateTimestamp`: store time of message `maxOffset - 1`, 0 if empty.
+    pub last_update_timestamp: i64,
+}
+
+impl JsonBean for TopicOffset {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_i64("lastUpdateTimestamp", self.last_update_timestamp);
+        w.field_i64("maxOffset", self.max_offset);
+        w.field_i64("minOffset", self.min_offset);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            min_offset: m.i64("minOffset")?.unwrap_or(0),
+            max_offset: m.i64("maxOffset")?.unwrap_or(0),
+            last_update_timestamp: m.i64("lastUpdateTimestamp")?.unwrap_or(0),
+        })
+    }
+}
+json_body!(TopicOffset);
+
+/// GET_TOPIC_STATS_INFO response body.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TopicStatsTable {
+    /// `offsetTable`: queue → offset range.
+    pub offset_table: BTreeMap<MessageQueue, TopicOffset>,
+    /// `topicPutTps` (5.x).
+    pub topic_put_tps: f64,
+}
+
+impl JsonBean for TopicStatsTable {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        field_queue_map(w, "offsetTable", &self.offset_table, |w, o| o.write_json(w));
+        w.field_f64("topicPutTps", self.topic_put_tps);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            offset_table: read_map(
+                &m,
+                "offsetTable",
+                MessageQueue::from_key,
+                TopicOffset::read_json,
+            )?,
+            topic_put_tps: m.f64("topicPutTps")?.unwrap_or(0.0),
+        })
+    }
+}
+json_body!(TopicStatsTable);
+
+/// A list of topic names (GET_ALL_TOPIC_LIST_FROM_NAMESERVER and others).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicList {
+    /// `topicList` (a Java `Set`).
+    pub topic_list: Vec<String>,
+    /// `brokerAddr`, omitted when `None`.
+    pub broker_addr: Option<String>,
+}
+
+impl JsonBean for TopicList {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_opt_str("brokerAddr", self.broker_addr.as_deref());
+        field_strings(w, "topicList", ArrayKind::Set, &self.topic_list);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            topic_list: m.strings("topicList")?,
+            broker_addr: m.string("brokerAddr")?,
+        })
+    }
+}
+json_body!(TopicList);
+
+/// A list of consumer group names (QUERY_TOPIC_CONSUME_BY_WHO).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupList {
+    /// `groupList` (a Java `HashSet`).
+    pub group_list: Vec<String>,
+}
+
+impl JsonBean for GroupList {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        field_strings(w, "groupList", ArrayKind::Set, &self.group_list);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            group_list: m.strings("groupList")?,
+        })
+    }
+}
+json_body!(GroupList);
+
+/// `KVTable`: a string map (runtime info, KV config namespaces).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KvTable {
+    /// `table`.
+    pub table: BTreeMap<String, String>,
+}
+
+impl JsonBean for KvTable {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        field_str_map(w, "table", &self.table, |w, v| w.string(v));
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            table: m.string_map("table")?,
+        })
+    }
+}
+json_body!(KvTable);
+
+/// INVOKE_BROKER_TO_RESET_OFFSET response / RESET_CONSUMER_CLIENT_OFFSET body.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResetOffsetBody {
+    /// `offsetTable`: queue → new offset.
+    pub offset_table: BTreeMap<MessageQueue, i64>,
+}
+
+impl JsonBean for ResetOffsetBody {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        field_queue_map(w, "offsetTable", &self.offset_table, |w, v| w.i64(*v));
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            offset_table: read_map(&m, "offsetTable", MessageQueue::from_key, value_i64)?,
+        })
+    }
+}
+json_body!(ResetOffsetBody);
+
+/// GET_BROKER_CONSUME_STATS response body (`ConsumeStatsList`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConsumeStatsList {
+    /// `consumeStatsList`: a list of maps group → that group's stats per topic.
+    pub consume_stats_list: Vec<BTreeMap<String, Vec<ConsumeStats>>>,
+    /// `brokerAddr`, omitted when `None`.
+    pub broker_addr: Option<String>,
+    /// `totalDiff`: the sum of the groups' lag.
+    pub total_diff: i64,
+    /// `totalInflightDiff` (5.x).
+    pub total_inflight_diff: i64,
+}
+
+impl JsonBean for ConsumeStatsList {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_opt_str("brokerAddr", self.broker_addr.as_deref());
+        w.member("consumeStatsList");
+        w.begin_array(ArrayKind::List, self.consume_stats_list.len());
+        for groups in &self.consume_stats_list {
+            w.begin_map();
+            for (group, stats) in groups {
+                w.map_key_str(group);
+                w.begin_array(ArrayKind::List, stats.len());
+                for item in stats {
+                    item.write_json(w);
+                }
+                w.end_array();
+            }
+            w.end_map();
+        }
+        w.end_array();
+        w.field_i64("totalDiff", self.total_diff);
+        w.field_i64("totalInflightDiff", self.total_inflight_diff);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        let list_path = m.path_of("consumeStatsList");
+        let mut consume_stats_list = Vec::new();
+        for item in m.array("consumeStatsList")? {
+            if matches!(item, JsonValue::Null) {
+                continue;
+            }
+            let object = item.as_object().ok_or_else(|| JsonError::WrongType {
+                member: list_path.clone(),
+                expected: "an array of objects",
+            })?;
+            let mut groups = BTreeMap::new();
+            for (key, stats) in &object.members {
+                let stats = stats.as_array().ok_or_else(|| JsonError::WrongType {
+                    member: list_path.clone(),
+                    expected: "a map of arrays",
+                })?;
+                let stats = stats
+                    .iter()
+                    .map(|s| ConsumeStats::read_json(s, &list_path))
+                    .collect::<Result<_, _>>()?;
+                groups.insert(key_text(key, &list_path)?, stats);
+            }
+            consume_stats_list.push(groups);
+        }
+        Ok(Self {
+            consume_stats_list,
+            broker_addr: m.string("brokerAddr")?,
+            total_diff: m.i64("totalDiff")?.unwrap_or(0),
+            total_inflight_diff: m.i64("totalInflightDiff")?.unwrap_or(0),
+        })
+    }
+}
+json_body!(ConsumeStatsList);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::JsonStyle;
+
+    #[test]
+    fn consume_stats_example_with_object_keys_parses_and_reencodes() {
+        let text = concat!(
+            r#"{"consumeTps":0.0,"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"TopicTest"}:"#,
+            r#"{"brokerOffset":120,"consumerOffset":118,"lastTimestamp":1700000000123,"pullOffset":120}}}"#
+        );
+        let stats = ConsumeStats::from_json(text.as_bytes()).unwrap();
+        let offsets = stats.offset_table[&MessageQueue::new("TopicTest", "broker-a", 0)];
+        assert_eq!(offsets.consumer_offset, 118);
+        assert_eq!(offsets.last_timestamp, 1_700_000_000_123);
+        let mut out = Vec::new();
+        stats.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(String::from_utf8(out.clone()).unwrap(), text);
+        // The standard style keeps the native object-key form.
+        let mut standard = Vec::new();
+        stats.to_json(&mut standard, JsonStyle::Standard);
+        assert_eq!(standard, out);
+    }
+
+    #[test]
+    fn consume_stats_reads_stringified_queue_keys_of_the_rust_client() {
+        let text = br#"{"consumeTps":"1.5","offsetTable":{"{\"topic\":\"T\",\"brokerName\":\"b\",\"queueId\":2}":{"brokerOffset":1}}}"#;
+        let stats = ConsumeStats::from_json(text).unwrap();
+        assert_eq!(stats.consume_tps, 1.5);
+        assert_eq!(
+            stats.offset_table[&MessageQueue::new("T", "b", 2)].broker_offset,
+            1
+        );
+    }
+
+    #[test]
+    fn consume_stats_list_round_trips() {
+        let stats = ConsumeStats {
+            consume_tps: 2.5,
+            offset_table: BTreeMap::from([(
+                MessageQueue::new("T", "b", 0),
+                OffsetWrapper::default(),
+            )]),
+        };
+        let list = ConsumeStatsList {
+            consume_stats_list: vec![BTreeMap::from([("g".to_owned(), vec![stats])])],
+            broker_addr: Some("1.2.3.4:10911".into()),
+            total_diff: 7,
+            total_inflight_diff: 1,
+        };
+        let mut out = Vec::new();
+        list.to_json(&mut out, JsonStyle::Java);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            text.starts_with(
+                r#"{"brokerAddr":"1.2.3.4:10911","consumeStatsList":[{"g":[{"consumeTps":2.5,"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(r#"}]}],"totalDiff":7,"totalInflightDiff":1}"#),
+            "{text}"
+        );
+        assert_eq!(ConsumeStatsList::from_json(&out).unwrap(), list);
+    }
+
+    #[test]
+    fn topic_stats_table_writes_members_in_order() {
+        let table = TopicStatsTable {
+            offset_table: BTreeMap::from([(
+                MessageQueue::new("T", "b", 0),
+                TopicOffset {
+                    min_offset: 0,
+                    max_offset: 10,
+                    last_update_timestamp: 99,
+                },
+            )]),
+            topic_put_tps: 12.5,
+        };
+        let mut out = Vec::new();
+        table.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            r#"{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{"lastUpdateTimestamp":99,"maxOffset":10,"minOffset":0}},"topicPutTps":12.5}"#
+        );
+        assert_eq!(TopicStatsTable::from_json(&out).unwrap(), table);
+    }
+
+    #[test]
+    fn consumer_connection_round_trips() {
+        let connection = ConsumerConnection {
+            connection_set: vec![Connection {
+                client_id: "c".into(),
+                client_addr: "1.2.3.4:5".into(),
+                language: "JAVA".into(),
+                version: 479,
+            }],
+            subscription_table: BTreeMap::from([("T".to_owned(), SubscriptionData::default())]),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        connection.to_json(&mut out, JsonStyle::Java);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(text.starts_with(r#"{"connectionSet":[{"clientAddr":"1.2.3.4:5","clientId":"c","language":"JAVA","version":479}],"consumeFromWhere":"CONSUME_FROM_LAST_OFFSET""#), "{text}");
+        assert_eq!(ConsumerConnection::from_json(&out).unwrap(), connection);
+        let producer = ProducerConnection {
+            connection_set: connection.connection_set.clone(),
+        };
+        let mut out = Vec::new();
+        producer.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(ProducerConnection::from_json(&out).unwrap(), producer);
+    }
+
+    #[test]
+    fn small_bodies_have_the_documented_shapes() {
+        let mut out = Vec::new();
+        TopicList {
+            topic_list: vec!["A".into()],
+            broker_addr: None,
+        }
+        .to_json(&mut out, JsonStyle::Java);
+        assert_eq!(out, br#"{"topicList":["A"]}"#);
+        out.clear();
+        GroupList {
+            group_list: vec!["g".into()],
+        }
+        .to_json(&mut out, JsonStyle::Java);
+        assert_eq!(out, br#"{"groupList":["g"]}"#);
+        out.clear();
+        KvTable {
+            table: BTreeMap::from([("k".into(), "v".into())]),
+        }
+        .to_json(&mut out, JsonStyle::Java);
+        assert_eq!(out, br#"{"table":{"k":"v"}}"#);
+        out.clear();
+        let reset = ResetOffsetBody {
+            offset_table: BTreeMap::from([(MessageQueue::new("T", "b", 1), 7)]),
+        };
+        reset.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(
+            out,
+            br#"{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:7}}"#
+        );
+        assert_eq!(ResetOffsetBody::from_json(&out).unwrap(), reset);
+        let list = TopicList::from_json(br#"{"brokerAddr":"a:1","topicList":["A","B"]}"#).unwrap();
+        assert_eq!(list.broker_addr.as_deref(), Some("a:1"));
+    }
+}
