@@ -1,0 +1,184 @@
+//! Heap buffers whose address and capacity are multiples of the block size,
+//! as O_DIRECT requires.
+//!
+//! # Invariants
+//! - `ptr` is aligned to [`BLOCK_SIZE`] and owns `capacity` bytes, a non-zero
+//!   multiple of [`BLOCK_SIZE`], zero-initialised at allocation.
+//! - `len <= capacity`.
+//! - The memory never moves while the buffer lives, so it can be registered
+//!   with io_uring (`IORING_REGISTER_BUFFERS`) and handed to the kernel; moving
+//!   the `AlignedBuf` value moves only the handle.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+
+/// The O_DIRECT block size assumed throughout the store (ext4 on 4 KiB pages).
+pub const BLOCK_SIZE: usize = 4096;
+
+/// Rounds `n` up to a multiple of [`BLOCK_SIZE`].
+pub const fn align_up(n: usize) -> usize {
+    n.div_ceil(BLOCK_SIZE) * BLOCK_SIZE
+}
+
+/// Rounds `n` down to a multiple of [`BLOCK_SIZE`].
+pub const fn align_down(n: u64) -> u64 {
+    n - n % BLOCK_SIZE as u64
+}
+
+/// An owned, block-aligned, zero-initialised byte buffer.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    capacity: usize,
+    len: usize,
+    /// Index in the ring's registered-buffer table, if registered. A
+    /// registered buffer is never freed (see `Drop`).
+    fixed_index: Option<u16>,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively (like Vec<u8>); no
+// interior sharing, so moving it to another thread is sound.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    /// Allocates `capacity` bytes rounded up to a whole number of blocks
+    /// (at least one block), zero-filled, with `len == 0`.
+    ///
+    /// # Panics
+    /// If the allocator fails (as `Vec` does).
+    pub fn new(capacity: usize) -> Self {
+        let capacity = align_up(capacity.max(1));
+        let layout = Self::layout(capacity);
+        // SAFETY: layout has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        AlignedBuf {
+            ptr,
+            capacity,
+            len: 0,
+            fixed_index: None,
+        }
+    }
+
+    fn layout(capacity: usize) -> Layout {
+        Layout::from_size_align(capacity, BLOCK_SIZE).expect("capacity is a block multiple")
+    }
+
+    /// Bytes the buffer can hold; a multiple of [`BLOCK_SIZE`].
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes in use.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no bytes are in use.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Sets the number of bytes in use. The bytes up to `len` are always
+    /// initialised (the buffer is zeroed at allocation).
+    ///
+    /// # Panics
+    /// If `len > capacity`.
+    pub fn set_len(&mut self, len: usize) {
+        assert!(
+            len <= self.capacity,
+            "len {len} > capacity {}",
+            self.capacity
+        );
+        self.len = len;
+    }
+
+    /// The whole capacity, initialised bytes.
+    pub fn as_full_slice(&self) -> &[u8] {
+        // SAFETY: ptr owns capacity initialised bytes (zeroed at allocation).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.capacity) }
+    }
+
+    /// The whole capacity, mutable.
+    pub fn as_full_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity) }
+    }
+
+    /// The bytes in use.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.as_full_slice()[..self.len]
+    }
+
+    /// The io_uring fixed-buffer index, if this buffer is registered.
+    pub fn fixed_index(&self) -> Option<u16> {
+        self.fixed_index
+    }
+
+    /// Marks the buffer as registered under `index`. Only the ring that
+    /// registered it may call this.
+    pub(crate) fn set_fixed_index(&mut self, index: u16) {
+        self.fixed_index = Some(index);
+    }
+
+    /// Raw pointer for submission to the kernel. The caller keeps the buffer
+    /// alive and untouched until the operation completes.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Raw const pointer, for writes submitted to the kernel.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if self.fixed_index.is_some() {
+            // The kernel keeps registered pages pinned until the ring
+            // unregisters them; freeing them could let a later allocation
+            // alias memory a WRITE_FIXED would read. Leaking is the safe
+            // choice; pools recycle registered buffers instead of dropping.
+            return;
+        }
+        // SAFETY: allocated in `new` with exactly this layout.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("capacity", &self.capacity)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_rounds_capacity_up_to_whole_blocks_and_aligns_address() {
+        let buf = AlignedBuf::new(5000);
+        assert_eq!(buf.capacity(), 2 * BLOCK_SIZE);
+        assert_eq!(buf.as_ptr() as usize % BLOCK_SIZE, 0);
+        assert!(buf.as_full_slice().iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    #[should_panic(expected = "capacity")]
+    fn set_len_past_capacity_panics() {
+        AlignedBuf::new(1).set_len(BLOCK_SIZE + 1);
+    }
+
+    #[test]
+    fn align_helpers_round_to_blocks() {
+        assert_eq!(align_up(0), 0);
+        assert_eq!(align_up(1), BLOCK_SIZE);
+        assert_eq!(align_down(BLOCK_SIZE as u64 + 7), BLOCK_SIZE as u64);
+    }
+}

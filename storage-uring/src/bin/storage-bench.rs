@@ -1,0 +1,599 @@
+//! storage-bench: the disk floor and the store's append path, measured in
+//! one run on the same directory, so the store's numbers can be read against
+//! what the disk itself can do.
+//!
+//! ```text
+//! storage-bench --dir PATH --flush sync|async --record-size BYTES \
+//!               --inflight N --seconds S [--recover] [--json]
+//! ```
+//!
+//! Phases, in order:
+//! 1. Floor, with `UringDisk` on a preallocated, zero-filled O_DIRECT file:
+//!    - `floor_fsync4k_*`: 4 KiB write linked to an fdatasync, one pair at a
+//!      time, sequential offsets; latency of each pair;
+//!    - `floor_direct_mb_per_s`: 1 MiB O_DIRECT writes,
+//!      [`FLOOR_DIRECT_IN_FLIGHT`] in flight, no fdatasync;
+//!    - `floor_commit1m_mb_per_s`: 1 MiB write linked to an fdatasync, one
+//!      at a time.
+//! 2. Append (`--seconds` > 0): the shard's `Store` on `UringDisk`, closed
+//!    loop with `--inflight` appends outstanding; latency from `append` to
+//!    its ack.
+//! 3. Recover (`--recover`): marks the store as not shut down (abort file)
+//!    and times the abnormal recovery of `Store::open`.
+//!
+//! Output: one line of `key=value` pairs, or a JSON object (`--json`).
+//! MB are 10^6 bytes; latencies are microseconds.
+//!
+//! # Invariants
+//! - Floor and append phases use separate files under `--dir`; the floor
+//!   file is removed afterwards.
+//! - Every operation submitted is waited for before the phase ends.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail, ensure};
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
+use ringmq_storage::aligned::AlignedBuf;
+use ringmq_storage::checkpoint::ShardFiles;
+use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
+use ringmq_storage::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, OpenOptions, Wait};
+use ringmq_storage::error::StorageError;
+use ringmq_storage::limits::WRITE_BUFFER_SIZE;
+use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreFlushMode};
+
+/// Size of the floor's scratch file (writes wrap around inside it).
+const FLOOR_FILE_SIZE: u64 = 256 << 20;
+/// Size of the floor's large writes.
+const FLOOR_LARGE_WRITE_SIZE: usize = 1 << 20;
+/// Size of the floor's small writes.
+const FLOOR_SMALL_WRITE_SIZE: usize = 4096;
+/// Large O_DIRECT writes in flight for `floor_direct_mb_per_s`.
+const FLOOR_DIRECT_IN_FLIGHT: usize = 4;
+/// Most operations of one floor measurement (bounds a very fast disk).
+const FLOOR_OPS_MAX: u64 = 1_000_000;
+/// Longest wait for one completion before the run is declared stuck.
+const COMPLETION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Highest latency the histograms track (µs); larger values saturate.
+const LATENCY_US_MAX: u64 = 60_000_000;
+
+const _: () = assert!(FLOOR_FILE_SIZE.is_multiple_of(FLOOR_LARGE_WRITE_SIZE as u64));
+const _: () = assert!(FLOOR_LARGE_WRITE_SIZE.is_multiple_of(FLOOR_SMALL_WRITE_SIZE));
+
+/// Flush mode of the append phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Flush {
+    /// SYNC_FLUSH: acknowledged after an fdatasync covering the record.
+    Sync,
+    /// ASYNC_FLUSH: acknowledged after the O_DIRECT write.
+    Async,
+}
+
+#[derive(Debug, Parser)]
+#[command(about = "Measures the disk floor and ringmq's CommitLog append path")]
+struct Args {
+    /// Directory for the floor file and the store (on the disk to measure).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Flush mode of the append phase.
+    #[arg(long, value_enum, default_value_t = Flush::Async)]
+    flush: Flush,
+    /// Stored record size in bytes (the body is sized to reach it).
+    #[arg(long, default_value_t = 1024)]
+    record_size: usize,
+    /// Appends outstanding at once.
+    #[arg(long, default_value_t = 1024)]
+    inflight: usize,
+    /// Length of the append phase (0: skip it).
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Time an abnormal recovery of the store under --dir.
+    #[arg(long)]
+    recover: bool,
+    /// Print a JSON object instead of key=value pairs.
+    #[arg(long)]
+    json: bool,
+    /// Length of each of the three floor measurements (0: skip the floor).
+    #[arg(long, default_value_t = 3)]
+    floor_seconds: u64,
+    /// CommitLog segment size of the append phase.
+    #[arg(long, default_value_t = 1 << 30)]
+    segment_size: u64,
+    /// Write zeros over new files (segments, the floor file) so writes land
+    /// on written extents; `false` leaves them fallocated only.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    zero_fill: bool,
+    /// Development only: allow a file system without O_DIRECT.
+    #[arg(long)]
+    allow_buffered: bool,
+}
+
+/// One output value.
+#[derive(Debug, Clone)]
+enum Value {
+    Int(u64),
+    Float(f64),
+    Text(String),
+}
+
+/// The report, in output order.
+#[derive(Debug, Default)]
+struct Report {
+    entries: Vec<(&'static str, Value)>,
+}
+
+impl Report {
+    fn int(&mut self, key: &'static str, value: u64) {
+        self.entries.push((key, Value::Int(value)));
+    }
+
+    fn float(&mut self, key: &'static str, value: f64) {
+        self.entries.push((key, Value::Float(value)));
+    }
+
+    fn text(&mut self, key: &'static str, value: impl Into<String>) {
+        self.entries.push((key, Value::Text(value.into())));
+    }
+
+    fn render(&self, json: bool) -> String {
+        let fields = self.entries.iter().map(|(key, value)| {
+            let value = match value {
+                Value::Int(value) => value.to_string(),
+                Value::Float(value) if value.is_finite() => format!("{value:.1}"),
+                Value::Float(_) => {
+                    if json {
+                        "null".to_string()
+                    } else {
+                        "nan".to_string()
+                    }
+                }
+                Value::Text(text) if json => {
+                    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+                }
+                Value::Text(text) => text.replace(' ', "_"),
+            };
+            if json {
+                format!("\"{key}\":{value}")
+            } else {
+                format!("{key}={value}")
+            }
+        });
+        let fields: Vec<String> = fields.collect();
+        if json {
+            format!("{{{}}}", fields.join(","))
+        } else {
+            fields.join(" ")
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    ensure!(args.record_size > 0, "--record-size must be positive");
+    ensure!(args.inflight > 0, "--inflight must be positive");
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let mut report = Report::default();
+    report.text("flush", format!("{:?}", args.flush).to_lowercase());
+    report.int("record_size", args.record_size as u64);
+    report.int("inflight", args.inflight as u64);
+    report.int("seconds", args.seconds);
+    report.int("zero_fill", u64::from(args.zero_fill));
+    if args.floor_seconds > 0 {
+        measure_floor(&args, &mut report).context("measuring the disk floor")?;
+    }
+    if args.seconds > 0 {
+        append_phase(&args, &mut report).context("append phase")?;
+    }
+    if args.recover {
+        recover_phase(&args, &mut report).context("recovery phase")?;
+    }
+    println!("{}", report.render(args.json));
+    Ok(())
+}
+
+fn disk_config(args: &Args, buffer_count: usize, buffer_size: usize) -> UringDiskConfig {
+    UringDiskConfig {
+        fixed_buffer_count: buffer_count,
+        fixed_buffer_size: buffer_size,
+        allow_buffered_fallback: args.allow_buffered,
+        zero_fill_on_create: args.zero_fill,
+        ..UringDiskConfig::default()
+    }
+}
+
+fn latency_histogram() -> anyhow::Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).context("creating a latency histogram")
+}
+
+fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6
+}
+
+/// Waits for exactly `count` completions.
+fn wait_completions(
+    disk: &mut UringDisk,
+    count: usize,
+    out: &mut Vec<DiskCompletion>,
+) -> anyhow::Result<()> {
+    let start = out.len();
+    let deadline = Instant::now() + COMPLETION_TIMEOUT;
+    while out.len() - start < count {
+        ensure!(
+            Instant::now() < deadline,
+            "no completion within {COMPLETION_TIMEOUT:?}"
+        );
+        let want = count - (out.len() - start);
+        disk.poll(out, want, Wait::AtLeastOne(Duration::from_millis(100)))?;
+    }
+    Ok(())
+}
+
+/// Takes the buffer of a completed write, failing on an error.
+fn finished_write(completion: DiskCompletion) -> anyhow::Result<AlignedBuf> {
+    completion
+        .result
+        .with_context(|| format!("op {:#x}", completion.op_id.0))?;
+    completion.buf.context("a write gives its buffer back")
+}
+
+fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let seconds = Duration::from_secs(args.floor_seconds);
+    let config = disk_config(args, FLOOR_DIRECT_IN_FLIGHT, FLOOR_LARGE_WRITE_SIZE);
+    let mut disk = UringDisk::new(config).context("setting up io_uring")?;
+    let flags = disk.ring().setup_flags();
+    report.text(
+        "ring_flags",
+        format!(
+            "single_issuer={},defer_taskrun={},coop_taskrun={}",
+            flags.single_issuer, flags.defer_taskrun, flags.coop_taskrun
+        ),
+    );
+    report.int(
+        "fixed_buffers",
+        u64::from(disk.fixed_buffers_error().is_none()),
+    );
+    let path = args.dir.join("storage-bench-floor.tmp");
+    let created = Instant::now();
+    let file = disk
+        .open(&path, OpenOptions::create_direct(FLOOR_FILE_SIZE))
+        .context("creating the floor file")?;
+    // The zero fill runs in the background; the floor is measured on the
+    // finished, written extents, as a segment created ahead of need is.
+    let mut none = Vec::new();
+    while disk.is_zero_fill_pending(file)? {
+        disk.poll(&mut none, 1, Wait::AtLeastOne(Duration::from_millis(10)))?;
+    }
+    report.int("floor_create_256m_ms", created.elapsed().as_millis() as u64);
+    report.int("o_direct", u64::from(disk.is_o_direct(file)?));
+
+    let histogram = floor_write_sync(&mut disk, file, FLOOR_SMALL_WRITE_SIZE, seconds)?.0;
+    report.int("floor_fsync4k_p50_us", histogram.value_at_quantile(0.50));
+    report.int("floor_fsync4k_p99_us", histogram.value_at_quantile(0.99));
+    report.int("floor_fsync4k_count", histogram.len());
+    report.float(
+        "floor_direct_mb_per_s",
+        floor_direct(&mut disk, file, seconds)?,
+    );
+    let (histogram, rate) = floor_write_sync(&mut disk, file, FLOOR_LARGE_WRITE_SIZE, seconds)?;
+    report.float("floor_commit1m_mb_per_s", rate);
+    report.int("floor_commit1m_p50_us", histogram.value_at_quantile(0.50));
+    disk.close(file)?;
+    disk.remove(&path)?;
+    Ok(())
+}
+
+/// `size`-byte writes each linked to an fdatasync, one pair at a time.
+/// Returns the pair latencies and the MB/s.
+fn floor_write_sync(
+    disk: &mut UringDisk,
+    file: FileId,
+    size: usize,
+    seconds: Duration,
+) -> anyhow::Result<(Histogram<u64>, f64)> {
+    let mut histogram = latency_histogram()?;
+    let mut buf = disk.buffer(size);
+    buf.as_full_mut_slice().fill(0xA5);
+    let mut completions = Vec::new();
+    let start = Instant::now();
+    let mut file_offset = 0u64;
+    let mut bytes = 0u64;
+    for seq in 0..FLOOR_OPS_MAX {
+        if start.elapsed() >= seconds {
+            break;
+        }
+        let began = Instant::now();
+        let write = DiskOp::Write {
+            file,
+            file_offset,
+            buf,
+            buf_range: 0..size,
+        };
+        disk.submit(OpId::new(OpTag::Other, seq * 2), write, true)
+            .map_err(|(error, _)| error)?;
+        disk.submit(
+            OpId::new(OpTag::Other, seq * 2 + 1),
+            DiskOp::Fdatasync { file },
+            false,
+        )
+        .map_err(|(error, _)| error)?;
+        completions.clear();
+        wait_completions(disk, 2, &mut completions)?;
+        histogram.saturating_record(micros(began.elapsed()));
+        let mut returned = None;
+        for completion in completions.drain(..) {
+            if completion.buf.is_some() {
+                returned = Some(finished_write(completion)?);
+            } else {
+                completion.result.context("fdatasync")?;
+            }
+        }
+        buf = returned.context("the write's buffer came back")?;
+        bytes += size as u64;
+        file_offset = (file_offset + size as u64) % FLOOR_FILE_SIZE;
+    }
+    let rate = mb_per_s(bytes, start.elapsed());
+    disk.recycle(buf);
+    Ok((histogram, rate))
+}
+
+/// 1 MiB O_DIRECT writes, several in flight, no fdatasync.
+fn floor_direct(disk: &mut UringDisk, file: FileId, seconds: Duration) -> anyhow::Result<f64> {
+    let mut free: Vec<AlignedBuf> = (0..FLOOR_DIRECT_IN_FLIGHT)
+        .map(|_| disk.buffer(FLOOR_LARGE_WRITE_SIZE))
+        .collect();
+    let mut completions = Vec::new();
+    let start = Instant::now();
+    let mut file_offset = 0u64;
+    let mut bytes = 0u64;
+    let mut in_flight = 0usize;
+    let mut seq = 0u64;
+    loop {
+        let running = start.elapsed() < seconds && seq < FLOOR_OPS_MAX;
+        while running && let Some(buf) = free.pop() {
+            let write = DiskOp::Write {
+                file,
+                file_offset,
+                buf,
+                buf_range: 0..FLOOR_LARGE_WRITE_SIZE,
+            };
+            disk.submit(OpId::new(OpTag::Other, seq), write, false)
+                .map_err(|(error, _)| error)?;
+            seq += 1;
+            in_flight += 1;
+            file_offset = (file_offset + FLOOR_LARGE_WRITE_SIZE as u64) % FLOOR_FILE_SIZE;
+        }
+        if in_flight == 0 {
+            break;
+        }
+        completions.clear();
+        wait_completions(disk, 1, &mut completions)?;
+        disk.poll(&mut completions, in_flight, Wait::No)?;
+        for completion in completions.drain(..) {
+            free.push(finished_write(completion)?);
+            in_flight -= 1;
+            bytes += FLOOR_LARGE_WRITE_SIZE as u64;
+        }
+    }
+    let rate = mb_per_s(bytes, start.elapsed());
+    for buf in free {
+        disk.recycle(buf);
+    }
+    Ok(rate)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+fn store_root(args: &Args) -> PathBuf {
+    args.dir.join("store")
+}
+
+/// Stored bytes of a record besides body, topic and properties (IPv4
+/// hosts, V1 magic; remoting-protocol.md 4.1).
+const RECORD_OVERHEAD_BYTES: usize = 91;
+/// Topic of the appended records.
+const BENCH_TOPIC: &str = "StorageBenchTopic";
+/// Registered write buffers of the append phase's disk.
+const APPEND_FIXED_BUFFER_COUNT: usize = 4;
+/// Longest single wait of the append loop.
+const APPEND_POLL_WAIT: Duration = Duration::from_millis(100);
+
+fn store_config(args: &Args) -> StoreConfig {
+    let mut config = StoreConfig::new(
+        store_root(args),
+        0,
+        SocketAddr::from(([127, 0, 0, 1], 10911)),
+    );
+    config.flush_mode = match args.flush {
+        Flush::Sync => StoreFlushMode::Sync,
+        Flush::Async => StoreFlushMode::Async,
+    };
+    config.segment_size_bytes = args.segment_size;
+    config
+}
+
+/// The append phase: the shard's `Store` on `UringDisk`, closed loop with
+/// `--inflight` appends outstanding. With `--recover` the store is dropped
+/// without shutdown afterwards (as a killed process would leave it).
+fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let disk = UringDisk::new(disk_config(
+        args,
+        APPEND_FIXED_BUFFER_COUNT,
+        WRITE_BUFFER_SIZE,
+    ))
+    .context("setting up io_uring")?;
+    report.int(
+        "append_fixed_buffers",
+        u64::from(disk.fixed_buffers_error().is_none()),
+    );
+    let (mut store, _) =
+        Store::open(disk, store_config(args), now_ms()).context("opening the store")?;
+    let overhead = RECORD_OVERHEAD_BYTES + BENCH_TOPIC.len();
+    let mut body = vec![0x5A_u8; args.record_size.saturating_sub(overhead).max(1)];
+    let born_host = SocketAddr::from(([127, 0, 0, 1], 40000));
+    let mut histogram = latency_histogram()?;
+    let mut outstanding: VecDeque<(u64, Instant)> = VecDeque::with_capacity(args.inflight);
+    let mut acks = Vec::new();
+    let mut record_bytes = 0u64;
+    let (mut acked, mut flush_timeouts) = (0u64, 0u64);
+    let stats_before = store.disk().ring().stats();
+    let start = Instant::now();
+    let end = start + Duration::from_secs(args.seconds);
+    loop {
+        while Instant::now() < end && outstanding.len() < args.inflight {
+            let message = AppendMessage {
+                topic: BENCH_TOPIC,
+                queue_id: 0,
+                body: &body,
+                properties: b"",
+                flag: 0,
+                sys_flag: 0,
+                born_timestamp_ms: now_ms() as i64,
+                born_host,
+                reconsume_times: 0,
+                prepared_transaction_offset: 0,
+            };
+            match store.append(&message, now_ms()) {
+                Ok(ticket) => {
+                    outstanding.push_back((ticket.id, Instant::now()));
+                    if record_bytes == 0 {
+                        // Calibrate once: the store may add fields (a CRC
+                        // property) beyond the fixed overhead assumed above.
+                        let extra =
+                            u64::from(ticket.wrote_bytes).saturating_sub(args.record_size as u64);
+                        body.truncate(body.len().saturating_sub(extra as usize).max(1));
+                    }
+                    record_bytes = u64::from(ticket.wrote_bytes);
+                }
+                // Back-pressure: wait for acks, then go on.
+                Err(StorageError::Busy { .. }) => break,
+                Err(error) => return Err(error).context("append"),
+            }
+        }
+        if outstanding.is_empty() {
+            break;
+        }
+        acks.clear();
+        store
+            .poll_wait(now_ms(), APPEND_POLL_WAIT, &mut acks)
+            .context("store poll")?;
+        let acked_at = Instant::now();
+        for ack in acks.drain(..) {
+            let (id, appended_at) = outstanding
+                .pop_front()
+                .context("an ack with no append outstanding")?;
+            ensure!(
+                id == ack.id,
+                "ack {} arrived while {id} was the oldest append",
+                ack.id
+            );
+            match ack.status {
+                AckStatus::Ok => acked += 1,
+                AckStatus::FlushTimeout => flush_timeouts += 1,
+                AckStatus::Failed(reason) => bail!("append {id} failed: {reason}"),
+            }
+            histogram.saturating_record(micros(acked_at.duration_since(appended_at)));
+        }
+    }
+    let elapsed = start.elapsed();
+    let stats = store.disk().ring().stats();
+    let writes = stats.writes_submitted - stats_before.writes_submitted;
+    let fsyncs = stats.fsyncs_submitted - stats_before.fsyncs_submitted;
+    let seconds = elapsed.as_secs_f64().max(1e-9);
+    report.float("appends_per_s", acked as f64 / seconds);
+    report.float("mb_per_s", (acked * record_bytes) as f64 / seconds / 1e6);
+    report.float("fsyncs_per_s", fsyncs as f64 / seconds);
+    report.float("records_per_commit", acked as f64 / writes.max(1) as f64);
+    report.int("p50_us", histogram.value_at_quantile(0.50));
+    report.int("p99_us", histogram.value_at_quantile(0.99));
+    report.int("p999_us", histogram.value_at_quantile(0.999));
+    report.int("max_us", histogram.max());
+    report.int("record_bytes", record_bytes);
+    report.int("flush_timeouts", flush_timeouts);
+    report.int("ring_stalls", stats.stalls - stats_before.stalls);
+    if args.recover {
+        drop(store);
+    } else {
+        store
+            .shutdown(now_ms(), &mut acks)
+            .context("store shutdown")?;
+    }
+    Ok(())
+}
+
+/// Times an abnormal recovery of the store under `--dir`: the abort file is
+/// created if a clean shutdown removed it, then `Store::open` is timed.
+fn recover_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let root = store_root(args);
+    ensure!(
+        root.exists(),
+        "no store under {} to recover",
+        root.display()
+    );
+    let abort = ShardFiles::new(&root, 0).abort;
+    if !abort.exists() {
+        let dir = abort.parent().context("the abort path has a parent")?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(&abort, b"").with_context(|| format!("creating {}", abort.display()))?;
+    }
+    let disk = UringDisk::new(disk_config(
+        args,
+        APPEND_FIXED_BUFFER_COUNT,
+        WRITE_BUFFER_SIZE,
+    ))
+    .context("setting up io_uring")?;
+    let start = Instant::now();
+    let (store, open) =
+        Store::open(disk, store_config(args), now_ms()).context("recovering the store")?;
+    let elapsed = start.elapsed();
+    // Bytes the scan covered: up to the end of the last valid record.
+    let bytes = open
+        .recovery
+        .scan
+        .end
+        .saturating_sub(store.commit_log_min_offset());
+    report.int("recover_abnormal", u64::from(open.abnormal));
+    report.int("recover_ms", elapsed.as_millis() as u64);
+    report.int("recover_scan_bytes", bytes);
+    report.int("recover_records", open.recovery.scan.record_count);
+    report.float("recover_mb_per_s", mb_per_s(bytes, elapsed));
+    let mut acks = Vec::new();
+    store
+        .shutdown(now_ms(), &mut acks)
+        .context("store shutdown after recovery")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_renders_key_value_pairs_and_json_with_the_same_keys() {
+        let mut report = Report::default();
+        report.int("appends_per_s", 12);
+        report.float("mb_per_s", 1.26);
+        report.text("flush", "sync");
+        assert_eq!(
+            report.render(false),
+            "appends_per_s=12 mb_per_s=1.3 flush=sync"
+        );
+        assert_eq!(
+            report.render(true),
+            "{\"appends_per_s\":12,\"mb_per_s\":1.3,\"flush\":\"sync\"}"
+        );
+    }
+}

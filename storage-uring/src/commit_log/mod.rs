@@ -1,0 +1,625 @@
+//! One shard's CommitLog: RocketMQ message records, back to back, in
+//! preallocated O_DIRECT segment files, appended with group commit.
+//!
+//! ```text
+//!  <root>/commitlog/<shard>/00000000000000000000   [rec][rec]...[BLANK ...]
+//!                           00000000001073741824   [rec][rec][rec]..  <- active
+//!                           00000000002147483648   (created ahead of need)
+//! ```
+//!
+//! Offsets inside the shard ("local") grow from 0 and name the segments.
+//! The offset the outside world sees (the record's PHYSICALOFFSET field, the
+//! ConsumeQueue entries, msgIds) carries the shard id in its top
+//! [`SHARD_ID_BITS`] bits: [`shard_offset`] and [`split_shard_offset`].
+//!
+//! Parts: [`segment`] (files), [`appender`] (write buffers, group commit,
+//! positions), [`reader`] (tail cache), [`recovery`] (the scan).
+//!
+//! # Invariants
+//! - A record never crosses a segment end: when `size + 8` does not fit, an
+//!   8-byte BLANK marker covers the rest of the segment (4.2) and the record
+//!   starts the next one. A batch is never split.
+//! - Reads never return bytes past the acknowledgeable position.
+//! - After an abnormal recovery, appends continue in a fresh zero-filled
+//!   segment (the torn tail is fenced off by a durable BLANK marker), so no
+//!   stale bytes from before the crash can ever follow a new record.
+
+pub mod appender;
+pub mod reader;
+pub mod record_crc;
+pub mod recovery;
+pub mod segment;
+
+use std::path::PathBuf;
+
+use ringmq_protocol::message::{RecordSpec, RecordView, encode_blank};
+
+use self::appender::{Appender, FlushMode, Progress, SEQ_READ, commit_log_op_id};
+use self::reader::TailCache;
+use self::recovery::{ScanOutcome, ScanStop, scan};
+use self::segment::SegmentSet;
+use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up};
+use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, Wait};
+use crate::error::StorageError;
+use crate::limits::{
+    COMPLETIONS_PER_TURN_MAX, PENDING_WRITE_BYTES_MAX, RECORD_SIZE_MAX,
+    SEGMENT_PREALLOCATE_THRESHOLD_PERCENT, SHARD_ID_BITS, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE,
+};
+
+/// Bytes of the BLANK end-of-segment marker.
+pub const BLANK_SIZE: usize = 8;
+
+/// The outside-visible offset of shard-local `local` in shard `shard_id`.
+pub fn shard_offset(shard_id: u8, local: u64) -> u64 {
+    assert!(
+        local < (1 << SHARD_OFFSET_BITS),
+        "local offset {local} overflows {SHARD_OFFSET_BITS} bits"
+    );
+    (u64::from(shard_id) << SHARD_OFFSET_BITS) | local
+}
+
+/// The shard id and local offset of an outside-visible offset.
+pub fn split_shard_offset(offset: u64) -> (u8, u64) {
+    (
+        (offset >> SHARD_OFFSET_BITS) as u8,
+        offset & ((1 << SHARD_OFFSET_BITS) - 1),
+    )
+}
+
+const _: () = assert!(SHARD_ID_BITS == 8);
+
+/// Settings of one CommitLog.
+#[derive(Clone, Debug)]
+pub struct CommitLogConfig {
+    /// `<root>/commitlog/<shard>`.
+    pub dir: PathBuf,
+    /// The shard id carried in outside-visible offsets.
+    pub shard_id: u8,
+    /// Segment size (block multiple).
+    pub segment_size_bytes: u64,
+    /// Flush mode.
+    pub flush_mode: FlushMode,
+    /// ASYNC_FLUSH fdatasync period.
+    pub flush_interval_ms: u64,
+    /// Tail cache size.
+    pub tail_cache_bytes: usize,
+}
+
+/// What recovery found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The scan's result (`end` = after the last valid record).
+    pub scan: ScanOutcome,
+    /// Where appends continue (the scan end, or the next segment when the
+    /// tail was fenced).
+    pub append_from: u64,
+    /// Whether a BLANK fence was written after the last valid record.
+    pub fenced: bool,
+    /// Segment files past the scan end's segment that were removed.
+    pub segments_removed: usize,
+}
+
+/// One shard's CommitLog (see the module doc).
+#[derive(Debug)]
+pub struct CommitLog {
+    config: CommitLogConfig,
+    segments: SegmentSet,
+    appender: Appender,
+    tail: TailCache,
+    last_flush_ms: u64,
+    read_counter: u64,
+    /// Completions reaped while waiting for a synchronous read; handed to the
+    /// store's next poll.
+    stash: Vec<DiskCompletion>,
+    /// Min local offset (start of the oldest segment).
+    min_offset: u64,
+}
+
+impl CommitLog {
+    /// Opens the CommitLog, scanning from local `scan_from` (rounded down to
+    /// its segment start), verifying BODYCRC from `verify_crc_from`, calling
+    /// `visit` for every valid record, truncating at the first invalid one.
+    /// With `fence` (abnormal recovery) the tail past the last valid record
+    /// is fenced off and appends continue in a fresh segment.
+    ///
+    /// # Errors
+    /// Disk errors, [`StorageError::Corrupt`] for inconsistent segment files.
+    pub fn open(
+        disk: &mut impl Disk,
+        config: CommitLogConfig,
+        scan_from: u64,
+        verify_crc_from: u64,
+        fence: bool,
+        now_ms: u64,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>),
+    ) -> Result<(CommitLog, RecoveryReport), StorageError> {
+        let size = config.segment_size_bytes;
+        assert!(
+            size.is_multiple_of(BLOCK_SIZE as u64),
+            "segment size {size} is not a block multiple"
+        );
+        let mut segments = SegmentSet::open(disk, &config.dir, size)?;
+        let first_base = segments.segments().first().map_or(0, |s| s.base);
+        let scan_from = segments.base_of(scan_from).max(first_base);
+        let outcome = scan(
+            disk,
+            &segments,
+            config.shard_id,
+            scan_from,
+            verify_crc_from,
+            visit,
+        )?;
+        let end = outcome.end;
+        let end_base = segments.base_of(end);
+        let before = segments.segments().len();
+        segments.remove_from(disk, end_base + size)?;
+        let segments_removed = before - segments.segments().len();
+        let torn = matches!(outcome.stop, ScanStop::Invalid { .. });
+        if let ScanStop::Invalid { reason } = &outcome.stop {
+            tracing::warn!(
+                end,
+                reason,
+                "commit log truncated at the first invalid record"
+            );
+        }
+        let mut fenced = false;
+        let mut append_from = end;
+        let mut partial = Vec::new();
+        if end == end_base {
+            // At a segment start: whatever the file holds is not ours.
+            if segments.last().is_some_and(|s| s.base == end_base) {
+                segments.recreate_last(disk)?;
+            } else {
+                segments.create(disk, end_base)?;
+            }
+        } else if fence || torn {
+            write_fence(disk, &segments, end)?;
+            fenced = true;
+            append_from = end_base + size;
+            segments.create(disk, append_from)?;
+        } else {
+            let segment = segments.get(end).expect("the scan end's segment exists");
+            let block = align_down(end - end_base);
+            let buf = sync_read(disk, segment.file, block, BLOCK_SIZE, &mut Vec::new())?;
+            partial.extend_from_slice(&buf.as_slice()[..(end - end_base - block) as usize]);
+            disk.recycle(buf);
+        }
+        let active = segments
+            .get(append_from)
+            .expect("the append segment exists");
+        let buffer_size = WRITE_BUFFER_SIZE.min(size as usize);
+        let appender = Appender::new(
+            disk,
+            config.flush_mode,
+            active.file,
+            active.base,
+            append_from,
+            &partial,
+            buffer_size,
+        );
+        let min_offset = segments.segments().first().map_or(0, |s| s.base);
+        let report = RecoveryReport {
+            scan: outcome,
+            append_from,
+            fenced,
+            segments_removed,
+        };
+        let log = CommitLog {
+            tail: TailCache::new(config.tail_cache_bytes),
+            config,
+            segments,
+            appender,
+            last_flush_ms: now_ms,
+            read_counter: 0,
+            stash: Vec::new(),
+            min_offset,
+        };
+        Ok((log, report))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CommitLogConfig {
+        &self.config
+    }
+
+    /// The write path's positions.
+    pub fn appender(&self) -> &Appender {
+        &self.appender
+    }
+
+    /// The segments.
+    pub fn segments(&self) -> &SegmentSet {
+        &self.segments
+    }
+
+    /// Outside-visible offset of the oldest byte kept.
+    pub fn min_offset(&self) -> u64 {
+        shard_offset(self.config.shard_id, self.min_offset)
+    }
+
+    /// Outside-visible offset after the last acknowledgeable record.
+    pub fn max_offset(&self) -> u64 {
+        shard_offset(self.config.shard_id, self.appender.ack_position())
+    }
+
+    /// Outside-visible offset after the last appended record.
+    pub fn encoded_offset(&self) -> u64 {
+        shard_offset(self.config.shard_id, self.appender.encoded())
+    }
+
+    /// Appends `records` atomically in one segment (their
+    /// `commit_log_offset` is filled in), each with the whole-record CRC
+    /// property of [`record_crc`] added; returns the local offset of the
+    /// first and their sizes.
+    ///
+    /// # Errors
+    /// [`StorageError::NotWritable`] after a disk failure,
+    /// [`StorageError::MessageTooLarge`], [`StorageError::Busy`] when too much
+    /// waits for the disk, disk errors creating the next segment,
+    /// [`StorageError::Record`] from the codec.
+    pub fn append(
+        &mut self,
+        disk: &mut impl Disk,
+        records: &mut [RecordSpec<'_>],
+    ) -> Result<(u64, Vec<u32>), StorageError> {
+        if self.appender.failure().is_some() {
+            return Err(StorageError::NotWritable {
+                reason: "a commit log write failed",
+            });
+        }
+        let mut properties = vec![Vec::new(); records.len()];
+        for (spec, props) in records.iter().zip(&mut properties) {
+            record_crc::with_crc_placeholder(spec.properties, props);
+        }
+        let mut sealed: Vec<RecordSpec<'_>> = records
+            .iter()
+            .zip(&properties)
+            .map(|(spec, props)| RecordSpec {
+                properties: props,
+                ..*spec
+            })
+            .collect();
+        let (first, sizes) = self.append_sealed(disk, &mut sealed)?;
+        for (spec, sealed) in records.iter_mut().zip(&sealed) {
+            spec.commit_log_offset = sealed.commit_log_offset;
+        }
+        Ok((first, sizes))
+    }
+
+    fn append_sealed(
+        &mut self,
+        disk: &mut impl Disk,
+        records: &mut [RecordSpec<'_>],
+    ) -> Result<(u64, Vec<u32>), StorageError> {
+        let sizes: Vec<usize> = records.iter().map(RecordSpec::encoded_len).collect();
+        let total: usize = sizes.iter().sum();
+        let batch_max = (self.appender.buffer_size() - BLOCK_SIZE)
+            .min((self.config.segment_size_bytes as usize) / 2);
+        if let Some(&size) = sizes.iter().find(|&&s| s > RECORD_SIZE_MAX) {
+            return Err(StorageError::MessageTooLarge {
+                size,
+                max: RECORD_SIZE_MAX,
+            });
+        }
+        if total > batch_max {
+            return Err(StorageError::MessageTooLarge {
+                size: total,
+                max: batch_max,
+            });
+        }
+        if records.is_empty() {
+            return Err(StorageError::InvalidArgument("empty batch".into()));
+        }
+        if self.appender.pending_bytes() + total > PENDING_WRITE_BYTES_MAX {
+            return Err(StorageError::Busy {
+                pending_bytes: self.appender.pending_bytes(),
+            });
+        }
+        let size = self.config.segment_size_bytes;
+        let mut pos = self.appender.encoded();
+        let segment_end = self.appender.active_segment_base() + size;
+        if pos + (total + BLANK_SIZE) as u64 > segment_end {
+            self.seal_segment(disk, pos, segment_end)?;
+            pos = segment_end;
+        }
+        if self.appender.active().free_bytes() < total {
+            self.appender.seal_active(disk, None);
+        }
+        let first = pos;
+        for spec in records.iter_mut() {
+            spec.commit_log_offset = shard_offset(self.config.shard_id, pos) as i64;
+            let active = self.appender.active();
+            let at = (active.data_end - active.base) as usize;
+            let n = spec
+                .encode_into(active.tail_mut())
+                .map_err(|error| StorageError::Record {
+                    commit_log_offset: shard_offset(self.config.shard_id, pos),
+                    reason: error.to_string(),
+                })?;
+            record_crc::seal(&mut active.buf.as_full_mut_slice()[at..at + n]);
+            self.tail.push(pos, &active.buf.as_full_slice()[at..at + n]);
+            self.appender.advance(n, None);
+            pos += n as u64;
+        }
+        self.appender.mark_append_end(pos);
+        Ok((first, sizes.iter().map(|&s| s as u32).collect()))
+    }
+
+    /// Writes the BLANK marker at `pos` and moves the active buffer to the
+    /// next segment (created now if it was not ahead of need).
+    fn seal_segment(
+        &mut self,
+        disk: &mut impl Disk,
+        pos: u64,
+        segment_end: u64,
+    ) -> Result<(), StorageError> {
+        let next = match self.segments.get(segment_end) {
+            Some(segment) => segment.file,
+            None => self.segments.create(disk, segment_end)?.file,
+        };
+        if self.appender.active().free_bytes() < BLANK_SIZE {
+            self.appender.seal_active(disk, None);
+        }
+        let blank_size = u32::try_from(segment_end - pos).expect("a segment remainder fits u32");
+        encode_blank(self.appender.active().tail_mut(), blank_size).map_err(|error| {
+            StorageError::Record {
+                commit_log_offset: pos,
+                reason: error.to_string(),
+            }
+        })?;
+        self.appender.advance(BLANK_SIZE, Some(segment_end));
+        self.appender.seal_active(disk, Some((next, segment_end)));
+        Ok(())
+    }
+
+    /// Starts the next group commit, the ASYNC_FLUSH timer's fdatasync, and
+    /// the creation of the next segment ahead of need.
+    ///
+    /// # Errors
+    /// Disk errors of submission or segment creation.
+    pub fn start_io(&mut self, disk: &mut impl Disk, now_ms: u64) -> Result<(), StorageError> {
+        self.appender.start_commit(disk)?;
+        if self.appender.mode() == FlushMode::Async
+            && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms
+            && self.appender.start_flush(disk)?
+        {
+            self.last_flush_ms = now_ms;
+        }
+        self.prepare_next_segment(disk)?;
+        self.tail.evict(self.appender.written());
+        Ok(())
+    }
+
+    /// Forces an fdatasync of written data now (shutdown, tests).
+    ///
+    /// # Errors
+    /// Disk errors of submission.
+    pub fn start_flush_now(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+        self.appender.start_commit(disk)?;
+        self.appender.start_flush(disk)?;
+        Ok(())
+    }
+
+    fn prepare_next_segment(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+        let size = self.config.segment_size_bytes;
+        let base = self.appender.active_segment_base();
+        let used = self.appender.encoded() - base;
+        let last_base = self.segments.last().map_or(0, |s| s.base);
+        if used * 100 >= size * SEGMENT_PREALLOCATE_THRESHOLD_PERCENT && last_base == base {
+            self.segments.create(disk, base + size)?;
+        }
+        Ok(())
+    }
+
+    /// Handles a completion tagged [`crate::disk::OpTag::CommitLog`].
+    pub fn on_completion(&mut self, disk: &mut impl Disk, completion: DiskCompletion) -> Progress {
+        self.appender
+            .on_completion(disk, completion.op_id, completion.result, completion.buf)
+    }
+
+    /// Completions reaped during synchronous reads, for the caller's loop.
+    pub fn take_stash(&mut self, out: &mut Vec<DiskCompletion>) {
+        out.append(&mut self.stash);
+    }
+
+    /// The `size` bytes at outside-visible `offset`, if acknowledgeable:
+    /// from the tail cache, else read from disk (synchronously; completions
+    /// of other operations reaped meanwhile are stashed).
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`] for another shard's offset or a
+    /// range across a segment end; disk errors of the read.
+    pub fn read(
+        &mut self,
+        disk: &mut impl Disk,
+        offset: u64,
+        size: usize,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        let (shard, local) = split_shard_offset(offset);
+        if shard != self.config.shard_id {
+            return Err(StorageError::InvalidArgument(format!(
+                "offset {offset} is shard {shard}'s"
+            )));
+        }
+        if local < self.min_offset || local + size as u64 > self.appender.ack_position() {
+            return Ok(None);
+        }
+        if let Some(bytes) = self.tail.get(local, size) {
+            return Ok(Some(bytes.to_vec()));
+        }
+        let Some(segment) = self.segments.get(local) else {
+            return Ok(None);
+        };
+        let in_segment = local - segment.base;
+        if in_segment + size as u64 > self.segments.segment_size() {
+            return Err(StorageError::InvalidArgument(format!(
+                "range at {offset} crosses a segment end"
+            )));
+        }
+        let from = align_down(in_segment);
+        let len = align_up((in_segment - from) as usize + size);
+        let file = segment.file;
+        self.read_counter += 1;
+        let buf = sync_read(disk, file, from, len, &mut self.stash)?;
+        let skip = (in_segment - from) as usize;
+        let bytes = buf.as_slice().get(skip..skip + size).map(<[u8]>::to_vec);
+        disk.recycle(buf);
+        Ok(bytes)
+    }
+
+    /// Removes the oldest segment if it ends at or below outside-visible
+    /// `below` (retention); returns the new min offset if one went.
+    ///
+    /// # Errors
+    /// Disk errors.
+    pub fn remove_oldest_segment(
+        &mut self,
+        disk: &mut impl Disk,
+    ) -> Result<Option<u64>, StorageError> {
+        if self.segments.segments().len() <= 2 {
+            return Ok(None);
+        }
+        let active_base = self.appender.active_segment_base();
+        let first = self.segments.segments()[0].base;
+        if first + self.segments.segment_size() > active_base {
+            return Ok(None);
+        }
+        self.segments.remove_oldest(disk)?;
+        self.min_offset = self.segments.segments().first().map_or(0, |s| s.base);
+        Ok(Some(self.min_offset()))
+    }
+
+    /// Closes all files and gives buffers back. Call when idle.
+    ///
+    /// # Errors
+    /// Disk errors of close.
+    pub fn close(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+        self.appender.release_buffers(disk);
+        self.segments.close_all(disk)?;
+        Ok(())
+    }
+}
+
+/// Reads `len` bytes at `file_offset` of `file`, waiting for the result;
+/// other completions reaped meanwhile go to `stash`. Continues short reads.
+///
+/// # Errors
+/// The read's disk error; [`StorageError::Corrupt`] when the file ends early.
+pub(crate) fn sync_read(
+    disk: &mut impl Disk,
+    file: FileId,
+    file_offset: u64,
+    len: usize,
+    stash: &mut Vec<DiskCompletion>,
+) -> Result<AlignedBuf, StorageError> {
+    let mut out = disk.buffer(len);
+    let mut done = 0;
+    let mut counter = 0;
+    while done < len {
+        counter += 1;
+        let piece = disk.buffer(len - done);
+        let op = DiskOp::Read {
+            file,
+            file_offset: file_offset + done as u64,
+            buf: piece,
+            len: len - done,
+        };
+        let op_id = commit_log_op_id(SEQ_READ, counter);
+        let (n, piece) = run_sync(disk, op_id, op, stash)?;
+        let piece = piece.expect("a read gives its buffer back");
+        if n == 0 {
+            disk.recycle(piece);
+            return Err(StorageError::Corrupt {
+                path: PathBuf::new(),
+                file_offset: file_offset + done as u64,
+                reason: format!("file ends before {len} bytes at {file_offset}"),
+            });
+        }
+        out.as_full_mut_slice()[done..done + n].copy_from_slice(&piece.as_slice()[..n]);
+        disk.recycle(piece);
+        done += n;
+    }
+    out.set_len(len);
+    Ok(out)
+}
+
+/// Submits one operation and waits for it; other completions go to `stash`.
+///
+/// # Errors
+/// The operation's disk error.
+pub(crate) fn run_sync(
+    disk: &mut impl Disk,
+    op_id: OpId,
+    op: DiskOp,
+    stash: &mut Vec<DiskCompletion>,
+) -> Result<(usize, Option<AlignedBuf>), StorageError> {
+    disk.submit(op_id, op, false).map_err(|(error, _)| error)?;
+    let mut reaped = Vec::new();
+    loop {
+        reaped.clear();
+        disk.poll(
+            &mut reaped,
+            COMPLETIONS_PER_TURN_MAX,
+            Wait::AtLeastOne(std::time::Duration::from_secs(1)),
+        )?;
+        let mut mine = None;
+        for completion in reaped.drain(..) {
+            if completion.op_id == op_id && mine.is_none() {
+                mine = Some(completion);
+            } else {
+                stash.push(completion);
+            }
+        }
+        if let Some(completion) = mine {
+            let n = completion.result?;
+            return Ok((n, completion.buf));
+        }
+    }
+}
+
+/// Writes a durable BLANK marker at local `end` (mid-segment), fencing off
+/// whatever follows it.
+fn write_fence(disk: &mut impl Disk, segments: &SegmentSet, end: u64) -> Result<(), StorageError> {
+    let segment = segments.get(end).expect("the fenced segment exists");
+    let size = segments.segment_size();
+    let in_segment = end - segment.base;
+    let block = align_down(in_segment);
+    let mut stash = Vec::new();
+    let mut buf = sync_read(disk, segment.file, block, BLOCK_SIZE, &mut stash)?;
+    let at = (in_segment - block) as usize;
+    // The marker's own 8 bytes must not cross the block: a record ends at
+    // least 8 bytes before the segment end, and blocks divide the segment,
+    // but the marker may straddle two blocks; write two blocks then.
+    let span = align_up(at + BLANK_SIZE).max(BLOCK_SIZE);
+    let mut whole = disk.buffer(span);
+    whole.as_full_mut_slice()[..BLOCK_SIZE].copy_from_slice(&buf.as_full_slice()[..BLOCK_SIZE]);
+    disk.recycle(std::mem::replace(&mut buf, AlignedBuf::new(BLOCK_SIZE)));
+    whole.as_full_mut_slice()[at..].fill(0);
+    let blank_size = u32::try_from(size - in_segment).expect("a segment remainder fits u32");
+    encode_blank(&mut whole.as_full_mut_slice()[at..], blank_size).map_err(|error| {
+        StorageError::Record {
+            commit_log_offset: end,
+            reason: error.to_string(),
+        }
+    })?;
+    whole.set_len(span);
+    let file = segment.file;
+    let op = DiskOp::Write {
+        file,
+        file_offset: block,
+        buf: whole,
+        buf_range: 0..span,
+    };
+    let (_, whole) = run_sync(disk, commit_log_op_id(SEQ_READ, 0), op, &mut stash)?;
+    if let Some(whole) = whole {
+        disk.recycle(whole);
+    }
+    run_sync(
+        disk,
+        commit_log_op_id(SEQ_READ, 1),
+        DiskOp::Fdatasync { file },
+        &mut stash,
+    )?;
+    assert!(stash.is_empty(), "no other operation runs during recovery");
+    Ok(())
+}

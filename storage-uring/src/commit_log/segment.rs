@@ -1,0 +1,259 @@
+//! CommitLog segment files: naming, listing, opening and creating ahead of
+//! need.
+//!
+//! A segment is `<root>/commitlog/<shard>/<20-digit offset>`, named by the
+//! shard-local CommitLog offset of its first byte (RocketMQ's naming, 6.2),
+//! preallocated and zero-filled to the configured segment size.
+//!
+//! # Invariants
+//! - Segment bases are multiples of the segment size and strictly increase
+//!   in `segments`, without gaps.
+//! - Every segment in the set is open and exactly `segment_size` bytes long.
+
+use std::path::{Path, PathBuf};
+
+use crate::disk::{Disk, FileId, OpenOptions};
+use crate::error::StorageError;
+
+/// Digits in a segment file name (RocketMQ: 20, zero-padded).
+pub const SEGMENT_NAME_DIGITS: usize = 20;
+
+/// The file name of the segment starting at shard-local offset `base`.
+pub fn segment_file_name(base: u64) -> String {
+    format!("{base:0width$}", width = SEGMENT_NAME_DIGITS)
+}
+
+/// The base offset named by a segment file name, if it is one.
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    if name.len() != SEGMENT_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// One open segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Shard-local offset of its first byte.
+    pub base: u64,
+    /// The open file.
+    pub file: FileId,
+    /// Its path.
+    pub path: PathBuf,
+}
+
+/// The segments of one shard's CommitLog, oldest first.
+#[derive(Debug)]
+pub struct SegmentSet {
+    dir: PathBuf,
+    segment_size: u64,
+    segments: Vec<Segment>,
+}
+
+impl SegmentSet {
+    /// Opens every segment in `dir` (creating `dir` if needed).
+    ///
+    /// # Errors
+    /// Disk errors; [`StorageError::Corrupt`] when a segment has the wrong
+    /// size or the bases have a gap.
+    pub fn open(disk: &mut impl Disk, dir: &Path, segment_size: u64) -> Result<Self, StorageError> {
+        disk.create_dir_all(dir)?;
+        let mut bases: Vec<u64> = disk
+            .list_dir(dir)?
+            .iter()
+            .filter_map(|name| parse_segment_file_name(name))
+            .collect();
+        bases.sort_unstable();
+        let mut set = SegmentSet {
+            dir: dir.to_path_buf(),
+            segment_size,
+            segments: Vec::new(),
+        };
+        for base in bases {
+            let path = dir.join(segment_file_name(base));
+            if !base.is_multiple_of(segment_size) {
+                return Err(StorageError::Corrupt {
+                    path,
+                    file_offset: 0,
+                    reason: format!("segment base {base} is not a multiple of {segment_size}"),
+                });
+            }
+            if let Some(last) = set.segments.last()
+                && last.base + segment_size != base
+            {
+                return Err(StorageError::Corrupt {
+                    path,
+                    file_offset: 0,
+                    reason: format!("gap after segment {}", last.base),
+                });
+            }
+            let file = disk.open(&path, OpenOptions::existing_direct())?;
+            let size = disk.file_size(file)?;
+            if size != segment_size {
+                disk.close(file)?;
+                return Err(StorageError::Corrupt {
+                    path,
+                    file_offset: size,
+                    reason: format!("segment of {size} bytes, expected {segment_size}"),
+                });
+            }
+            set.segments.push(Segment { base, file, path });
+        }
+        Ok(set)
+    }
+
+    /// The segment size in bytes.
+    pub fn segment_size(&self) -> u64 {
+        self.segment_size
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// All segments, oldest first.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The newest segment.
+    pub fn last(&self) -> Option<&Segment> {
+        self.segments.last()
+    }
+
+    /// The base of the segment holding shard-local `offset`.
+    pub fn base_of(&self, offset: u64) -> u64 {
+        offset - offset % self.segment_size
+    }
+
+    /// The open segment holding `offset`, if any.
+    pub fn get(&self, offset: u64) -> Option<&Segment> {
+        let first = self.segments.first()?;
+        if offset < first.base {
+            return None;
+        }
+        let index = ((offset - first.base) / self.segment_size) as usize;
+        self.segments.get(index)
+    }
+
+    /// Creates (or re-creates, zero-filled) the segment at `base`, which must
+    /// be the next one after the newest (or any base if the set is empty).
+    ///
+    /// # Errors
+    /// The errno of creation, preallocation or fsync.
+    pub fn create(&mut self, disk: &mut impl Disk, base: u64) -> Result<&Segment, StorageError> {
+        assert!(
+            base.is_multiple_of(self.segment_size),
+            "segment base {base} unaligned"
+        );
+        if let Some(last) = self.segments.last() {
+            assert!(
+                last.base + self.segment_size == base,
+                "segment {base} does not follow {}",
+                last.base
+            );
+        }
+        let path = self.dir.join(segment_file_name(base));
+        let file = disk.open(&path, OpenOptions::create_direct(self.segment_size))?;
+        disk.sync_dir(&self.dir)?;
+        self.segments.push(Segment { base, file, path });
+        Ok(self.segments.last().expect("just pushed"))
+    }
+
+    /// Re-creates the newest segment zero-filled (recovery found nothing
+    /// valid in it).
+    ///
+    /// # Errors
+    /// Disk errors.
+    pub fn recreate_last(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+        let Some(last) = self.segments.pop() else {
+            return Ok(());
+        };
+        disk.close(last.file)?;
+        self.create(disk, last.base)?;
+        Ok(())
+    }
+
+    /// Closes and removes every segment starting at or after `base`.
+    ///
+    /// # Errors
+    /// Disk errors.
+    pub fn remove_from(&mut self, disk: &mut impl Disk, base: u64) -> Result<(), StorageError> {
+        while let Some(last) = self.segments.last() {
+            if last.base < base {
+                break;
+            }
+            let last = self.segments.pop().expect("checked above");
+            disk.close(last.file)?;
+            disk.remove(&last.path)?;
+        }
+        disk.sync_dir(&self.dir)?;
+        Ok(())
+    }
+
+    /// Closes and removes the oldest segment (retention).
+    ///
+    /// # Errors
+    /// Disk errors.
+    pub fn remove_oldest(&mut self, disk: &mut impl Disk) -> Result<Option<u64>, StorageError> {
+        if self.segments.len() <= 1 {
+            return Ok(None);
+        }
+        let first = self.segments.remove(0);
+        disk.close(first.file)?;
+        disk.remove(&first.path)?;
+        disk.sync_dir(&self.dir)?;
+        Ok(Some(first.base))
+    }
+
+    /// Closes every segment.
+    ///
+    /// # Errors
+    /// Disk errors.
+    pub fn close_all(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+        for segment in self.segments.drain(..) {
+            disk.close(segment.file)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::sim::{SimConfig, SimDisk};
+
+    #[test]
+    fn segment_names_have_twenty_digits_and_parse_back() {
+        assert_eq!(segment_file_name(1_073_741_824), "00000000001073741824");
+        assert_eq!(
+            parse_segment_file_name("00000000001073741824"),
+            Some(1_073_741_824)
+        );
+        assert_eq!(parse_segment_file_name("1073741824"), None);
+        assert_eq!(parse_segment_file_name("0000000000107374182x"), None);
+    }
+
+    #[test]
+    fn open_finds_created_segments_and_rejects_gaps() {
+        let mut disk = SimDisk::new(SimConfig::new(1));
+        let dir = Path::new("/s/commitlog/0");
+        let mut set = SegmentSet::open(&mut disk, dir, 65536).unwrap();
+        set.create(&mut disk, 0).unwrap();
+        set.create(&mut disk, 65536).unwrap();
+        set.close_all(&mut disk).unwrap();
+        let set = SegmentSet::open(&mut disk, dir, 65536).unwrap();
+        assert_eq!(set.segments().len(), 2);
+        assert_eq!(set.get(70000).unwrap().base, 65536);
+        assert!(set.get(3 * 65536).is_none());
+        let mut set = set;
+        set.create(&mut disk, 2 * 65536).unwrap();
+        set.close_all(&mut disk).unwrap();
+        disk.remove(&dir.join(segment_file_name(65536))).unwrap();
+        assert!(matches!(
+            SegmentSet::open(&mut disk, dir, 65536),
+            Err(StorageError::Corrupt { .. })
+        ));
+    }
+}

@@ -1,0 +1,211 @@
+//! [`ConsumeQueueSet`]: all ConsumeQueues of one shard.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::{
+    AppendOutcome, CQ_DIR_NAME, CQ_SET_QUEUE_COUNT_MAX, ConsumeQueue, CqEntry, LOCAL_SEQ_BITS,
+};
+use crate::disk::{Disk, DiskCompletion};
+use crate::error::StorageError;
+
+/// All ConsumeQueues of one shard, keyed by (topic, queue id). Routes disk
+/// completions to their queue by its own sequence numbers (the queue's index
+/// in the set is the top 24 bits of the 56-bit sequence).
+#[derive(Debug)]
+pub struct ConsumeQueueSet {
+    root: PathBuf,
+    queues: Vec<ConsumeQueue>,
+    by_topic: HashMap<String, HashMap<u32, usize>>,
+}
+
+impl ConsumeQueueSet {
+    /// An empty set for the store at `root`.
+    pub fn new(root: &Path) -> Self {
+        ConsumeQueueSet {
+            root: root.to_path_buf(),
+            queues: Vec::new(),
+            by_topic: HashMap::new(),
+        }
+    }
+
+    fn insert(&mut self, mut queue: ConsumeQueue) -> Result<usize, StorageError> {
+        let index = self.queues.len();
+        if index >= CQ_SET_QUEUE_COUNT_MAX {
+            return Err(StorageError::InvalidArgument(format!(
+                "more than {CQ_SET_QUEUE_COUNT_MAX} consume queues in one shard"
+            )));
+        }
+        queue.set_seq_prefix((index as u64) << LOCAL_SEQ_BITS);
+        self.by_topic
+            .entry(queue.topic.clone())
+            .or_default()
+            .insert(queue.queue_id, index);
+        self.queues.push(queue);
+        Ok(index)
+    }
+
+    /// Loads every queue under `<root>/consumequeue/` (see
+    /// [`ConsumeQueue::load`]).
+    ///
+    /// # Errors
+    /// As [`ConsumeQueue::load`]; also for a topic directory name that is not
+    /// a valid topic.
+    pub fn load_all<D: Disk + ?Sized>(disk: &mut D, root: &Path) -> Result<Self, StorageError> {
+        let mut set = ConsumeQueueSet::new(root);
+        let cq_root = root.join(CQ_DIR_NAME);
+        for topic in disk.list_dir(&cq_root)? {
+            for queue_name in disk.list_dir(&cq_root.join(&topic))? {
+                let Ok(queue_id) = queue_name.parse::<u32>() else {
+                    tracing::warn!(%topic, %queue_name, "ignoring a consume queue directory that is not a queue id");
+                    continue;
+                };
+                let queue = ConsumeQueue::load(disk, root, &topic, queue_id)?;
+                set.insert(queue)?;
+            }
+        }
+        Ok(set)
+    }
+
+    /// The queue, if it exists.
+    pub fn get(&self, topic: &str, queue_id: u32) -> Option<&ConsumeQueue> {
+        let index = *self.by_topic.get(topic)?.get(&queue_id)?;
+        Some(&self.queues[index])
+    }
+
+    /// The queue, mutable, if it exists.
+    pub fn get_mut(&mut self, topic: &str, queue_id: u32) -> Option<&mut ConsumeQueue> {
+        let index = *self.by_topic.get(topic)?.get(&queue_id)?;
+        Some(&mut self.queues[index])
+    }
+
+    /// The queue, created empty if it does not exist.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`] for a topic that cannot be a
+    /// directory name, or when the set is full.
+    pub fn get_or_create(
+        &mut self,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<&mut ConsumeQueue, StorageError> {
+        let index = match self.by_topic.get(topic).and_then(|q| q.get(&queue_id)) {
+            Some(index) => *index,
+            None => {
+                let queue = ConsumeQueue::new(&self.root, topic, queue_id)?;
+                self.insert(queue)?
+            }
+        };
+        Ok(&mut self.queues[index])
+    }
+
+    /// Appends to the queue (created if needed); see [`ConsumeQueue::append`].
+    ///
+    /// # Errors
+    /// As [`ConsumeQueue::append`] and [`ConsumeQueueSet::get_or_create`].
+    pub fn append(
+        &mut self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        entry: CqEntry,
+    ) -> Result<AppendOutcome, StorageError> {
+        self.get_or_create(topic, queue_id)?
+            .append(queue_offset, entry)
+    }
+
+    /// All queues, in creation order.
+    pub fn iter(&self) -> impl Iterator<Item = &ConsumeQueue> {
+        self.queues.iter()
+    }
+
+    /// The largest `commit_log_offset + size` of any queue: where dispatch
+    /// resumes after a normal restart (6.9).
+    pub fn max_physical_offset(&self) -> u64 {
+        self.queues
+            .iter()
+            .map(ConsumeQueue::max_physical_offset)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// [`ConsumeQueue::flush`] of every queue; returns the operations
+    /// submitted.
+    ///
+    /// # Errors
+    /// The first queue's flush error (queues after it are not flushed this
+    /// time).
+    pub fn flush_all<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
+        let mut submitted = 0;
+        for queue in &mut self.queues {
+            submitted += queue.flush(disk)?;
+        }
+        Ok(submitted)
+    }
+
+    /// Routes a completion tagged [`crate::disk::OpTag::ConsumeQueue`] to its queue.
+    pub fn on_completion<D: Disk + ?Sized>(&mut self, disk: &mut D, completion: DiskCompletion) {
+        let index = (completion.op_id.seq() >> LOCAL_SEQ_BITS) as usize;
+        match self.queues.get_mut(index) {
+            Some(queue) => queue.on_completion(disk, completion),
+            None => {
+                if let Some(buf) = completion.buf {
+                    disk.recycle(buf);
+                }
+            }
+        }
+    }
+
+    /// Whether no queue has an operation in flight.
+    pub fn is_idle(&self) -> bool {
+        self.queues.iter().all(ConsumeQueue::is_idle)
+    }
+
+    /// Whether every queue is written and fdatasynced.
+    pub fn is_clean(&self) -> bool {
+        self.queues.iter().all(ConsumeQueue::is_clean)
+    }
+
+    /// Flush errors of all queues since the last call.
+    pub fn take_errors(&mut self) -> Vec<StorageError> {
+        self.queues
+            .iter_mut()
+            .flat_map(ConsumeQueue::take_errors)
+            .collect()
+    }
+
+    /// [`ConsumeQueue::truncate_from_commit_log_offset`] on every queue.
+    ///
+    /// # Errors
+    /// The first disk error.
+    ///
+    /// # Panics
+    /// If a queue has an operation in flight.
+    pub fn truncate_from_commit_log_offset<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        commit_log_offset: u64,
+    ) -> Result<(), StorageError> {
+        for queue in &mut self.queues {
+            queue.truncate_from_commit_log_offset(disk, commit_log_offset)?;
+        }
+        Ok(())
+    }
+
+    /// [`ConsumeQueue::delete_below_commit_log_offset`] on every queue;
+    /// returns the files removed.
+    ///
+    /// # Errors
+    /// The first disk error.
+    pub fn delete_below_commit_log_offset<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        commit_log_min_offset: u64,
+    ) -> Result<usize, StorageError> {
+        let mut removed = 0;
+        for queue in &mut self.queues {
+            removed += queue.delete_below_commit_log_offset(disk, commit_log_min_offset)?;
+        }
+        Ok(removed)
+    }
+}

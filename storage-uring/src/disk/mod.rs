@@ -1,0 +1,383 @@
+//! The I/O seam between the store and the kernel.
+//!
+//! Storage code (CommitLog, ConsumeQueue, IndexFile, recovery) never calls the
+//! kernel itself: it submits [`DiskOp`]s to a [`Disk`] and later receives
+//! [`DiskCompletion`]s carrying the caller's [`OpId`], the result, and the
+//! buffer back. Two implementations share this seam:
+//!
+//! - `disk::uring::UringDisk`: the shard's io_uring (O_DIRECT files,
+//!   registered buffers, `WRITE_FIXED`, linked write→fdatasync);
+//! - `disk::sim::SimDisk`: a deterministic in-memory disk with seeded faults
+//!   (torn writes at any byte, lost un-synced writes on crash, EIO, ENOSPC),
+//!   so tests run the very same storage code through crashes.
+//!
+//! Data-path operations are asynchronous and batched: `submit` only queues;
+//! [`Disk::poll`] submits everything queued in one go and reaps what has
+//! completed. Metadata operations (open, create, remove, list, statvfs) are
+//! synchronous: they run at startup, in recovery and when a segment is created
+//! ahead of need, never once per append.
+//!
+//! # Invariants
+//! - A buffer handed to `submit` belongs to the operation until its
+//!   completion is returned by `poll`; the completion always gives it back.
+//! - Every submitted operation completes exactly once (success or error),
+//!   including when the disk is shut down.
+//! - On O_DIRECT files, `Write`/`Read` offsets, buffer ranges and lengths are
+//!   multiples of [`crate::aligned::BLOCK_SIZE`]; implementations assert it.
+//! - A buffer obtained from [`Disk::buffer`] may be registered with the kernel
+//!   (io_uring fixed buffer). It is given back with [`Disk::recycle`]; dropping
+//!   a registered buffer leaks its memory rather than freeing pages the kernel
+//!   still has pinned.
+//! - With `link_next`, the next submitted operation starts only after this one
+//!   succeeded; if this one fails, the linked one completes with
+//!   [`DiskError::Canceled`].
+
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::aligned::AlignedBuf;
+
+/// A file opened through a [`Disk`]; an index into the disk's file table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId(pub u32);
+
+/// The caller's name for one operation, echoed in its completion.
+///
+/// Several components share one disk and one poll loop, so an id carries the
+/// owning component in its top byte ([`OpTag`]) and a component-chosen
+/// sequence number in the low 56 bits; the loop routes each completion to its
+/// owner by tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u64);
+
+/// The component that owns an operation (top byte of an [`OpId`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum OpTag {
+    /// CommitLog writes, fdatasyncs and reads.
+    CommitLog = 1,
+    /// ConsumeQueue write-behind.
+    ConsumeQueue = 2,
+    /// IndexFile write-behind.
+    IndexFile = 3,
+    /// Checkpoint file writes.
+    Checkpoint = 4,
+    /// Recovery scans.
+    Recovery = 5,
+    /// Anything else (benchmarks, tools, tests).
+    Other = 6,
+}
+
+impl OpId {
+    const SEQ_MASK: u64 = (1 << 56) - 1;
+
+    /// An id for `tag` with sequence number `seq` (masked to 56 bits).
+    pub fn new(tag: OpTag, seq: u64) -> Self {
+        OpId(((tag as u64) << 56) | (seq & Self::SEQ_MASK))
+    }
+
+    /// The owning component, or None for an id made without [`OpId::new`].
+    pub fn tag(self) -> Option<OpTag> {
+        Some(match self.0 >> 56 {
+            1 => OpTag::CommitLog,
+            2 => OpTag::ConsumeQueue,
+            3 => OpTag::IndexFile,
+            4 => OpTag::Checkpoint,
+            5 => OpTag::Recovery,
+            6 => OpTag::Other,
+            _ => return None,
+        })
+    }
+
+    /// The component's sequence number.
+    pub fn seq(self) -> u64 {
+        self.0 & Self::SEQ_MASK
+    }
+}
+
+/// An asynchronous data-path operation.
+#[derive(Debug)]
+pub enum DiskOp {
+    /// Writes `buf[buf_range]` at `file_offset` (O_DIRECT: all three aligned).
+    Write {
+        /// Target file.
+        file: FileId,
+        /// Byte offset in the file.
+        file_offset: u64,
+        /// The buffer; returned in the completion.
+        buf: AlignedBuf,
+        /// The part of `buf` to write.
+        buf_range: Range<usize>,
+    },
+    /// Reads up to `len` bytes at `file_offset` into `buf[..len]`. A short
+    /// read (end of file) completes with the count actually read.
+    Read {
+        /// Source file.
+        file: FileId,
+        /// Byte offset in the file.
+        file_offset: u64,
+        /// The buffer; returned in the completion with `len()` = bytes read.
+        buf: AlignedBuf,
+        /// Bytes wanted; at most `buf.capacity()`.
+        len: usize,
+    },
+    /// `fdatasync(2)`: everything written to the file before this operation
+    /// was submitted is durable when it completes successfully.
+    Fdatasync {
+        /// File to sync.
+        file: FileId,
+    },
+}
+
+/// The outcome of one [`DiskOp`].
+#[derive(Debug)]
+pub struct DiskCompletion {
+    /// The id given at submission.
+    pub op_id: OpId,
+    /// Bytes transferred (0 for fdatasync), or the error.
+    pub result: Result<usize, DiskError>,
+    /// The operation's buffer, given back (None for fdatasync).
+    pub buf: Option<AlignedBuf>,
+}
+
+/// How long [`Disk::poll`] may wait for a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Reap only what has already completed.
+    No,
+    /// Block until at least one completion arrives or the timeout passes.
+    AtLeastOne(Duration),
+}
+
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// `Some(len)`: create (or truncate) the file with `len` bytes,
+    /// preallocated and zero-filled, then fsync it and its directory, so that
+    /// later writes never extend the file or convert extents. `None`: the file
+    /// must exist.
+    pub create_preallocated: Option<u64>,
+    /// O_DIRECT: writes bypass the page cache and must be block-aligned
+    /// (CommitLog). Without it the file is written through the page cache
+    /// (ConsumeQueue and IndexFile, which are derived data).
+    pub direct: bool,
+    /// Open for writing as well as reading.
+    pub writable: bool,
+}
+
+impl OpenOptions {
+    /// A new CommitLog segment: preallocated, O_DIRECT, writable.
+    pub fn create_direct(len: u64) -> Self {
+        OpenOptions {
+            create_preallocated: Some(len),
+            direct: true,
+            writable: true,
+        }
+    }
+
+    /// An existing file, O_DIRECT, writable (CommitLog segments on restart).
+    pub fn existing_direct() -> Self {
+        OpenOptions {
+            create_preallocated: None,
+            direct: true,
+            writable: true,
+        }
+    }
+
+    /// A buffered (page-cache) file, created with `len` bytes if `Some`.
+    pub fn buffered(create_len: Option<u64>) -> Self {
+        OpenOptions {
+            create_preallocated: create_len,
+            direct: false,
+            writable: true,
+        }
+    }
+
+    /// An existing file, read-only, buffered.
+    pub fn read_only() -> Self {
+        OpenOptions {
+            create_preallocated: None,
+            direct: false,
+            writable: false,
+        }
+    }
+}
+
+/// Space on the file system holding a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpaceInfo {
+    /// Total bytes.
+    pub total_bytes: u64,
+    /// Bytes available to this process.
+    pub available_bytes: u64,
+}
+
+/// Errors of disk operations; each keeps the operation, the file and the
+/// cause so the broker can answer and a person can debug.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// An errno from the kernel (or its simulation).
+    #[error("{op} on {path}: {source}")]
+    Io {
+        /// What was attempted ("write", "fdatasync", "open", ...).
+        op: &'static str,
+        /// The file, as far as known.
+        path: PathBuf,
+        /// The errno, kept.
+        #[source]
+        source: io::Error,
+    },
+    /// The operation was linked to one that failed, and never ran.
+    #[error("{op} canceled because the operation linked before it failed")]
+    Canceled {
+        /// What was canceled.
+        op: &'static str,
+    },
+    /// The submission queue is full; the operation is given back unchanged.
+    #[error("submission queue full ({capacity} entries)")]
+    QueueFull {
+        /// Queue capacity.
+        capacity: usize,
+    },
+    /// The file id is not (or no longer) open.
+    #[error("file {0:?} is not open")]
+    NotOpen(FileId),
+}
+
+impl DiskError {
+    /// The errno, when the error carries one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            DiskError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// Whether the error means the file system is full (ENOSPC or EDQUOT).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+    }
+}
+
+/// The seam: everything the store needs from a disk.
+pub trait Disk {
+    /// Opens or creates a file (synchronous; not for the append path).
+    ///
+    /// # Errors
+    /// The errno of open, fallocate or fsync.
+    fn open(&mut self, path: &Path, options: OpenOptions) -> Result<FileId, DiskError>;
+
+    /// Closes a file. Operations still in flight on it complete first.
+    ///
+    /// # Errors
+    /// [`DiskError::NotOpen`], or the errno of close.
+    fn close(&mut self, file: FileId) -> Result<(), DiskError>;
+
+    /// The file's current size in bytes.
+    ///
+    /// # Errors
+    /// [`DiskError::NotOpen`], or the errno of fstat.
+    fn file_size(&self, file: FileId) -> Result<u64, DiskError>;
+
+    /// Removes a file by path (it must not be open).
+    ///
+    /// # Errors
+    /// The errno of unlink.
+    fn remove(&mut self, path: &Path) -> Result<(), DiskError>;
+
+    /// Truncates or extends an open file to `len` bytes (synchronous; used by
+    /// recovery and by the derived ConsumeQueue files).
+    ///
+    /// # Errors
+    /// The errno of ftruncate.
+    fn set_len(&mut self, file: FileId, len: u64) -> Result<(), DiskError>;
+
+    /// Creates a directory and its parents.
+    ///
+    /// # Errors
+    /// The errno of mkdir.
+    fn create_dir_all(&mut self, dir: &Path) -> Result<(), DiskError>;
+
+    /// Names of the entries of a directory, sorted; empty if it does not exist.
+    ///
+    /// # Errors
+    /// The errno of opendir/readdir, other than ENOENT.
+    fn list_dir(&mut self, dir: &Path) -> Result<Vec<String>, DiskError>;
+
+    /// fsyncs a directory, making creations, renames and removals in it durable.
+    ///
+    /// # Errors
+    /// The errno of open or fsync.
+    fn sync_dir(&mut self, dir: &Path) -> Result<(), DiskError>;
+
+    /// Atomically replaces `to` with `from` (rename(2)).
+    ///
+    /// # Errors
+    /// The errno of rename.
+    fn rename(&mut self, from: &Path, to: &Path) -> Result<(), DiskError>;
+
+    /// Space on the file system that holds `path`.
+    ///
+    /// # Errors
+    /// The errno of statvfs.
+    fn space(&self, path: &Path) -> Result<SpaceInfo, DiskError>;
+
+    /// Queues an operation. It is submitted to the kernel by the next
+    /// [`Disk::poll`]. With `link_next`, the next queued operation runs only
+    /// after this one succeeds (io_uring `IOSQE_IO_LINK`).
+    ///
+    /// # Errors
+    /// [`DiskError::QueueFull`] gives the operation back untouched.
+    fn submit(
+        &mut self,
+        op_id: OpId,
+        op: DiskOp,
+        link_next: bool,
+    ) -> Result<(), (DiskError, DiskOp)>;
+
+    /// Submits everything queued (one system call) and appends finished
+    /// operations to `out`, at most `max` of them, waiting as `wait` says.
+    /// Returns how many were appended.
+    ///
+    /// # Errors
+    /// A failure of the submission itself (not of an operation: those arrive
+    /// as completions).
+    fn poll(
+        &mut self,
+        out: &mut Vec<DiskCompletion>,
+        max: usize,
+        wait: Wait,
+    ) -> Result<usize, DiskError>;
+
+    /// Operations submitted and not yet returned by `poll`.
+    fn in_flight(&self) -> usize;
+
+    /// A buffer of at least `capacity` bytes, from the disk's pool of
+    /// registered buffers when one of that size is free (so writes from it use
+    /// `WRITE_FIXED`), otherwise freshly allocated.
+    fn buffer(&mut self, capacity: usize) -> AlignedBuf {
+        AlignedBuf::new(capacity)
+    }
+
+    /// Gives a buffer back to the disk's pool (or frees it).
+    fn recycle(&mut self, buf: AlignedBuf) {
+        drop(buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_id_keeps_tag_and_sequence_apart() {
+        let id = OpId::new(OpTag::IndexFile, u64::MAX);
+        assert_eq!(id.tag(), Some(OpTag::IndexFile));
+        assert_eq!(id.seq(), (1 << 56) - 1);
+        assert_eq!(OpId(0).tag(), None);
+    }
+}
+pub mod sim;
+pub mod uring;

@@ -1,0 +1,216 @@
+//! A sparse in-memory image of a file: 4 KiB pages allocated on first write,
+//! with a dirty bit per page.
+//!
+//! # Invariants
+//! - A page that was never written reads as zeros and costs one pointer.
+//! - A page is dirty from its first change until [`SparseImage::take_dirty_runs`]
+//!   hands it out for writing (or it is marked dirty again after a failed
+//!   write).
+
+use std::ops::Range;
+
+/// Bytes per page: the page-cache page, the unit of dirtiness.
+pub const PAGE_SIZE: usize = 4096;
+
+const _: () = assert!(PAGE_SIZE == crate::aligned::BLOCK_SIZE);
+
+/// A file image of a fixed length, in pages.
+#[derive(Debug)]
+pub struct SparseImage {
+    len: usize,
+    pages: Vec<Option<Box<[u8; PAGE_SIZE]>>>,
+    dirty: Vec<u64>,
+    dirty_count: usize,
+}
+
+impl SparseImage {
+    /// An all-zero image of `len` bytes (no page allocated).
+    pub fn new(len: usize) -> Self {
+        let page_count = len.div_ceil(PAGE_SIZE);
+        SparseImage {
+            len,
+            pages: (0..page_count).map(|_| None).collect(),
+            dirty: vec![0; page_count.div_ceil(64)],
+            dirty_count: 0,
+        }
+    }
+
+    /// The image length in bytes.
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
+    /// Pages allocated (the memory cost is this times [`PAGE_SIZE`]).
+    pub fn allocated_pages(&self) -> usize {
+        self.pages.iter().filter(|p| p.is_some()).count()
+    }
+
+    /// Number of dirty pages.
+    pub fn dirty_count(&self) -> usize {
+        self.dirty_count
+    }
+
+    /// Copies `out.len()` bytes at `position` into `out`.
+    ///
+    /// # Panics
+    /// If the range is past the image end.
+    pub fn read(&self, position: usize, out: &mut [u8]) {
+        assert!(
+            position + out.len() <= self.len,
+            "read past image end {}",
+            self.len
+        );
+        let mut done = 0;
+        while done < out.len() {
+            let at = position + done;
+            let (page, in_page) = (at / PAGE_SIZE, at % PAGE_SIZE);
+            let n = (PAGE_SIZE - in_page).min(out.len() - done);
+            match &self.pages[page] {
+                Some(bytes) => out[done..done + n].copy_from_slice(&bytes[in_page..in_page + n]),
+                None => out[done..done + n].fill(0),
+            }
+            done += n;
+        }
+    }
+
+    /// Writes `data` at `position`, allocating and dirtying the pages touched.
+    ///
+    /// # Panics
+    /// If the range is past the image end.
+    pub fn write(&mut self, position: usize, data: &[u8]) {
+        assert!(
+            position + data.len() <= self.len,
+            "write past image end {}",
+            self.len
+        );
+        let mut done = 0;
+        while done < data.len() {
+            let at = position + done;
+            let (page, in_page) = (at / PAGE_SIZE, at % PAGE_SIZE);
+            let n = (PAGE_SIZE - in_page).min(data.len() - done);
+            let bytes = self.pages[page].get_or_insert_with(|| Box::new([0u8; PAGE_SIZE]));
+            bytes[in_page..in_page + n].copy_from_slice(&data[done..done + n]);
+            self.mark_dirty(page);
+            done += n;
+        }
+    }
+
+    /// Stores a page read from disk: allocated only if it holds a non-zero
+    /// byte; not dirty.
+    pub fn load_page(&mut self, page: usize, bytes: &[u8]) {
+        assert!(bytes.len() <= PAGE_SIZE, "page of {} bytes", bytes.len());
+        if bytes.iter().all(|b| *b == 0) {
+            return;
+        }
+        let mut owned = Box::new([0u8; PAGE_SIZE]);
+        owned[..bytes.len()].copy_from_slice(bytes);
+        self.pages[page] = Some(owned);
+    }
+
+    /// Reads an i32 (big-endian) at `position`.
+    pub fn read_i32(&self, position: usize) -> i32 {
+        let mut b = [0u8; 4];
+        self.read(position, &mut b);
+        i32::from_be_bytes(b)
+    }
+
+    /// Reads an i64 (big-endian) at `position`.
+    pub fn read_i64(&self, position: usize) -> i64 {
+        let mut b = [0u8; 8];
+        self.read(position, &mut b);
+        i64::from_be_bytes(b)
+    }
+
+    /// Marks a page dirty.
+    pub fn mark_dirty(&mut self, page: usize) {
+        let (word, bit) = (page / 64, page % 64);
+        if self.dirty[word] & (1 << bit) == 0 {
+            self.dirty[word] |= 1 << bit;
+            self.dirty_count += 1;
+        }
+    }
+
+    /// Marks pages dirty again (after a failed write).
+    pub fn mark_dirty_range(&mut self, pages: Range<usize>) {
+        for page in pages {
+            self.mark_dirty(page);
+        }
+    }
+
+    /// Takes the dirty pages as runs of consecutive pages, each at most
+    /// `run_pages_max` long, clearing their dirty bits.
+    pub fn take_dirty_runs(&mut self, run_pages_max: usize) -> Vec<Range<usize>> {
+        assert!(run_pages_max > 0, "run_pages_max is 0");
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        for (word_index, word) in self.dirty.iter_mut().enumerate() {
+            while *word != 0 {
+                let bit = word.trailing_zeros() as usize;
+                *word &= !(1 << bit);
+                let page = word_index * 64 + bit;
+                match runs.last_mut() {
+                    Some(run) if run.end == page && run.len() < run_pages_max => run.end += 1,
+                    _ => runs.push(page..page + 1),
+                }
+            }
+        }
+        self.dirty_count = 0;
+        runs
+    }
+
+    /// Copies the bytes of `pages` (clipped to the image end) into `out`;
+    /// returns how many bytes that is.
+    pub fn copy_pages(&self, pages: Range<usize>, out: &mut [u8]) -> usize {
+        let start = pages.start * PAGE_SIZE;
+        let end = (pages.end * PAGE_SIZE).min(self.len);
+        self.read(start, &mut out[..end - start]);
+        end - start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unwritten_pages_read_as_zero_and_are_not_allocated() {
+        let image = SparseImage::new(10 * PAGE_SIZE + 40);
+        let mut out = [1u8; 16];
+        image.read(5 * PAGE_SIZE, &mut out);
+        assert_eq!(out, [0u8; 16]);
+        assert_eq!(image.allocated_pages(), 0);
+    }
+
+    #[test]
+    fn write_across_a_page_boundary_dirties_both_pages() {
+        let mut image = SparseImage::new(4 * PAGE_SIZE);
+        image.write(PAGE_SIZE - 2, &[1, 2, 3, 4]);
+        assert_eq!(image.allocated_pages(), 2);
+        assert_eq!(image.dirty_count(), 2);
+        let mut out = [0u8; 4];
+        image.read(PAGE_SIZE - 2, &mut out);
+        assert_eq!(out, [1, 2, 3, 4]);
+        assert_eq!(image.take_dirty_runs(8), vec![0..2]);
+        assert_eq!(image.dirty_count(), 0);
+    }
+
+    #[test]
+    fn dirty_runs_split_at_gaps_and_at_the_run_limit() {
+        let mut image = SparseImage::new(200 * PAGE_SIZE);
+        for page in [0, 1, 2, 3, 10, 63, 64, 65, 150] {
+            image.write(page * PAGE_SIZE, &[9]);
+        }
+        assert_eq!(
+            image.take_dirty_runs(3),
+            vec![0..3, 3..4, 10..11, 63..66, 150..151]
+        );
+    }
+
+    #[test]
+    fn copy_pages_clips_the_last_partial_page() {
+        let mut image = SparseImage::new(PAGE_SIZE + 10);
+        image.write(PAGE_SIZE + 9, &[7]);
+        let mut out = vec![0u8; 2 * PAGE_SIZE];
+        assert_eq!(image.copy_pages(1..2, &mut out), 10);
+        assert_eq!(out[9], 7);
+    }
+}

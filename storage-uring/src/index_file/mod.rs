@@ -1,0 +1,885 @@
+//! RocketMQ's IndexFile (protocol reference 6.4): a hash index from message
+//! keys (`topic#UNIQ_KEY`, `topic#key` for each space-separated `KEYS`) to
+//! CommitLog offsets, one file per 20 million entries, named by creation time
+//! `yyyyMMddHHmmssSSS`.
+//!
+//! ```text
+//! header  [begin_timestamp i64][end_timestamp i64][begin_phy_offset i64]
+//!         [end_phy_offset i64][hash_slot_count i32][index_count i32]    40 bytes
+//! slots   5,000,000 x [entry number i32]  (0 = empty)    at 40 + slot * 4
+//! entries 20,000,000 x [key_hash i32][phy_offset i64][time_diff_s i32]
+//!         [prev_index i32]                                at 40 + 20,000,000 + n * 20
+//! total   420,000,040 bytes; entry 0 is never used (index_count starts at 1)
+//! ```
+//!
+//! Insertion: `slot = key_hash % slot_count`; the new entry, at `index_count`,
+//! links to the slot's previous entry; the slot then points at the new entry.
+//! Lookup walks the chain from the slot, newest first, keeping entries whose
+//! hash matches and whose store time (`begin_timestamp + time_diff * 1000`)
+//! is within the range.
+//!
+//! In memory a file is a sparse image ([`image::SparseImage`]): 4 KiB pages
+//! allocated on first write, so an empty 420 MB file costs its page table
+//! (about 800 KiB) and a full one about 420 MB of RAM: a shard holds
+//! `used bytes of its index files` in memory, which retention bounds. The image is written behind
+//! through the disk (page cache, [`OpTag::IndexFile`]): dirty pages are
+//! written in runs, then an fdatasync follows.
+//!
+//! # Invariants
+//! - `1 <= index_count <= entry_count_max`; entries `1..index_count` are
+//!   written, every slot value and `prev_index` is `< index_count`.
+//! - At most one flush (its writes, or its fdatasync) per file is in flight,
+//!   so two writes of the same page never race.
+//! - The header in the image equals the header fields once a flush has
+//!   started (it is copied into page 0 before the dirty pages are taken).
+
+pub mod image;
+mod service;
+
+pub use service::{IndexQueryResult, IndexRecord, IndexService};
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use crate::aligned::BLOCK_SIZE;
+use crate::consume_queue::read_chunks;
+use crate::disk::{Disk, DiskError, DiskOp, FileId, OpId, OpTag, OpenOptions};
+use crate::error::StorageError;
+use image::{PAGE_SIZE, SparseImage};
+
+/// Bytes of the header.
+pub const INDEX_HEADER_SIZE: usize = 40;
+/// Slots per file (Java `maxHashSlotNum`).
+pub const INDEX_HASH_SLOT_COUNT: usize = 5_000_000;
+/// Entries per file (Java `maxIndexNum`); entry 0 is unused.
+pub const INDEX_ENTRY_COUNT_MAX: usize = 20_000_000;
+/// Bytes of one slot.
+pub const INDEX_SLOT_SIZE: usize = 4;
+/// Bytes of one entry.
+pub const INDEX_ENTRY_SIZE: usize = 20;
+/// Bytes of a file with RocketMQ's geometry.
+pub const INDEX_FILE_SIZE: usize = INDEX_HEADER_SIZE
+    + INDEX_HASH_SLOT_COUNT * INDEX_SLOT_SIZE
+    + INDEX_ENTRY_COUNT_MAX * INDEX_ENTRY_SIZE;
+/// Name of the index directory under the store root (per shard below it).
+pub const INDEX_DIR_NAME: &str = "index";
+/// Largest write a flush submits (consecutive dirty pages are coalesced up
+/// to this).
+pub const INDEX_FLUSH_WRITE_SIZE_MAX: usize = 1024 * 1024;
+/// Largest result of one query (Java `maxMsgsNumBatch`, 64).
+pub const INDEX_QUERY_RESULT_MAX: usize = 64;
+/// Flush errors kept until taken (later ones are only counted).
+pub const INDEX_ERRORS_KEPT_MAX: usize = 16;
+/// Length of a file name (`yyyyMMddHHmmssSSS`).
+pub const INDEX_FILE_NAME_LEN: usize = 17;
+
+const LOCAL_SEQ_BITS: u32 = 32;
+
+const _: () = assert!(INDEX_HEADER_SIZE == 4 * 8 + 2 * 4);
+const _: () = assert!(INDEX_ENTRY_SIZE == 4 + 8 + 4 + 4);
+const _: () = assert!(INDEX_FILE_SIZE == 420_000_040);
+const _: () = assert!(INDEX_ENTRY_COUNT_MAX <= i32::MAX as usize);
+const _: () = assert!(INDEX_FLUSH_WRITE_SIZE_MAX.is_multiple_of(PAGE_SIZE));
+const _: () = assert!(PAGE_SIZE == BLOCK_SIZE);
+
+/// Slot and entry counts of a file: RocketMQ's, or smaller ones for tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexGeometry {
+    /// Number of hash slots.
+    pub hash_slot_count: u32,
+    /// Number of entries, including the unused entry 0.
+    pub entry_count_max: u32,
+}
+
+impl IndexGeometry {
+    /// RocketMQ's geometry: 5,000,000 slots, 20,000,000 entries.
+    pub const ROCKETMQ: IndexGeometry = IndexGeometry {
+        hash_slot_count: INDEX_HASH_SLOT_COUNT as u32,
+        entry_count_max: INDEX_ENTRY_COUNT_MAX as u32,
+    };
+
+    /// Bytes of a file.
+    pub fn file_size(&self) -> usize {
+        self.entry_position(self.entry_count_max as usize)
+    }
+
+    /// Byte position of slot `slot`.
+    pub fn slot_position(&self, slot: usize) -> usize {
+        INDEX_HEADER_SIZE + slot * INDEX_SLOT_SIZE
+    }
+
+    /// Byte position of entry `n`.
+    pub fn entry_position(&self, n: usize) -> usize {
+        INDEX_HEADER_SIZE + self.hash_slot_count as usize * INDEX_SLOT_SIZE + n * INDEX_ENTRY_SIZE
+    }
+
+    fn check(&self) -> Result<(), StorageError> {
+        if self.hash_slot_count == 0
+            || self.entry_count_max < 2
+            || self.entry_count_max > i32::MAX as u32
+        {
+            return Err(StorageError::InvalidArgument(format!(
+                "index geometry {self:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The 40-byte header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct IndexHeader {
+    /// Store timestamp of the first indexed message (ms).
+    pub begin_timestamp: i64,
+    /// Store timestamp of the last indexed message (ms).
+    pub end_timestamp: i64,
+    /// CommitLog offset of the first indexed message.
+    pub begin_phy_offset: i64,
+    /// CommitLog offset of the last indexed message.
+    pub end_phy_offset: i64,
+    /// Number of non-empty slots.
+    pub hash_slot_count: i32,
+    /// Next entry number; starts at 1.
+    pub index_count: i32,
+}
+
+impl IndexHeader {
+    /// The header's bytes.
+    pub fn encode(&self) -> [u8; INDEX_HEADER_SIZE] {
+        let mut out = [0u8; INDEX_HEADER_SIZE];
+        out[0..8].copy_from_slice(&self.begin_timestamp.to_be_bytes());
+        out[8..16].copy_from_slice(&self.end_timestamp.to_be_bytes());
+        out[16..24].copy_from_slice(&self.begin_phy_offset.to_be_bytes());
+        out[24..32].copy_from_slice(&self.end_phy_offset.to_be_bytes());
+        out[32..36].copy_from_slice(&self.hash_slot_count.to_be_bytes());
+        out[36..40].copy_from_slice(&self.index_count.to_be_bytes());
+        out
+    }
+
+    /// Reads a header from the image (an `index_count` ≤ 0 reads as 1, as
+    /// Java's `IndexHeader.load` does).
+    fn read(image: &SparseImage) -> IndexHeader {
+        IndexHeader {
+            begin_timestamp: image.read_i64(0),
+            end_timestamp: image.read_i64(8),
+            begin_phy_offset: image.read_i64(16),
+            end_phy_offset: image.read_i64(24),
+            hash_slot_count: image.read_i32(32),
+            index_count: image.read_i32(36).max(1),
+        }
+    }
+}
+
+/// Formats a ms timestamp (UTC) as `yyyyMMddHHmmssSSS`.
+pub fn format_index_file_name(timestamp_ms: i64) -> String {
+    let days = timestamp_ms.div_euclid(86_400_000);
+    let ms_of_day = timestamp_ms.rem_euclid(86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    let (hour, minute) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60);
+    let (second, milli) = (ms_of_day / 1000 % 60, ms_of_day % 1000);
+    format!("{year:04}{month:02}{day:02}{hour:02}{minute:02}{second:02}{milli:03}")
+}
+
+/// Parses a `yyyyMMddHHmmssSSS` name (UTC) back to a ms timestamp.
+pub fn parse_index_file_name(name: &str) -> Option<i64> {
+    if name.len() != INDEX_FILE_NAME_LEN || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let field = |range: Range<usize>| name[range].parse::<i64>().ok();
+    let (year, month, day) = (field(0..4)?, field(4..6)?, field(6..8)?);
+    let (hour, minute, second, milli) = (
+        field(8..10)?,
+        field(10..12)?,
+        field(12..14)?,
+        field(14..17)?,
+    );
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    Some(days * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1000 + milli)
+}
+
+fn is_leap(year: i64) -> bool {
+    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if is_leap(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+// The proleptic Gregorian calendar in 400-year eras of 146,097 days, with
+// years starting on March 1st so the leap day ends the year.
+const DAYS_PER_ERA: i64 = 146_097;
+// Days from 0000-03-01 to 1970-01-01.
+const EPOCH_SHIFT_DAYS: i64 = 719_468;
+
+/// (year, month 1–12, day 1–31) of a day number (days since 1970-01-01).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let shifted = days + EPOCH_SHIFT_DAYS;
+    let era = shifted.div_euclid(DAYS_PER_ERA);
+    let day_of_era = shifted.rem_euclid(DAYS_PER_ERA);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Day number (days since 1970-01-01) of a civil date.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let month_from_march = if month > 2 { month - 3 } else { month + 9 };
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * DAYS_PER_ERA + day_of_era - EPOCH_SHIFT_DAYS
+}
+
+#[derive(Debug, Default)]
+struct Flush {
+    /// Writes in flight: local sequence number → pages.
+    writes: HashMap<u32, Range<usize>>,
+    /// The fdatasync in flight, if any.
+    sync: Option<u32>,
+    /// Writes completed since the last successful fdatasync.
+    needs_sync: bool,
+}
+
+/// One index file in memory.
+#[derive(Debug)]
+pub struct IndexFile {
+    name: String,
+    created_ms: i64,
+    geometry: IndexGeometry,
+    header: IndexHeader,
+    header_dirty: bool,
+    image: SparseImage,
+    file: Option<FileId>,
+    /// Distinguishes this file's operations within the service.
+    serial: u32,
+    next_local_seq: u32,
+    flush: Flush,
+}
+
+impl IndexFile {
+    /// An empty file created at `created_ms`, continuing after a file whose
+    /// header ended at `prev_end` (Java copies the previous file's end
+    /// offset and timestamp into the new header's begin and end).
+    pub fn new(geometry: IndexGeometry, created_ms: i64, prev_end: Option<(i64, i64)>) -> Self {
+        let mut header = IndexHeader {
+            index_count: 1,
+            ..IndexHeader::default()
+        };
+        if let Some((end_phy_offset, end_timestamp)) = prev_end {
+            if end_phy_offset > 0 {
+                header.begin_phy_offset = end_phy_offset;
+                header.end_phy_offset = end_phy_offset;
+            }
+            if end_timestamp > 0 {
+                header.begin_timestamp = end_timestamp;
+                header.end_timestamp = end_timestamp;
+            }
+        }
+        IndexFile {
+            name: format_index_file_name(created_ms),
+            created_ms,
+            geometry,
+            header,
+            header_dirty: true,
+            image: SparseImage::new(geometry.file_size()),
+            file: None,
+            serial: 0,
+            next_local_seq: 0,
+            flush: Flush::default(),
+        }
+    }
+
+    /// The file name (`yyyyMMddHHmmssSSS`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The header as it stands in memory.
+    pub fn header(&self) -> &IndexHeader {
+        &self.header
+    }
+
+    /// Whether no more entry fits (`index_count` reached the maximum).
+    pub fn is_full(&self) -> bool {
+        self.header.index_count as u32 >= self.geometry.entry_count_max
+    }
+
+    /// Pages of the image held in memory.
+    pub fn allocated_pages(&self) -> usize {
+        self.image.allocated_pages()
+    }
+
+    /// Adds one key (Java `IndexFile.putKey`). Returns false, changing
+    /// nothing, when the file is full.
+    pub fn put_key(&mut self, key_hash: i32, phy_offset: u64, store_timestamp_ms: i64) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        assert!(key_hash >= 0, "key hash {key_hash} is negative");
+        let slot = key_hash as usize % self.geometry.hash_slot_count as usize;
+        let slot_position = self.geometry.slot_position(slot);
+        let index_count = self.header.index_count;
+        let mut slot_value = self.image.read_i32(slot_position);
+        if slot_value <= 0 || slot_value > index_count {
+            slot_value = 0;
+        }
+        let time_diff_s = if self.header.begin_timestamp <= 0 {
+            0
+        } else {
+            ((store_timestamp_ms - self.header.begin_timestamp) / 1000)
+                .clamp(0, i64::from(i32::MAX)) as i32
+        };
+        let mut entry = [0u8; INDEX_ENTRY_SIZE];
+        entry[0..4].copy_from_slice(&key_hash.to_be_bytes());
+        entry[4..12].copy_from_slice(&(phy_offset as i64).to_be_bytes());
+        entry[12..16].copy_from_slice(&time_diff_s.to_be_bytes());
+        entry[16..20].copy_from_slice(&slot_value.to_be_bytes());
+        self.image
+            .write(self.geometry.entry_position(index_count as usize), &entry);
+        self.image.write(slot_position, &index_count.to_be_bytes());
+        if index_count <= 1 {
+            self.header.begin_phy_offset = phy_offset as i64;
+            self.header.begin_timestamp = store_timestamp_ms;
+        }
+        if slot_value == 0 {
+            self.header.hash_slot_count += 1;
+        }
+        self.header.index_count += 1;
+        self.header.end_phy_offset = phy_offset as i64;
+        self.header.end_timestamp = store_timestamp_ms;
+        self.header_dirty = true;
+        true
+    }
+
+    /// Whether the file's time span overlaps `[begin_ms, end_ms]` (Java
+    /// `IndexFile.isTimeMatched`).
+    pub fn is_time_matched(&self, begin_ms: i64, end_ms: i64) -> bool {
+        let (file_begin, file_end) = (self.header.begin_timestamp, self.header.end_timestamp);
+        (begin_ms < file_begin && end_ms > file_end)
+            || (begin_ms >= file_begin && begin_ms <= file_end)
+            || (end_ms >= file_begin && end_ms <= file_end)
+    }
+
+    /// Appends to `out` the CommitLog offsets of entries with `key_hash`
+    /// stored within `[begin_ms, end_ms]`, newest first, until `out` holds
+    /// `max_num` (Java `IndexFile.selectPhyOffset`).
+    pub fn select_phy_offsets(
+        &self,
+        out: &mut Vec<u64>,
+        key_hash: i32,
+        max_num: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) {
+        let index_count = self.header.index_count;
+        let slot = key_hash as usize % self.geometry.hash_slot_count as usize;
+        let slot_value = self.image.read_i32(self.geometry.slot_position(slot));
+        if slot_value <= 0 || slot_value > index_count || index_count <= 1 {
+            return;
+        }
+        let mut next = slot_value;
+        // Each step moves to an older entry, so the walk ends within
+        // index_count steps even on a corrupt chain.
+        for _ in 0..index_count {
+            if out.len() >= max_num {
+                break;
+            }
+            let position = self.geometry.entry_position(next as usize);
+            let hash_read = self.image.read_i32(position);
+            let phy_offset = self.image.read_i64(position + 4);
+            let time_diff_s = self.image.read_i32(position + 12);
+            let prev = self.image.read_i32(position + 16);
+            if time_diff_s < 0 {
+                break;
+            }
+            let time_read = self.header.begin_timestamp + i64::from(time_diff_s) * 1000;
+            if hash_read == key_hash && time_read >= begin_ms && time_read <= end_ms {
+                out.push(phy_offset as u64);
+            }
+            if prev <= 0 || prev > index_count || prev == next || time_read < begin_ms {
+                break;
+            }
+            next = prev;
+        }
+    }
+
+    fn path(&self, dir: &Path) -> PathBuf {
+        dir.join(&self.name)
+    }
+
+    fn is_idle(&self) -> bool {
+        self.flush.writes.is_empty() && self.flush.sync.is_none()
+    }
+
+    fn is_clean(&self) -> bool {
+        self.is_idle()
+            && !self.header_dirty
+            && self.image.dirty_count() == 0
+            && !self.flush.needs_sync
+    }
+
+    fn op_id(&self, local_seq: u32) -> OpId {
+        OpId::new(
+            OpTag::IndexFile,
+            (u64::from(self.serial) << LOCAL_SEQ_BITS) | u64::from(local_seq),
+        )
+    }
+
+    fn take_local_seq(&mut self) -> u32 {
+        let seq = self.next_local_seq;
+        self.next_local_seq = self.next_local_seq.wrapping_add(1);
+        seq
+    }
+
+    /// Submits the dirty pages (header first copied in) as writes, or, when
+    /// nothing is dirty but writes completed since the last sync, an
+    /// fdatasync. Nothing while a previous flush is in flight. Returns the
+    /// operations submitted; stops early when the disk's queue is full.
+    fn flush<D: Disk + ?Sized>(&mut self, disk: &mut D, dir: &Path) -> Result<usize, StorageError> {
+        if !self.is_idle() {
+            return Ok(0);
+        }
+        if self.header_dirty {
+            self.image.write(0, &self.header.encode());
+            self.header_dirty = false;
+        }
+        if self.image.dirty_count() == 0 && !self.flush.needs_sync {
+            return Ok(0);
+        }
+        let id = self.ensure_open(disk, dir)?;
+        if self.image.dirty_count() == 0 {
+            let local_seq = self.take_local_seq();
+            return match disk.submit(self.op_id(local_seq), DiskOp::Fdatasync { file: id }, false) {
+                Ok(()) => {
+                    self.flush.sync = Some(local_seq);
+                    Ok(1)
+                }
+                Err((DiskError::QueueFull { .. }, _)) => Ok(0),
+                Err((error, _)) => Err(error.into()),
+            };
+        }
+        let runs = self
+            .image
+            .take_dirty_runs(INDEX_FLUSH_WRITE_SIZE_MAX / PAGE_SIZE);
+        let mut submitted = 0;
+        let mut runs = runs.into_iter();
+        while let Some(run) = runs.next() {
+            let mut buf = disk.buffer(run.len() * PAGE_SIZE);
+            let len = self.image.copy_pages(run.clone(), buf.as_full_mut_slice());
+            buf.set_len(len);
+            let local_seq = self.take_local_seq();
+            let op = DiskOp::Write {
+                file: id,
+                file_offset: (run.start * PAGE_SIZE) as u64,
+                buf,
+                buf_range: 0..len,
+            };
+            match disk.submit(self.op_id(local_seq), op, false) {
+                Ok(()) => {
+                    self.flush.writes.insert(local_seq, run);
+                    submitted += 1;
+                }
+                Err((error, op)) => {
+                    if let DiskOp::Write { buf, .. } = op {
+                        disk.recycle(buf);
+                    }
+                    self.image.mark_dirty_range(run);
+                    for rest in runs.by_ref() {
+                        self.image.mark_dirty_range(rest);
+                    }
+                    if matches!(error, DiskError::QueueFull { .. }) {
+                        break;
+                    }
+                    return Err(error.into());
+                }
+            }
+        }
+        Ok(submitted)
+    }
+
+    fn ensure_open<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        dir: &Path,
+    ) -> Result<FileId, StorageError> {
+        if let Some(id) = self.file {
+            return Ok(id);
+        }
+        disk.create_dir_all(dir)?;
+        let path = self.path(dir);
+        // Created empty and extended: a sparse file of Java's size, so an
+        // empty index file costs no disk space.
+        let id = disk.open(&path, OpenOptions::buffered(Some(0)))?;
+        disk.set_len(id, self.geometry.file_size() as u64)?;
+        disk.sync_dir(dir)?;
+        self.file = Some(id);
+        Ok(id)
+    }
+
+    /// Handles a completion of this file; returns the error to report, if any.
+    fn on_completion(
+        &mut self,
+        local_seq: u32,
+        result: Result<usize, DiskError>,
+    ) -> Option<StorageError> {
+        if self.flush.sync == Some(local_seq) {
+            self.flush.sync = None;
+            return match result {
+                Ok(_) => {
+                    self.flush.needs_sync = false;
+                    None
+                }
+                Err(error) => Some(error.into()),
+            };
+        }
+        let run = self.flush.writes.remove(&local_seq)?;
+        let expected = ((run.end * PAGE_SIZE).min(self.image.size())) - run.start * PAGE_SIZE;
+        match result {
+            Ok(n) if n == expected => {
+                self.flush.needs_sync = true;
+                None
+            }
+            Ok(n) => {
+                tracing::debug!(written = n, expected, "short index file write");
+                self.image.mark_dirty_range(run);
+                None
+            }
+            Err(error) => {
+                self.image.mark_dirty_range(run);
+                Some(error.into())
+            }
+        }
+    }
+
+    /// Loads a file: header, then the slots and written entries, keeping only
+    /// non-zero pages.
+    fn load<D: Disk + ?Sized>(
+        disk: &mut D,
+        dir: &Path,
+        name: &str,
+        created_ms: i64,
+        geometry: IndexGeometry,
+    ) -> Result<IndexFile, StorageError> {
+        let path = dir.join(name);
+        let id = disk.open(&path, OpenOptions::buffered(None))?;
+        let size = disk.file_size(id)?;
+        let mut image = SparseImage::new(geometry.file_size());
+        let header_bytes = crate::consume_queue::read_blocking(
+            disk,
+            id,
+            &path,
+            INDEX_HEADER_SIZE,
+            OpTag::IndexFile,
+        )?;
+        let mut header_image = SparseImage::new(INDEX_HEADER_SIZE);
+        if header_bytes.len() == INDEX_HEADER_SIZE {
+            header_image.write(0, &header_bytes);
+        }
+        let header = IndexHeader::read(&header_image);
+        if header.index_count as u32 > geometry.entry_count_max || header.hash_slot_count < 0 {
+            return Err(StorageError::Corrupt {
+                path,
+                file_offset: 32,
+                reason: format!(
+                    "header {header:?} does not fit {} slots and {} entries",
+                    geometry.hash_slot_count, geometry.entry_count_max
+                ),
+            });
+        }
+        let used = (geometry.entry_position(header.index_count as usize) as u64).min(size);
+        let mut pending: Vec<u8> = Vec::with_capacity(PAGE_SIZE);
+        let mut page = 0usize;
+        // Chunks need not end on page boundaries (short reads): gather pages.
+        read_chunks(
+            disk,
+            id,
+            &path,
+            0..used,
+            OpTag::IndexFile,
+            |_, mut bytes| {
+                while !bytes.is_empty() {
+                    let take = (PAGE_SIZE - pending.len()).min(bytes.len());
+                    pending.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if pending.len() == PAGE_SIZE {
+                        image.load_page(page, &pending);
+                        pending.clear();
+                        page += 1;
+                    }
+                }
+            },
+        )?;
+        if !pending.is_empty() {
+            image.load_page(page, &pending);
+        }
+        let mut file = IndexFile::new(geometry, created_ms, None);
+        file.name = name.to_string();
+        file.header = header;
+        file.header_dirty = false;
+        file.image = image;
+        file.file = Some(id);
+        Ok(file)
+    }
+
+    fn close_and_remove<D: Disk + ?Sized>(
+        self,
+        disk: &mut D,
+        dir: &Path,
+    ) -> Result<(), StorageError> {
+        assert!(
+            self.is_idle(),
+            "removing index file {} with a flush in flight",
+            self.name
+        );
+        if let Some(id) = self.file {
+            disk.close(id)?;
+            disk.remove(&self.path(dir))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: IndexGeometry = IndexGeometry {
+        hash_slot_count: 8,
+        entry_count_max: 6,
+    };
+
+    #[test]
+    fn rocketmq_geometry_places_slots_and_entries_as_java_does() {
+        let g = IndexGeometry::ROCKETMQ;
+        assert_eq!(g.file_size(), 420_000_040);
+        assert_eq!(g.slot_position(0), 40);
+        assert_eq!(g.slot_position(4_999_999), 40 + 4_999_999 * 4);
+        assert_eq!(g.entry_position(0), 20_000_040);
+        assert_eq!(g.entry_position(1), 20_000_060);
+        assert_eq!(SMALL.file_size(), 40 + 8 * 4 + 6 * 20);
+    }
+
+    #[test]
+    fn header_fields_sit_at_their_byte_positions() {
+        let header = IndexHeader {
+            begin_timestamp: 0x0101_0101_0101_0101,
+            end_timestamp: 0x0202_0202_0202_0202,
+            begin_phy_offset: 0x0303_0303_0303_0303,
+            end_phy_offset: 0x0404_0404_0404_0404,
+            hash_slot_count: 0x0505_0505,
+            index_count: 0x0606_0606,
+        };
+        let bytes = header.encode();
+        for (range, value) in [
+            (0..8, 1u8),
+            (8..16, 2),
+            (16..24, 3),
+            (24..32, 4),
+            (32..36, 5),
+            (36..40, 6),
+        ] {
+            assert!(
+                bytes[range.clone()].iter().all(|b| *b == value),
+                "{range:?}"
+            );
+        }
+        let mut image = SparseImage::new(INDEX_HEADER_SIZE);
+        image.write(0, &bytes);
+        assert_eq!(IndexHeader::read(&image), header);
+    }
+
+    #[test]
+    fn header_index_count_of_zero_reads_as_one() {
+        let image = SparseImage::new(INDEX_HEADER_SIZE);
+        assert_eq!(IndexHeader::read(&image).index_count, 1);
+    }
+
+    #[test]
+    fn put_key_writes_entry_at_index_count_and_points_the_slot_at_it() {
+        let mut file = IndexFile::new(SMALL, 0, None);
+        assert!(file.put_key(11, 5000, 1_000_000));
+        let entry_at = SMALL.entry_position(1);
+        assert_eq!(file.image.read_i32(entry_at), 11, "key hash");
+        assert_eq!(file.image.read_i64(entry_at + 4), 5000, "phy offset");
+        assert_eq!(
+            file.image.read_i32(entry_at + 12),
+            0,
+            "time diff of the first entry"
+        );
+        assert_eq!(file.image.read_i32(entry_at + 16), 0, "prev index");
+        assert_eq!(file.image.read_i32(SMALL.slot_position(11 % 8)), 1);
+        let h = *file.header();
+        assert_eq!((h.index_count, h.hash_slot_count), (2, 1));
+        assert_eq!((h.begin_phy_offset, h.end_phy_offset), (5000, 5000));
+        assert_eq!((h.begin_timestamp, h.end_timestamp), (1_000_000, 1_000_000));
+    }
+
+    #[test]
+    fn colliding_slots_chain_newest_first_and_lookup_filters_by_hash() {
+        let mut file = IndexFile::new(SMALL, 0, None);
+        // 3 and 11 share slot 3; 4 has its own.
+        assert!(file.put_key(3, 100, 1_000));
+        assert!(file.put_key(11, 200, 2_000));
+        assert!(file.put_key(4, 300, 3_000));
+        assert!(file.put_key(3, 400, 4_000));
+        assert_eq!(
+            file.image.read_i32(SMALL.entry_position(2) + 16),
+            1,
+            "entry 2 links to 1"
+        );
+        assert_eq!(
+            file.image.read_i32(SMALL.entry_position(4) + 16),
+            2,
+            "entry 4 links to 2"
+        );
+        assert_eq!(file.image.read_i32(SMALL.slot_position(3)), 4);
+        assert_eq!(file.header().hash_slot_count, 2);
+        let mut out = Vec::new();
+        file.select_phy_offsets(&mut out, 3, 10, 0, i64::MAX);
+        assert_eq!(out, vec![400, 100]);
+        out.clear();
+        file.select_phy_offsets(&mut out, 11, 10, 0, i64::MAX);
+        assert_eq!(out, vec![200]);
+        out.clear();
+        file.select_phy_offsets(&mut out, 5, 10, 0, i64::MAX);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn time_diff_is_whole_seconds_since_begin_clamped_at_zero() {
+        let mut file = IndexFile::new(SMALL, 0, None);
+        assert!(file.put_key(1, 10, 10_000));
+        assert!(file.put_key(1, 20, 12_999));
+        assert!(file.put_key(1, 30, 5_000));
+        assert_eq!(file.image.read_i32(SMALL.entry_position(2) + 12), 2);
+        assert_eq!(
+            file.image.read_i32(SMALL.entry_position(3) + 12),
+            0,
+            "older than begin"
+        );
+    }
+
+    #[test]
+    fn lookup_keeps_entries_in_the_time_range_and_stops_at_max_num() {
+        let mut file = IndexFile::new(SMALL, 0, None);
+        for (i, ts) in [10_000, 20_000, 30_000, 40_000, 50_000].iter().enumerate() {
+            assert!(file.put_key(7, i as u64, *ts));
+        }
+        let select = |max: usize, begin: i64, end: i64| {
+            let mut out = Vec::new();
+            file.select_phy_offsets(&mut out, 7, max, begin, end);
+            out
+        };
+        assert_eq!(select(10, 20_000, 40_000), vec![3, 2, 1]);
+        assert_eq!(select(2, 0, i64::MAX), vec![4, 3]);
+        assert_eq!(select(10, 45_000, 46_000), Vec::<u64>::new());
+        assert_eq!(select(10, 50_000, 50_000), vec![4]);
+    }
+
+    #[test]
+    fn a_file_is_full_one_entry_before_entry_count_max() {
+        let mut file = IndexFile::new(SMALL, 0, None);
+        for i in 0..5 {
+            assert!(file.put_key(i, u64::from(i as u32), 1), "entry {i}");
+        }
+        assert!(file.is_full());
+        assert!(!file.put_key(1, 99, 1));
+        assert_eq!(file.header().index_count, 6);
+    }
+
+    #[test]
+    fn a_new_file_begins_where_the_previous_one_ended() {
+        let file = IndexFile::new(SMALL, 0, Some((777, 888)));
+        let h = file.header();
+        assert_eq!(
+            (
+                h.begin_phy_offset,
+                h.end_phy_offset,
+                h.begin_timestamp,
+                h.end_timestamp
+            ),
+            (777, 777, 888, 888)
+        );
+        assert_eq!(h.index_count, 1);
+    }
+
+    #[test]
+    fn is_time_matched_follows_java() {
+        let mut file = IndexFile::new(SMALL, 0, None);
+        file.put_key(1, 1, 100);
+        file.put_key(1, 2, 200);
+        assert!(file.is_time_matched(50, 250), "covers");
+        assert!(file.is_time_matched(150, 300), "begins inside");
+        assert!(file.is_time_matched(0, 100), "ends inside");
+        assert!(!file.is_time_matched(0, 99));
+        assert!(!file.is_time_matched(201, 300));
+    }
+
+    #[test]
+    fn file_names_are_utc_civil_time_with_milliseconds() {
+        let cases = [
+            (0, "19700101000000000"),
+            (1_704_110_400_123, "20240101120000123"),
+            (1_709_251_199_999, "20240229235959999"),
+            (951_782_400_000, "20000229000000000"),
+            (4_107_546_123_004, "21000301010203004"),
+            (-1, "19691231235959999"),
+        ];
+        for (ms, name) in cases {
+            assert_eq!(format_index_file_name(ms), name, "{ms}");
+            assert_eq!(parse_index_file_name(name), Some(ms), "{name}");
+        }
+    }
+
+    #[test]
+    fn file_name_round_trips_over_many_days() {
+        let mut ms = -86_400_000 * 800;
+        while ms < 4_200_000_000_000 {
+            assert_eq!(
+                parse_index_file_name(&format_index_file_name(ms)),
+                Some(ms),
+                "{ms}"
+            );
+            ms += 86_400_000 * 37 + 3_723_456;
+        }
+    }
+
+    #[test]
+    fn parse_rejects_names_that_are_not_dates() {
+        for name in [
+            "2024010112000012",
+            "2024013112000012x",
+            "20241301120000123",
+            "20230229120000123",
+            "20240101240000123",
+        ] {
+            assert_eq!(parse_index_file_name(name), None, "{name}");
+        }
+    }
+}

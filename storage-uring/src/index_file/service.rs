@@ -1,0 +1,721 @@
+//! [`IndexService`]: the index files of one shard, oldest first; builds the
+//! keys of dispatched records, answers QUERY_MESSAGE lookups, writes files
+//! behind and drops files below the CommitLog minimum.
+
+use std::path::{Path, PathBuf};
+
+use ringmq_protocol::message::index_key_hash;
+use ringmq_protocol::message::layout::{SYS_FLAG_TRANSACTION_ROLLBACK_TYPE, transaction_type};
+
+use super::{
+    INDEX_ERRORS_KEPT_MAX, INDEX_QUERY_RESULT_MAX, IndexFile, IndexGeometry, LOCAL_SEQ_BITS,
+    parse_index_file_name,
+};
+use crate::disk::{Disk, DiskCompletion};
+use crate::error::StorageError;
+
+/// What the index needs of one dispatched record.
+#[derive(Clone, Copy, Debug)]
+pub struct IndexRecord<'a> {
+    /// The record's topic.
+    pub topic: &'a str,
+    /// The record's CommitLog offset.
+    pub commit_log_offset: u64,
+    /// The record's store timestamp (ms).
+    pub store_timestamp_ms: i64,
+    /// The `sysFlag` (ROLLBACK records are not indexed).
+    pub sys_flag: i32,
+    /// The `UNIQ_KEY` property, if any.
+    pub uniq_key: Option<&'a str>,
+    /// The `KEYS` property (space-separated keys), if any.
+    pub keys: Option<&'a str>,
+}
+
+/// The answer to a key query (QUERY_MESSAGE).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct IndexQueryResult {
+    /// CommitLog offsets of matching entries, newest first. Hash collisions
+    /// are possible: the caller re-checks keys against the records.
+    pub phy_offsets: Vec<u64>,
+    /// `endTimestamp` of the newest file (`indexLastUpdateTimestamp`).
+    pub index_last_update_timestamp: i64,
+    /// `endPhyOffset` of the newest file (`indexLastUpdatePhyoffset`).
+    pub index_last_update_phy_offset: i64,
+}
+
+/// The index files of one shard.
+#[derive(Debug)]
+pub struct IndexService {
+    dir: PathBuf,
+    geometry: IndexGeometry,
+    /// Oldest first; only the last one takes new keys.
+    files: Vec<IndexFile>,
+    next_serial: u32,
+    key: String,
+    errors: Vec<StorageError>,
+    error_count: u64,
+}
+
+impl IndexService {
+    /// An empty index in `dir` (e.g. `<store>/index/<shard>`).
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`] for a geometry with no slot or fewer
+    /// than two entries.
+    pub fn new(dir: &Path, geometry: IndexGeometry) -> Result<Self, StorageError> {
+        geometry.check()?;
+        Ok(IndexService {
+            dir: dir.to_path_buf(),
+            geometry,
+            files: Vec::new(),
+            next_serial: 0,
+            key: String::new(),
+            errors: Vec::new(),
+            error_count: 0,
+        })
+    }
+
+    /// Loads the files in `dir` (names that are not `yyyyMMddHHmmssSSS` are
+    /// ignored with a warning), oldest first.
+    ///
+    /// # Errors
+    /// The disk's errors; [`StorageError::Corrupt`] for a header that does not
+    /// fit the geometry.
+    ///
+    /// # Panics
+    /// If operations are in flight on the disk (load runs at startup).
+    pub fn load<D: Disk + ?Sized>(
+        disk: &mut D,
+        dir: &Path,
+        geometry: IndexGeometry,
+    ) -> Result<Self, StorageError> {
+        let mut service = IndexService::new(dir, geometry)?;
+        for name in disk.list_dir(dir)? {
+            let Some(created_ms) = parse_index_file_name(&name) else {
+                tracing::warn!(dir = %dir.display(), %name, "ignoring a file that is not an index file");
+                continue;
+            };
+            let file = IndexFile::load(disk, dir, &name, created_ms, geometry)?;
+            service.push(file);
+        }
+        Ok(service)
+    }
+
+    fn push(&mut self, mut file: IndexFile) {
+        file.serial = self.next_serial;
+        self.next_serial = self.next_serial.wrapping_add(1);
+        self.files.push(file);
+    }
+
+    /// The files, oldest first.
+    pub fn files(&self) -> &[IndexFile] {
+        &self.files
+    }
+
+    /// `endTimestamp` of the newest file (0 without files).
+    pub fn index_last_update_timestamp(&self) -> i64 {
+        self.files.last().map_or(0, |f| f.header.end_timestamp)
+    }
+
+    /// `endPhyOffset` of the newest file (0 without files).
+    pub fn index_last_update_phy_offset(&self) -> i64 {
+        self.files.last().map_or(0, |f| f.header.end_phy_offset)
+    }
+
+    /// Indexes one dispatched record (Java `IndexService.buildIndex`): keys
+    /// `topic#UNIQ_KEY` and `topic#k` for each non-empty space-separated `k`
+    /// of `KEYS`. ROLLBACK records, and records below the newest file's
+    /// `endPhyOffset` (already indexed), are skipped. A full file is
+    /// followed by a new one named after `now_ms`. Returns the keys added.
+    pub fn build_index(&mut self, record: &IndexRecord<'_>, now_ms: i64) -> usize {
+        if transaction_type(record.sys_flag) == SYS_FLAG_TRANSACTION_ROLLBACK_TYPE {
+            return 0;
+        }
+        if let Some(last) = self.files.last()
+            && (record.commit_log_offset as i64) < last.header.end_phy_offset
+        {
+            return 0;
+        }
+        let mut added = 0;
+        let keys = record
+            .keys
+            .unwrap_or("")
+            .split(' ')
+            .filter(|k| !k.is_empty());
+        for key in record.uniq_key.into_iter().chain(keys) {
+            let mut full_key = std::mem::take(&mut self.key);
+            full_key.clear();
+            full_key.push_str(record.topic);
+            full_key.push('#');
+            full_key.push_str(key);
+            self.put_key(&full_key, record, now_ms);
+            self.key = full_key;
+            added += 1;
+        }
+        added
+    }
+
+    fn put_key(&mut self, key: &str, record: &IndexRecord<'_>, now_ms: i64) {
+        let hash = index_key_hash(key);
+        if let Some(last) = self.files.last_mut()
+            && last.put_key(hash, record.commit_log_offset, record.store_timestamp_ms)
+        {
+            return;
+        }
+        let prev = self.files.last();
+        let prev_end = prev.map(|f| (f.header.end_phy_offset, f.header.end_timestamp));
+        // A new name must sort after the previous one even if the clock
+        // stepped back or two files start within one millisecond.
+        let created_ms = prev.map_or(now_ms, |f| now_ms.max(f.created_ms + 1));
+        let mut file = IndexFile::new(self.geometry, created_ms, prev_end);
+        let added = file.put_key(hash, record.commit_log_offset, record.store_timestamp_ms);
+        assert!(added, "a new index file takes a key");
+        self.push(file);
+    }
+
+    /// The CommitLog offsets indexed under `topic#key` and stored within
+    /// `[begin_ms, end_ms]`, newest first, at most `max_num` (capped at
+    /// [`INDEX_QUERY_RESULT_MAX`]) (Java `IndexService.queryOffset`).
+    pub fn query(
+        &self,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> IndexQueryResult {
+        let max_num = max_num.min(INDEX_QUERY_RESULT_MAX);
+        let mut result = IndexQueryResult {
+            phy_offsets: Vec::new(),
+            index_last_update_timestamp: self.index_last_update_timestamp(),
+            index_last_update_phy_offset: self.index_last_update_phy_offset(),
+        };
+        let hash = index_key_hash(&format!("{topic}#{key}"));
+        for file in self.files.iter().rev() {
+            if file.is_time_matched(begin_ms, end_ms) {
+                file.select_phy_offsets(&mut result.phy_offsets, hash, max_num, begin_ms, end_ms);
+            }
+            if file.header.begin_timestamp < begin_ms || result.phy_offsets.len() >= max_num {
+                break;
+            }
+        }
+        result
+    }
+
+    /// Submits the write-behind of every file (see the module doc); returns
+    /// the operations submitted.
+    ///
+    /// # Errors
+    /// None today: a failure to create a file or submit a write is kept for
+    /// [`IndexService::take_errors`] and retried by the next flush (the index
+    /// is derived data). The `Result` leaves room for fatal errors.
+    pub fn flush<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
+        let mut submitted = 0;
+        for file in &mut self.files {
+            match file.flush(disk, &self.dir) {
+                Ok(n) => submitted += n,
+                Err(error) => {
+                    record_error(&mut self.errors, &mut self.error_count, &file.name, error);
+                }
+            }
+        }
+        Ok(submitted)
+    }
+
+    /// Handles a completion tagged [`crate::disk::OpTag::IndexFile`]; gives
+    /// its buffer back to the disk. Errors are kept for
+    /// [`IndexService::take_errors`]; the pages stay dirty and are retried.
+    pub fn on_completion<D: Disk + ?Sized>(&mut self, disk: &mut D, completion: DiskCompletion) {
+        let DiskCompletion { op_id, result, buf } = completion;
+        if let Some(buf) = buf {
+            disk.recycle(buf);
+        }
+        let serial = (op_id.seq() >> LOCAL_SEQ_BITS) as u32;
+        let local_seq = (op_id.seq() & ((1 << LOCAL_SEQ_BITS) - 1)) as u32;
+        let Some(file) = self.files.iter_mut().find(|f| f.serial == serial) else {
+            return;
+        };
+        if let Some(error) = file.on_completion(local_seq, result) {
+            record_error(&mut self.errors, &mut self.error_count, &file.name, error);
+        }
+    }
+
+    /// Whether every file is written and fdatasynced.
+    pub fn is_clean(&self) -> bool {
+        self.files.iter().all(IndexFile::is_clean)
+    }
+
+    /// Whether no operation is in flight.
+    pub fn is_idle(&self) -> bool {
+        self.files.iter().all(IndexFile::is_idle)
+    }
+
+    /// Flush errors kept since the last call.
+    pub fn take_errors(&mut self) -> Vec<StorageError> {
+        std::mem::take(&mut self.errors)
+    }
+
+    /// Flush errors seen in all.
+    pub fn error_count(&self) -> u64 {
+        self.error_count
+    }
+
+    /// Retention (Java `IndexService.deleteExpiredFile`): removes the oldest
+    /// files whose `endPhyOffset` is below `commit_log_min_offset`, never the
+    /// newest file, stopping at the first file that is still needed or has a
+    /// flush in flight. Returns the files removed.
+    ///
+    /// # Errors
+    /// The disk's error closing or removing a file.
+    pub fn delete_below_commit_log_offset<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        commit_log_min_offset: u64,
+    ) -> Result<usize, StorageError> {
+        let mut removed = 0;
+        while self.files.len() > 1 {
+            let first = &self.files[0];
+            if first.header.end_phy_offset as u64 >= commit_log_min_offset || !first.is_idle() {
+                break;
+            }
+            self.files.remove(0).close_and_remove(disk, &self.dir)?;
+            removed += 1;
+        }
+        if removed > 0 {
+            disk.sync_dir(&self.dir)?;
+        }
+        Ok(removed)
+    }
+
+    /// Abnormal recovery (6.9): removes every file whose `endTimestamp` is
+    /// after the checkpoint's `indexMsgTimestamp`; re-dispatch rebuilds them.
+    /// Returns the files removed.
+    ///
+    /// # Errors
+    /// The disk's error closing or removing a file.
+    ///
+    /// # Panics
+    /// If a removed file has a flush in flight (recovery runs before flushing).
+    pub fn delete_files_after_timestamp<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        index_msg_timestamp: i64,
+    ) -> Result<usize, StorageError> {
+        let (keep, drop): (Vec<_>, Vec<_>) = std::mem::take(&mut self.files)
+            .into_iter()
+            .partition(|f| f.header.end_timestamp <= index_msg_timestamp);
+        self.files = keep;
+        let removed = drop.len();
+        for file in drop {
+            file.close_and_remove(disk, &self.dir)?;
+        }
+        if removed > 0 {
+            disk.sync_dir(&self.dir)?;
+        }
+        Ok(removed)
+    }
+}
+
+fn record_error(errors: &mut Vec<StorageError>, count: &mut u64, file: &str, error: StorageError) {
+    *count += 1;
+    tracing::warn!(file, %error, "index file flush failed; it is retried");
+    if errors.len() < INDEX_ERRORS_KEPT_MAX {
+        errors.push(error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::sim::{SimConfig, SimDisk};
+    use crate::disk::{OpTag, Wait};
+    use std::time::Duration;
+
+    const SMALL: IndexGeometry = IndexGeometry {
+        hash_slot_count: 16,
+        entry_count_max: 8,
+    };
+    const DIR: &str = "/store/index/0";
+    const NOW: i64 = 1_704_110_400_123;
+
+    fn record<'a>(offset: u64, ts: i64, uniq: &'a str, keys: &'a str) -> IndexRecord<'a> {
+        IndexRecord {
+            topic: "T",
+            commit_log_offset: offset,
+            store_timestamp_ms: ts,
+            sys_flag: 0,
+            uniq_key: Some(uniq),
+            keys: Some(keys),
+        }
+    }
+
+    fn service() -> IndexService {
+        IndexService::new(Path::new(DIR), SMALL).unwrap()
+    }
+
+    fn settle(disk: &mut SimDisk, index: &mut IndexService) {
+        for _ in 0..1000 {
+            index.flush(disk).unwrap();
+            let mut out = Vec::new();
+            disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+                .unwrap();
+            for c in out {
+                assert_eq!(c.op_id.tag(), Some(OpTag::IndexFile));
+                index.on_completion(disk, c);
+            }
+            if index.is_clean() {
+                return;
+            }
+        }
+        panic!("index did not settle");
+    }
+
+    fn offsets(index: &IndexService, key: &str) -> Vec<u64> {
+        index.query("T", key, 32, 0, i64::MAX).phy_offsets
+    }
+
+    #[test]
+    fn build_index_adds_uniq_key_and_every_space_separated_key() {
+        let mut index = service();
+        assert_eq!(index.build_index(&record(100, 1000, "U1", "a  b"), NOW), 3);
+        assert_eq!(offsets(&index, "U1"), vec![100]);
+        assert_eq!(offsets(&index, "a"), vec![100]);
+        assert_eq!(offsets(&index, "b"), vec![100]);
+        assert!(offsets(&index, "c").is_empty());
+        assert!(
+            index
+                .query("Other", "a", 32, 0, i64::MAX)
+                .phy_offsets
+                .is_empty()
+        );
+        let no_keys = IndexRecord {
+            keys: None,
+            uniq_key: None,
+            ..record(200, 1000, "", "")
+        };
+        assert_eq!(index.build_index(&no_keys, NOW), 0);
+    }
+
+    #[test]
+    fn build_index_skips_rollback_records_and_records_already_indexed() {
+        let mut index = service();
+        let rollback = IndexRecord {
+            sys_flag: 0xC,
+            ..record(100, 1000, "U1", "")
+        };
+        assert_eq!(index.build_index(&rollback, NOW), 0);
+        assert_eq!(index.build_index(&record(500, 1000, "U2", ""), NOW), 1);
+        assert_eq!(
+            index.build_index(&record(400, 1000, "U3", ""), NOW),
+            0,
+            "below end phy offset"
+        );
+        assert_eq!(
+            index.build_index(&record(500, 1000, "U4", ""), NOW),
+            1,
+            "at end phy offset: Java's <"
+        );
+    }
+
+    #[test]
+    fn keys_with_equal_java_hash_both_match_and_the_caller_rechecks() {
+        // "Aa" and "BB" have the same String.hashCode.
+        let mut index = service();
+        index.build_index(&record(1, 1000, "Aa", ""), NOW);
+        index.build_index(&record(2, 1000, "BB", ""), NOW);
+        assert_eq!(offsets(&index, "Aa"), vec![2, 1]);
+    }
+
+    #[test]
+    fn a_full_file_rolls_over_to_one_named_after_now() {
+        let mut index = service();
+        for i in 0..10u64 {
+            index.build_index(
+                &record(100 + i, 1000 + i as i64 * 1000, &format!("U{i}"), "k"),
+                NOW + i as i64,
+            );
+        }
+        // 7 entries per file; 20 keys in all.
+        assert_eq!(index.files().len(), 3);
+        assert_eq!(index.files()[0].name(), "20240101120000123");
+        assert!(index.files()[1].name() > index.files()[0].name());
+        let second = index.files()[1].header();
+        assert_eq!(
+            second.begin_phy_offset, 103,
+            "first entry of the second file"
+        );
+        assert_eq!(offsets(&index, "k"), (100..110).rev().collect::<Vec<_>>());
+        assert_eq!(offsets(&index, "U0"), vec![100]);
+        let limited = index.query("T", "k", 4, 0, i64::MAX);
+        assert_eq!(limited.phy_offsets, vec![109, 108, 107, 106]);
+        assert_eq!(limited.index_last_update_phy_offset, 109);
+        assert_eq!(limited.index_last_update_timestamp, 10_000);
+    }
+
+    #[test]
+    fn query_filters_by_time_range_across_files() {
+        let mut index = service();
+        for i in 0..10u64 {
+            index.build_index(
+                &record(100 + i, (i as i64 + 1) * 10_000, &format!("U{i}"), "k"),
+                NOW,
+            );
+        }
+        let found = index.query("T", "k", 32, 30_000, 60_000).phy_offsets;
+        assert_eq!(found, vec![105, 104, 103, 102]);
+        assert!(
+            index
+                .query("T", "k", 32, 200_000, 300_000)
+                .phy_offsets
+                .is_empty()
+        );
+        assert_eq!(
+            index.query("T", "k", 1_000, 0, i64::MAX).phy_offsets.len(),
+            10,
+            "capped at 64, not reached"
+        );
+    }
+
+    #[test]
+    fn flush_then_load_gives_the_same_answers_and_a_sparse_image() {
+        let mut disk = SimDisk::new(SimConfig::new(21));
+        let mut index = service();
+        for i in 0..10u64 {
+            index.build_index(
+                &record(100 + i, 1000 * i as i64, &format!("U{i}"), "k"),
+                NOW + i as i64,
+            );
+        }
+        settle(&mut disk, &mut index);
+        assert!(index.take_errors().is_empty());
+        let image = disk.durable_image();
+        let names: Vec<_> = image.files.keys().collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        for bytes in image.files.values() {
+            assert_eq!(bytes.len(), SMALL.file_size());
+        }
+        let mut disk = SimDisk::from_image(image, SimConfig::new(22));
+        let loaded = IndexService::load(&mut disk, Path::new(DIR), SMALL).unwrap();
+        assert_eq!(loaded.files().len(), 3);
+        for (a, b) in loaded.files().iter().zip(index.files()) {
+            assert_eq!(a.header(), b.header());
+            assert_eq!(a.name(), b.name());
+        }
+        assert_eq!(offsets(&loaded, "k"), offsets(&index, "k"));
+        assert_eq!(offsets(&loaded, "U7"), vec![107]);
+    }
+
+    #[test]
+    fn an_empty_rocketmq_sized_file_costs_one_page() {
+        let mut index = IndexService::new(Path::new(DIR), IndexGeometry::ROCKETMQ).unwrap();
+        index.build_index(&record(100, 1000, "U", ""), NOW);
+        let file = &index.files()[0];
+        // Header page, one slot page, one entry page.
+        assert!(file.allocated_pages() <= 3, "{}", file.allocated_pages());
+    }
+
+    #[test]
+    fn flush_errors_are_kept_and_pages_written_again() {
+        let mut disk = SimDisk::new(SimConfig::new(23));
+        disk.faults_mut().write_eio_nth = Some(1);
+        let mut index = service();
+        index.build_index(&record(100, 1000, "U", ""), NOW);
+        settle(&mut disk, &mut index);
+        assert_eq!(index.take_errors().len(), 1);
+        assert_eq!(index.error_count(), 1);
+        let mut disk = SimDisk::from_image(disk.durable_image(), SimConfig::new(24));
+        let loaded = IndexService::load(&mut disk, Path::new(DIR), SMALL).unwrap();
+        assert_eq!(offsets(&loaded, "U"), vec![100]);
+    }
+
+    #[test]
+    fn delete_below_removes_old_files_but_never_the_newest() {
+        let mut disk = SimDisk::new(SimConfig::new(25));
+        let mut index = service();
+        for i in 0..10u64 {
+            index.build_index(
+                &record(100 + i, 1000, &format!("U{i}"), "k"),
+                NOW + i as i64,
+            );
+        }
+        settle(&mut disk, &mut index);
+        // File 0 ends at 103, file 1 at 106, file 2 at 109.
+        assert_eq!(
+            index
+                .delete_below_commit_log_offset(&mut disk, 103)
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            index
+                .delete_below_commit_log_offset(&mut disk, 104)
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            index
+                .delete_below_commit_log_offset(&mut disk, u64::MAX)
+                .unwrap(),
+            1
+        );
+        assert_eq!(index.files().len(), 1);
+        assert_eq!(disk.snapshot().files.len(), 1);
+        assert_eq!(offsets(&index, "k"), vec![109, 108, 107]);
+    }
+
+    #[test]
+    fn entries_straddling_pages_survive_flush_and_load() {
+        // 3 slots and 1000 entries: 20 KB of entries over five pages, long chains.
+        let geometry = IndexGeometry {
+            hash_slot_count: 3,
+            entry_count_max: 1000,
+        };
+        let mut disk = SimDisk::new(SimConfig::new(27));
+        let mut index = IndexService::new(Path::new(DIR), geometry).unwrap();
+        for i in 0..999u64 {
+            let keys = format!("k{}", i % 10);
+            index.build_index(
+                &record(1000 + i, 5000 + i as i64, &format!("U{i}"), &keys),
+                NOW,
+            );
+        }
+        assert_eq!(index.files().len(), 2, "1998 keys, 999 per file");
+        let expected: Vec<u64> = (0..999u64)
+            .rev()
+            .filter(|i| i % 10 == 7)
+            .map(|i| 1000 + i)
+            .collect();
+        assert_eq!(offsets(&index, "k7")[..], expected[..32]);
+        settle(&mut disk, &mut index);
+        let mut disk = SimDisk::from_image(disk.durable_image(), SimConfig::new(28));
+        let loaded = IndexService::load(&mut disk, Path::new(DIR), geometry).unwrap();
+        assert_eq!(offsets(&loaded, "k7"), offsets(&index, "k7"));
+        assert_eq!(offsets(&loaded, "U998"), vec![1998]);
+        assert_eq!(offsets(&loaded, "U0"), vec![1000]);
+        for (a, b) in loaded.files().iter().zip(index.files()) {
+            assert_eq!(a.header(), b.header());
+            assert_eq!(
+                a.allocated_pages(),
+                b.allocated_pages(),
+                "only non-zero pages are loaded"
+            );
+        }
+    }
+
+    #[test]
+    fn load_rejects_a_header_that_does_not_fit_the_geometry() {
+        let mut disk = SimDisk::new(SimConfig::new(29));
+        let mut index = service();
+        for i in 0..3u64 {
+            index.build_index(&record(100 + i, 1000, &format!("U{i}"), ""), NOW);
+        }
+        settle(&mut disk, &mut index);
+        let mut image = disk.durable_image();
+        let bytes = image.files.values_mut().next().unwrap();
+        bytes[36..40].copy_from_slice(&9_i32.to_be_bytes());
+        image
+            .files
+            .insert(Path::new(DIR).join("README"), b"not an index".to_vec());
+        let mut disk = SimDisk::from_image(image, SimConfig::new(30));
+        let err = IndexService::load(&mut disk, Path::new(DIR), SMALL).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StorageError::Corrupt {
+                    file_offset: 32,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn load_of_a_missing_directory_is_an_empty_index() {
+        let mut disk = SimDisk::new(SimConfig::new(31));
+        let index = IndexService::load(&mut disk, Path::new(DIR), SMALL).unwrap();
+        assert!(index.files().is_empty());
+        assert_eq!(
+            (
+                index.index_last_update_timestamp(),
+                index.index_last_update_phy_offset()
+            ),
+            (0, 0)
+        );
+    }
+
+    /// Seeded runs: random keys (with Java hash collisions) into random small
+    /// geometries; a full-range query must return exactly the offsets whose
+    /// key hash matches, newest first, before and after flush and load.
+    #[test]
+    fn random_keys_match_a_model_across_files_and_reloads() {
+        use crate::disk::sim::SimRng;
+        const KEYS: [&str; 6] = ["Aa", "BB", "a", "b", "order-1", "order-2"];
+        for seed in 0..100u64 {
+            let mut rng = SimRng::new(seed);
+            let geometry = IndexGeometry {
+                hash_slot_count: 1 + rng.below(8) as u32,
+                entry_count_max: 2 + rng.below(20) as u32,
+            };
+            let mut index = IndexService::new(Path::new(DIR), geometry).unwrap();
+            let mut model: Vec<(i32, u64)> = Vec::new();
+            for i in 0..(10 + rng.below(60)) {
+                let key = KEYS[rng.below(KEYS.len() as u64) as usize];
+                let offset = 100 + i;
+                let r = IndexRecord {
+                    uniq_key: None,
+                    ..record(offset, 1000 * i as i64, "", key)
+                };
+                index.build_index(&r, NOW + i as i64);
+                model.push((index_key_hash(&format!("T#{key}")), offset));
+            }
+            let check = |index: &IndexService, when: &str| {
+                for key in KEYS {
+                    let hash = index_key_hash(&format!("T#{key}"));
+                    let max = 1 + (seed as usize % 40);
+                    let expected: Vec<u64> = model
+                        .iter()
+                        .rev()
+                        .filter(|(h, _)| *h == hash)
+                        .map(|(_, o)| *o)
+                        .take(max)
+                        .collect();
+                    let found = index.query("T", key, max, 0, i64::MAX).phy_offsets;
+                    assert_eq!(found, expected, "seed {seed} {geometry:?} key {key} {when}");
+                }
+            };
+            check(&index, "in memory");
+            let mut disk = SimDisk::new(SimConfig::new(seed));
+            settle(&mut disk, &mut index);
+            let mut disk = SimDisk::from_image(disk.durable_image(), SimConfig::new(seed + 1));
+            let loaded = IndexService::load(&mut disk, Path::new(DIR), geometry).unwrap();
+            check(&loaded, "after load");
+        }
+    }
+
+    #[test]
+    fn delete_files_after_timestamp_drops_files_ending_later() {
+        let mut disk = SimDisk::new(SimConfig::new(26));
+        let mut index = service();
+        for i in 0..10u64 {
+            index.build_index(
+                &record(100 + i, 1000 * (i as i64 + 1), &format!("U{i}"), "k"),
+                NOW + i as i64,
+            );
+        }
+        settle(&mut disk, &mut index);
+        assert_eq!(
+            index
+                .delete_files_after_timestamp(&mut disk, 4_000)
+                .unwrap(),
+            2
+        );
+        assert_eq!(index.files().len(), 1);
+        assert_eq!(index.index_last_update_phy_offset(), 103);
+        // Re-dispatch rebuilds from there.
+        assert_eq!(
+            index.build_index(&record(104, 5_000, "U4", "k"), NOW + 20),
+            2
+        );
+    }
+}

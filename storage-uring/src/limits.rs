@@ -1,0 +1,118 @@
+//! Limits and defaults of the store (CommitLog, checkpoint, recovery, the
+//! store loop). The "queues" files keep their own constants
+//! (ConsumeQueue/IndexFile sizes) beside their code.
+//!
+//! Relationships between limits are checked at compile time below.
+
+use ringmq_protocol::limits::MESSAGE_SIZE_MAX;
+
+use crate::aligned::BLOCK_SIZE;
+
+/// Default CommitLog segment size (RocketMQ `mappedFileSizeCommitLog`, 1 GiB).
+pub const COMMIT_LOG_SEGMENT_SIZE_DEFAULT: u64 = 1024 * 1024 * 1024;
+
+/// Smallest segment size accepted by config (tests use small segments).
+pub const COMMIT_LOG_SEGMENT_SIZE_MIN: u64 = 64 * 1024;
+
+/// Largest stored record: a whole message (or batch) body plus room for the
+/// fixed fields, topic and properties.
+pub const RECORD_SIZE_MAX: usize = MESSAGE_SIZE_MAX as usize + 64 * 1024;
+
+/// The active write buffer: records are encoded into it, and the dirty block
+/// range is written from it. Two of them alternate (one being written while
+/// the next fills).
+pub const WRITE_BUFFER_SIZE: usize = 8 * 1024 * 1024;
+
+/// Bytes of recent CommitLog kept in memory for reads (the tail cache).
+pub const TAIL_CACHE_SIZE: usize = 64 * 1024 * 1024;
+
+/// Size of one tail-cache chunk; a record larger than this gets a chunk of
+/// its own. A record never spans two chunks.
+pub const TAIL_CACHE_CHUNK_SIZE: usize = 1024 * 1024;
+
+/// Period of the checkpoint rewrite while the store runs (RocketMQ rewrites
+/// it with the thorough ConsumeQueue flush, every 60 s; ours is cheap).
+pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 1_000;
+
+/// Default ConsumeQueue write-behind period (RocketMQ
+/// `flushIntervalConsumeQueue`, 1 s).
+pub const CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT: u64 = 1_000;
+
+/// How often the store checks the disk usage (statvfs).
+pub const DISK_SPACE_CHECK_INTERVAL_MS: u64 = 1_000;
+
+/// Largest message body accepted (RocketMQ `maxMessageSize`).
+pub const MESSAGE_SIZE_MAX_BYTES: usize = MESSAGE_SIZE_MAX as usize;
+
+/// ConsumeQueue entries one `get_messages` call walks at most (RocketMQ
+/// `maxFilterMessageCount` 16000 bytes of entries / 20).
+pub const GET_MESSAGES_SCAN_ENTRIES_MAX: usize = 800;
+
+/// Poll rounds (of up to 100 ms) `shutdown` waits for the disk.
+pub const SHUTDOWN_POLL_ROUNDS_MAX: u32 = 600;
+
+/// Most completions reaped per poll turn (style.md section 2).
+pub const COMPLETIONS_PER_TURN_MAX: usize = 256;
+
+/// Default period of the ASYNC_FLUSH fdatasync (RocketMQ
+/// `flushIntervalCommitLog`, 500 ms).
+pub const FLUSH_INTERVAL_MS_DEFAULT: u64 = 500;
+
+/// Default SYNC_FLUSH timeout (RocketMQ `syncFlushTimeout`, 5 s).
+pub const SYNC_FLUSH_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+
+/// The next segment is created when the active one is filled past this
+/// fraction (in percent), so an append never waits for a `fallocate`.
+pub const SEGMENT_PREALLOCATE_THRESHOLD_PERCENT: u64 = 50;
+
+/// Size of the checkpoint file (one block, written with O_DIRECT).
+pub const CHECKPOINT_FILE_SIZE: usize = 4096;
+
+/// CommitLog commits (O_DIRECT writes, each linked to its fdatasync in
+/// SYNC_FLUSH) in flight at once.
+pub const COMMITS_IN_FLIGHT_MAX: usize = 4;
+
+/// Size of one recovery scan read.
+pub const RECOVERY_READ_SIZE: usize = 8 * 1024 * 1024;
+
+/// Recovery scan reads in flight at once.
+pub const RECOVERY_READS_IN_FLIGHT_MAX: usize = 4;
+
+/// Bytes appended but not yet written beyond which appends are refused with
+/// `StorageError::Busy`.
+pub const PENDING_WRITE_BYTES_MAX: usize = 2 * WRITE_BUFFER_SIZE;
+
+/// Default disk usage ratio above which writes are rejected (RocketMQ
+/// `diskMaxUsedSpaceRatio` 75 % triggers cleaning; 95 % rejects writes).
+pub const DISK_FULL_RATIO_DEFAULT: f64 = 0.95;
+
+/// Bits of an outside-visible commit log offset that carry the shard id
+/// (design.md: the shard id is the offset's top byte).
+pub const SHARD_ID_BITS: u32 = 8;
+
+/// Bits of an outside-visible commit log offset that carry the position in
+/// the shard's CommitLog.
+pub const SHARD_OFFSET_BITS: u32 = 64 - SHARD_ID_BITS;
+
+/// Largest messages one `get_messages` call returns (RocketMQ
+/// `maxTransferCountOnMessageInMemory` is 32; clients ask for 32 by default).
+pub const GET_MESSAGES_COUNT_MAX: usize = 256;
+
+/// Largest bytes one `get_messages` call returns (RocketMQ
+/// `maxTransferBytesOnMessageInMemory`, 256 KiB; we allow more).
+pub const GET_MESSAGES_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_DEFAULT.is_multiple_of(BLOCK_SIZE as u64));
+const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_MIN.is_multiple_of(BLOCK_SIZE as u64));
+const _: () = assert!(WRITE_BUFFER_SIZE.is_multiple_of(BLOCK_SIZE));
+const _: () = assert!(TAIL_CACHE_SIZE.is_multiple_of(BLOCK_SIZE));
+const _: () = assert!(RECOVERY_READ_SIZE.is_multiple_of(BLOCK_SIZE));
+const _: () = assert!(CHECKPOINT_FILE_SIZE == BLOCK_SIZE);
+// A record always fits the write buffer with room for the partial block
+// re-written ahead of it.
+const _: () = assert!(RECORD_SIZE_MAX + BLOCK_SIZE <= WRITE_BUFFER_SIZE);
+const _: () = assert!(RECORD_SIZE_MAX as u64 <= COMMIT_LOG_SEGMENT_SIZE_DEFAULT / 2);
+const _: () = assert!(RECOVERY_READ_SIZE >= RECORD_SIZE_MAX);
+const _: () = assert!(TAIL_CACHE_SIZE >= 2 * WRITE_BUFFER_SIZE);
+const _: () = assert!(TAIL_CACHE_CHUNK_SIZE <= TAIL_CACHE_SIZE);
+const _: () = assert!(SEGMENT_PREALLOCATE_THRESHOLD_PERCENT < 100);

@@ -1,0 +1,1358 @@
+//! [`Store`]: one shard's store — CommitLog, ConsumeQueues, checkpoint and
+//! abort file — and the poll loop that drives their disk I/O.
+//!
+//! # How the broker uses it
+//!
+//! One `Store` per shard, owned by the shard thread (no locks). It owns the
+//! shard's CommitLog, ConsumeQueues and IndexFiles (`query_message`). Time is
+//! always a parameter (`now_ms`); the store reads no clock.
+//!
+//! ```text
+//!  open(disk, config, now)        -> recovery; abort file created
+//!  send handler:   append(msg, now) / append_batch(..)  -> AppendTicket
+//!                    (offsets assigned now; answer the producer later)
+//!  shard loop:     poll(now, &mut acks)   every turn
+//!                    -> AppendAck { id, status Ok | FlushTimeout | Failed }
+//!                    answer each ticket's request when its ack arrives
+//!  pull handler:   get_messages(topic, queue, offset, count, bytes, tags)
+//!                    -> GetMessagesResult (status as RocketMQ's
+//!                       GetMessageStatus, next_begin_offset, min/max, bytes)
+//!  view by id:     read_record(commit_log_offset)
+//!  SIGTERM:        shutdown(now)   flush, checkpoint, remove abort
+//! ```
+//!
+//! A send's response is due when its ack arrives: after the O_DIRECT write
+//! (ASYNC_FLUSH) or the fdatasync (SYNC_FLUSH); a SYNC_FLUSH append still
+//! waiting after `sync_flush_timeout_ms` is acked once with
+//! [`AckStatus::FlushTimeout`] (RocketMQ FLUSH_DISK_TIMEOUT; the record stays
+//! stored). Consumers only see acknowledgeable records.
+//!
+//! ConsumeQueue entries are dispatched in the same call as the append (so
+//! queue offsets are dense and assigned at once); lookups clamp them to the
+//! acknowledgeable CommitLog position.
+//!
+//! Recovery (RocketMQ 6.9, adapted): ConsumeQueues are loaded; after a clean
+//! stop the CommitLog is scanned from the segment holding the smaller of the
+//! checkpoint's confirmed offset and the least advanced queue's end; after an
+//! abnormal stop (abort file present) the queues are emptied and rebuilt from
+//! the first segment, because their write-behind tail may hold torn entries
+//! that look valid (a deviation: RocketMQ trusts them). BODYCRC is verified
+//! from the confirmed offset on, records are re-dispatched (duplicates
+//! ignored), the log is truncated at the first invalid record and every queue
+//! cut there. After an abnormal stop appends continue in a fresh segment
+//! behind a durable BLANK fence (see [`crate::commit_log`]).
+//!
+//! # Invariants
+//! - Acks are reported in append order, each exactly once.
+//! - Everything acknowledged Ok before a crash is found again by `open`, as
+//!   the flush mode promises (process kill: both modes; power loss:
+//!   SYNC_FLUSH).
+//! - After `open`, every ConsumeQueue entry points at a valid record below
+//!   the CommitLog's end.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use ringmq_protocol::message::layout::is_dispatched_to_consume_queue;
+use ringmq_protocol::message::property_key::{KEYS, TAGS, UNIQ_KEY};
+use ringmq_protocol::message::{Properties, RecordSpec, RecordView, peek_total_size, tags_code};
+
+use crate::checkpoint::{self, Checkpoint, ShardFiles};
+use crate::commit_log::appender::FlushMode;
+use crate::commit_log::{
+    self, CommitLog, CommitLogConfig, RecoveryReport, shard_offset, split_shard_offset,
+};
+use crate::consume_queue::{ConsumeQueueSet, CqEntry};
+use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, Wait};
+use crate::error::StorageError;
+use crate::index_file::{
+    INDEX_DIR_NAME, IndexGeometry, IndexQueryResult, IndexRecord, IndexService,
+};
+use crate::limits::{
+    CHECKPOINT_FILE_SIZE, CHECKPOINT_INTERVAL_MS_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_DEFAULT,
+    COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+    DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS, FLUSH_INTERVAL_MS_DEFAULT,
+    GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX, GET_MESSAGES_SCAN_ENTRIES_MAX,
+    MESSAGE_SIZE_MAX_BYTES, SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT,
+    TAIL_CACHE_SIZE,
+};
+
+pub use crate::commit_log::appender::FlushMode as StoreFlushMode;
+
+/// Settings of one shard's store.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// The store root (`storePathRootDir`).
+    pub root: PathBuf,
+    /// This shard's id (top byte of outside-visible CommitLog offsets).
+    pub shard_id: u8,
+    /// Root under which this shard's `consumequeue/` lives. Default
+    /// `<root>/shard/<id>`: queues are loaded and truncated per shard, so two
+    /// shards must not share it.
+    pub consume_queue_root: PathBuf,
+    /// CommitLog segment size (`mappedFileSizeCommitLog`).
+    pub segment_size_bytes: u64,
+    /// `flushDiskType`.
+    pub flush_mode: FlushMode,
+    /// `flushIntervalCommitLog` (ASYNC_FLUSH fdatasync period).
+    pub flush_interval_ms: u64,
+    /// `syncFlushTimeout`.
+    pub sync_flush_timeout_ms: u64,
+    /// Bytes of recent CommitLog kept in memory.
+    pub tail_cache_bytes: usize,
+    /// STOREHOSTADDRESS written into records (`brokerIP1:listenPort`).
+    pub store_host: SocketAddr,
+    /// Checkpoint rewrite period.
+    pub checkpoint_interval_ms: u64,
+    /// ConsumeQueue write-behind period.
+    pub consume_queue_flush_interval_ms: u64,
+    /// Disk usage ratio above which appends are refused (retriable).
+    pub disk_full_ratio: f64,
+    /// IndexFile geometry (RocketMQ's by default; tests use small ones).
+    pub index_geometry: IndexGeometry,
+}
+
+impl StoreConfig {
+    /// Defaults (RocketMQ's where they exist) for `shard_id` under `root`.
+    pub fn new(root: impl Into<PathBuf>, shard_id: u8, store_host: SocketAddr) -> Self {
+        let root = root.into();
+        StoreConfig {
+            consume_queue_root: root.join("shard").join(shard_id.to_string()),
+            root,
+            shard_id,
+            segment_size_bytes: COMMIT_LOG_SEGMENT_SIZE_DEFAULT,
+            flush_mode: FlushMode::Async,
+            flush_interval_ms: FLUSH_INTERVAL_MS_DEFAULT,
+            sync_flush_timeout_ms: SYNC_FLUSH_TIMEOUT_MS_DEFAULT,
+            tail_cache_bytes: TAIL_CACHE_SIZE,
+            store_host,
+            checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
+            consume_queue_flush_interval_ms: CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+            disk_full_ratio: DISK_FULL_RATIO_DEFAULT,
+            index_geometry: IndexGeometry::ROCKETMQ,
+        }
+    }
+
+    fn check(&self) -> Result<(), StorageError> {
+        let size = self.segment_size_bytes;
+        if size < COMMIT_LOG_SEGMENT_SIZE_MIN
+            || !size.is_multiple_of(crate::aligned::BLOCK_SIZE as u64)
+            || size > u32::MAX as u64
+        {
+            return Err(StorageError::InvalidArgument(format!(
+                "segment size {size} must be a multiple of 4096 in {COMMIT_LOG_SEGMENT_SIZE_MIN}..=4 GiB"
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.disk_full_ratio) {
+            return Err(StorageError::InvalidArgument(format!(
+                "disk full ratio {}",
+                self.disk_full_ratio
+            )));
+        }
+        Ok(())
+    }
+
+    fn index_dir(&self) -> PathBuf {
+        self.consume_queue_root.join(INDEX_DIR_NAME)
+    }
+
+    fn commit_log_dir(&self) -> PathBuf {
+        self.root.join("commitlog").join(self.shard_id.to_string())
+    }
+}
+
+/// One message to append; the store fills in queue offset, CommitLog
+/// offset, store timestamp and store host.
+#[derive(Clone, Copy, Debug)]
+pub struct AppendMessage<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Queue id (must be owned by this shard; the broker routes).
+    pub queue_id: u32,
+    /// Body as stored.
+    pub body: &'a [u8],
+    /// Properties string (TAGS, KEYS, UNIQ_KEY ... already added).
+    pub properties: &'a [u8],
+    /// User flag.
+    pub flag: i32,
+    /// SYSFLAG.
+    pub sys_flag: i32,
+    /// Producer's timestamp.
+    pub born_timestamp_ms: i64,
+    /// Producer's address.
+    pub born_host: SocketAddr,
+    /// RECONSUMETIMES.
+    pub reconsume_times: i32,
+    /// PREPAREDTRANSACTIONOFFSET.
+    pub prepared_transaction_offset: i64,
+}
+
+/// What an accepted append was assigned (answer the producer on its ack).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendTicket {
+    /// The ack that will carry this id.
+    pub id: u64,
+    /// Outside-visible CommitLog offset of the (first) record.
+    pub commit_log_offset: u64,
+    /// Queue offset of the (first) record (0 for records not dispatched,
+    /// e.g. transaction half messages).
+    pub queue_offset: u64,
+    /// Records appended (1, or the batch size).
+    pub message_count: u32,
+    /// Bytes appended.
+    pub wrote_bytes: u32,
+    /// STORETIMESTAMP written.
+    pub store_timestamp_ms: i64,
+    /// For a batch: every record's outside-visible offset (empty otherwise).
+    pub batch_commit_log_offsets: Vec<u64>,
+}
+
+/// The outcome of an append, reported by [`Store::poll`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AckStatus {
+    /// Stored as the flush mode promises.
+    Ok,
+    /// SYNC_FLUSH: not durable within the timeout; stored nonetheless.
+    FlushTimeout,
+    /// A disk write failed; the record may or may not survive.
+    Failed(String),
+}
+
+/// An acknowledgement of one [`AppendTicket`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendAck {
+    /// The ticket's id.
+    pub id: u64,
+    /// The outcome.
+    pub status: AckStatus,
+    /// The ticket's (first) outside-visible CommitLog offset.
+    pub commit_log_offset: u64,
+    /// The ticket's (first) queue offset.
+    pub queue_offset: u64,
+}
+
+/// RocketMQ's `GetMessageStatus`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetMessageStatus {
+    /// Messages returned.
+    Found,
+    /// Entries were read but none matched the tag filter.
+    NoMatchedMessage,
+    /// The CommitLog data of the entries is gone (retention).
+    MessageWasRemoving,
+    /// Offset below the queue's min offset.
+    OffsetTooSmall,
+    /// Offset equals the max offset (nothing new yet).
+    OffsetOverflowOne,
+    /// Offset beyond the max offset.
+    OffsetOverflowBadly,
+    /// The queue exists but has no messages.
+    NoMessageInQueue,
+    /// The queue does not exist.
+    NoMatchedLogicQueue,
+}
+
+/// One record of a [`GetMessagesResult`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundRecord {
+    /// Its queue offset.
+    pub queue_offset: u64,
+    /// Its outside-visible CommitLog offset.
+    pub commit_log_offset: u64,
+    /// Its bytes in [`GetMessagesResult::body`].
+    pub range: std::ops::Range<usize>,
+}
+
+/// The answer to [`Store::get_messages`] (a PULL_MESSAGE's data).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GetMessagesResult {
+    /// The status.
+    pub status: GetMessageStatus,
+    /// Where the consumer continues.
+    pub next_begin_offset: u64,
+    /// The queue's min offset.
+    pub min_offset: u64,
+    /// The queue's max offset (visible: acknowledgeable records only).
+    pub max_offset: u64,
+    /// Stored records, concatenated (a pull body).
+    pub body: Vec<u8>,
+    /// Each record's place in `body`.
+    pub records: Vec<FoundRecord>,
+}
+
+/// What `open` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Whether the abort file was present (abnormal recovery).
+    pub abnormal: bool,
+    /// Whether a valid checkpoint was read.
+    pub checkpoint_valid: bool,
+    /// The CommitLog recovery.
+    pub recovery: RecoveryReport,
+    /// Records re-dispatched into ConsumeQueues.
+    pub redispatched: u64,
+}
+
+#[derive(Debug)]
+struct PendingAppend {
+    id: u64,
+    end_local: u64,
+    deadline_ms: u64,
+    commit_log_offset: u64,
+    queue_offset: u64,
+    store_timestamp_ms: i64,
+}
+
+const CHECKPOINT_SEQ_WRITE: u64 = 1;
+const CHECKPOINT_SEQ_FSYNC: u64 = 2;
+
+/// One shard's store (see the module doc).
+#[derive(Debug)]
+pub struct Store<D: Disk> {
+    disk: D,
+    config: StoreConfig,
+    files: ShardFiles,
+    commit_log: CommitLog,
+    queues: ConsumeQueueSet,
+    index: IndexService,
+    checkpoint_file: FileId,
+    checkpoint_in_flight: bool,
+    last_checkpoint_ms: u64,
+    last_cq_flush_ms: u64,
+    last_space_check_ms: u64,
+    disk_full: Option<f64>,
+    pending: VecDeque<PendingAppend>,
+    /// (end_local, store timestamp) of appends not yet durable.
+    durable_marks: VecDeque<(u64, i64)>,
+    last_durable_store_timestamp_ms: i64,
+    next_ticket_id: u64,
+    completions: Vec<DiskCompletion>,
+}
+
+impl<D: Disk> Store<D> {
+    /// Opens (recovering) the store of `config.shard_id`.
+    ///
+    /// # Errors
+    /// Invalid config, disk errors, [`StorageError::Corrupt`] for files that
+    /// cannot be what the store wrote.
+    pub fn open(
+        mut disk: D,
+        config: StoreConfig,
+        now_ms: u64,
+    ) -> Result<(Store<D>, OpenReport), StorageError> {
+        config.check()?;
+        disk.create_dir_all(&config.root)?;
+        let files = ShardFiles::new(&config.root, config.shard_id);
+        let abnormal = checkpoint::abort_exists(&mut disk, &files)?;
+        let (checkpoint_file, existed) = checkpoint::open_checkpoint(&mut disk, &files)?;
+        let stored = if existed {
+            let buf = commit_log::sync_read(
+                &mut disk,
+                checkpoint_file,
+                0,
+                CHECKPOINT_FILE_SIZE,
+                &mut Vec::new(),
+            )?;
+            let decoded = Checkpoint::decode(buf.as_slice());
+            disk.recycle(buf);
+            decoded.filter(|c| c.shard_id == u32::from(config.shard_id))
+        } else {
+            None
+        };
+        let confirm_local = stored.map_or(0, |c| split_shard_offset(c.confirm_offset as u64).1);
+        let (mut queues, mut index, scan_from) = if abnormal {
+            // ConsumeQueues are written behind through the page cache: after
+            // a crash their unsynced tail may hold torn entries that still look
+            // valid (a torn write keeps old zeros in an offset's top bytes).
+            // They are derived data, so rebuild them from the CommitLog.
+            remove_consume_queue_files(&mut disk, &config.consume_queue_root)?;
+            remove_files_in(&mut disk, &config.index_dir())?;
+            let index = IndexService::new(&config.index_dir(), config.index_geometry)?;
+            (ConsumeQueueSet::new(&config.consume_queue_root), index, 0)
+        } else {
+            let queues = ConsumeQueueSet::load_all(&mut disk, &config.consume_queue_root)?;
+            let resume_local = queues
+                .iter()
+                .map(|q| split_shard_offset(q.max_physical_offset()).1)
+                .min();
+            let index = IndexService::load(&mut disk, &config.index_dir(), config.index_geometry)?;
+            // Index entries resume after the newest indexed record.
+            let indexed_local = split_shard_offset(index.index_last_update_phy_offset() as u64).1;
+            let scan_from = match resume_local {
+                Some(resume) => resume.min(confirm_local).min(indexed_local),
+                None => 0,
+            };
+            (queues, index, scan_from)
+        };
+        let log_config = CommitLogConfig {
+            dir: config.commit_log_dir(),
+            shard_id: config.shard_id,
+            segment_size_bytes: config.segment_size_bytes,
+            flush_mode: config.flush_mode,
+            flush_interval_ms: config.flush_interval_ms,
+            tail_cache_bytes: config.tail_cache_bytes,
+        };
+        let mut dispatch_error = None;
+        let mut redispatched = 0;
+        let shard_id = config.shard_id;
+        let mut visit = |local: u64, view: &RecordView<'_>| {
+            let record = IndexRecord {
+                topic: view.topic(),
+                commit_log_offset: shard_offset(shard_id, local),
+                store_timestamp_ms: view.store_timestamp_ms(),
+                sys_flag: view.sys_flag(),
+                uniq_key: view.property(UNIQ_KEY),
+                keys: view.property(KEYS),
+            };
+            index.build_index(&record, now_ms as i64);
+            if dispatch_error.is_some() || !is_dispatched_to_consume_queue(view.sys_flag()) {
+                return;
+            }
+            let entry = CqEntry {
+                commit_log_offset: shard_offset(shard_id, local),
+                size: view.total_size(),
+                tags_code: tags_code(view.property(TAGS)),
+            };
+            let queue_offset = view.queue_offset() as u64;
+            match queues.append(view.topic(), view.queue_id() as u32, queue_offset, entry) {
+                Ok(_) => redispatched += 1,
+                Err(error) => dispatch_error = Some(error),
+            }
+        };
+        let (commit_log, recovery) = CommitLog::open(
+            &mut disk,
+            log_config,
+            scan_from,
+            confirm_local,
+            abnormal,
+            now_ms,
+            &mut visit,
+        )?;
+        if let Some(error) = dispatch_error {
+            return Err(error);
+        }
+        queues.truncate_from_commit_log_offset(
+            &mut disk,
+            shard_offset(config.shard_id, recovery.scan.end),
+        )?;
+        if !abnormal {
+            checkpoint::create_abort(&mut disk, &files)?;
+        }
+        let report = OpenReport {
+            abnormal,
+            checkpoint_valid: stored.is_some(),
+            recovery,
+            redispatched,
+        };
+        let store = Store {
+            disk,
+            config,
+            files,
+            commit_log,
+            queues,
+            index,
+            checkpoint_file,
+            checkpoint_in_flight: false,
+            last_checkpoint_ms: now_ms,
+            last_cq_flush_ms: now_ms,
+            last_space_check_ms: 0,
+            disk_full: None,
+            pending: VecDeque::new(),
+            durable_marks: VecDeque::new(),
+            last_durable_store_timestamp_ms: 0,
+            next_ticket_id: 1,
+            completions: Vec::new(),
+        };
+        Ok((store, report))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The disk.
+    pub fn disk(&self) -> &D {
+        &self.disk
+    }
+
+    /// The disk, mutable (tests inject faults through it).
+    pub fn disk_mut(&mut self) -> &mut D {
+        &mut self.disk
+    }
+
+    /// Abandons the store without shutdown (as a killed process would) and
+    /// returns the disk.
+    pub fn into_disk(self) -> D {
+        self.disk
+    }
+
+    /// The CommitLog.
+    pub fn commit_log(&self) -> &CommitLog {
+        &self.commit_log
+    }
+
+    /// The ConsumeQueues.
+    pub fn consume_queues(&self) -> &ConsumeQueueSet {
+        &self.queues
+    }
+
+    /// Appends one message.
+    ///
+    /// # Errors
+    /// [`StorageError::DiskFull`], [`StorageError::Busy`],
+    /// [`StorageError::NotWritable`] (retriable, nothing stored);
+    /// [`StorageError::MessageTooLarge`], [`StorageError::InvalidArgument`],
+    /// [`StorageError::Record`] (the message is invalid).
+    pub fn append(
+        &mut self,
+        message: &AppendMessage<'_>,
+        now_ms: u64,
+    ) -> Result<AppendTicket, StorageError> {
+        self.append_batch(std::slice::from_ref(message), now_ms)
+            .map(|mut ticket| {
+                ticket.batch_commit_log_offsets.clear();
+                ticket
+            })
+    }
+
+    /// Appends several messages of one (topic, queue) atomically, in one
+    /// segment, with consecutive queue offsets.
+    ///
+    /// # Errors
+    /// As [`Store::append`]; [`StorageError::InvalidArgument`] for an empty
+    /// batch or one mixing queues.
+    pub fn append_batch(
+        &mut self,
+        messages: &[AppendMessage<'_>],
+        now_ms: u64,
+    ) -> Result<AppendTicket, StorageError> {
+        let Some(first) = messages.first() else {
+            return Err(StorageError::InvalidArgument("empty batch".into()));
+        };
+        if messages
+            .iter()
+            .any(|m| m.topic != first.topic || m.queue_id != first.queue_id)
+        {
+            return Err(StorageError::InvalidArgument(
+                "a batch must target one queue".into(),
+            ));
+        }
+        if let Some(used_ratio) = self.disk_full {
+            return Err(StorageError::DiskFull { used_ratio });
+        }
+        if let Some(m) = messages
+            .iter()
+            .find(|m| m.body.len() > MESSAGE_SIZE_MAX_BYTES)
+        {
+            return Err(StorageError::MessageTooLarge {
+                size: m.body.len(),
+                max: MESSAGE_SIZE_MAX_BYTES,
+            });
+        }
+        let queue = self.queues.get_or_create(first.topic, first.queue_id)?;
+        let mut next_queue_offset = queue.max_offset();
+        let first_queue_offset = next_queue_offset;
+        let store_timestamp_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let mut specs: Vec<RecordSpec<'_>> = Vec::with_capacity(messages.len());
+        for m in messages {
+            let dispatched = is_dispatched_to_consume_queue(m.sys_flag);
+            let queue_offset = if dispatched {
+                next_queue_offset += 1;
+                next_queue_offset - 1
+            } else {
+                0
+            };
+            specs.push(RecordSpec {
+                topic: m.topic,
+                body: m.body,
+                properties: m.properties,
+                queue_id: m.queue_id as i32,
+                flag: m.flag,
+                queue_offset: queue_offset as i64,
+                commit_log_offset: 0,
+                sys_flag: m.sys_flag,
+                born_timestamp_ms: m.born_timestamp_ms,
+                born_host: m.born_host,
+                store_timestamp_ms,
+                store_host: self.config.store_host,
+                reconsume_times: m.reconsume_times,
+                prepared_transaction_offset: m.prepared_transaction_offset,
+                body_crc: None,
+                version: None,
+            });
+        }
+        let (first_local, sizes) = self.commit_log.append(&mut self.disk, &mut specs)?;
+        let mut local = first_local;
+        let mut offsets = Vec::with_capacity(specs.len());
+        for (spec, size) in specs.iter().zip(&sizes) {
+            let commit_log_offset = shard_offset(self.config.shard_id, local);
+            offsets.push(commit_log_offset);
+            if is_dispatched_to_consume_queue(spec.sys_flag) {
+                let tags = Properties::new(spec.properties).get(TAGS);
+                let entry = CqEntry {
+                    commit_log_offset,
+                    size: *size,
+                    tags_code: tags_code(tags),
+                };
+                // The queue exists (created above) and the offset is its next
+                // one, so only a broken invariant fails here.
+                self.queues
+                    .append(spec.topic, first.queue_id, spec.queue_offset as u64, entry)
+                    .expect("dispatch of a freshly appended record");
+            }
+            let properties = Properties::new(spec.properties);
+            let record = IndexRecord {
+                topic: spec.topic,
+                commit_log_offset,
+                store_timestamp_ms,
+                sys_flag: spec.sys_flag,
+                uniq_key: properties.get(UNIQ_KEY),
+                keys: properties.get(KEYS),
+            };
+            self.index.build_index(&record, store_timestamp_ms);
+            local += u64::from(*size);
+        }
+        let id = self.next_ticket_id;
+        self.next_ticket_id += 1;
+        let deadline_ms = now_ms.saturating_add(self.config.sync_flush_timeout_ms);
+        self.pending.push_back(PendingAppend {
+            id,
+            end_local: local,
+            deadline_ms,
+            commit_log_offset: offsets[0],
+            queue_offset: first_queue_offset,
+            store_timestamp_ms,
+        });
+        self.durable_marks.push_back((local, store_timestamp_ms));
+        Ok(AppendTicket {
+            id,
+            commit_log_offset: offsets[0],
+            queue_offset: if is_dispatched_to_consume_queue(first.sys_flag) {
+                first_queue_offset
+            } else {
+                0
+            },
+            message_count: messages.len() as u32,
+            wrote_bytes: sizes.iter().sum(),
+            store_timestamp_ms,
+            batch_commit_log_offsets: offsets,
+        })
+    }
+
+    /// One turn of the store's loop without waiting: submits commits,
+    /// flushes and checkpoints, reaps completions, and appends the acks that
+    /// became due to `acks`.
+    ///
+    /// # Errors
+    /// A failure of the disk's submission itself.
+    pub fn poll(&mut self, now_ms: u64, acks: &mut Vec<AppendAck>) -> Result<(), StorageError> {
+        self.turn(now_ms, Wait::No, acks)
+    }
+
+    /// As [`Store::poll`], but blocks up to `timeout` for a completion when
+    /// operations are in flight.
+    ///
+    /// # Errors
+    /// As [`Store::poll`].
+    pub fn poll_wait(
+        &mut self,
+        now_ms: u64,
+        timeout: std::time::Duration,
+        acks: &mut Vec<AppendAck>,
+    ) -> Result<(), StorageError> {
+        self.turn(now_ms, Wait::AtLeastOne(timeout), acks)
+    }
+
+    fn turn(
+        &mut self,
+        now_ms: u64,
+        wait: Wait,
+        acks: &mut Vec<AppendAck>,
+    ) -> Result<(), StorageError> {
+        self.start_io(now_ms)?;
+        let mut completions = std::mem::take(&mut self.completions);
+        self.commit_log.take_stash(&mut completions);
+        let wait = if completions.is_empty() && self.disk.in_flight() > 0 {
+            wait
+        } else {
+            Wait::No
+        };
+        self.disk
+            .poll(&mut completions, COMPLETIONS_PER_TURN_MAX, wait)?;
+        for completion in completions.drain(..) {
+            self.route(completion);
+        }
+        self.completions = completions;
+        // Start the next commit at once: what arrived meanwhile joins it.
+        self.commit_log.start_io(&mut self.disk, now_ms)?;
+        self.collect_acks(now_ms, acks);
+        Ok(())
+    }
+
+    fn start_io(&mut self, now_ms: u64) -> Result<(), StorageError> {
+        self.commit_log.start_io(&mut self.disk, now_ms)?;
+        if now_ms.saturating_sub(self.last_cq_flush_ms)
+            >= self.config.consume_queue_flush_interval_ms
+        {
+            self.last_cq_flush_ms = now_ms;
+            for error in self.queues.take_errors() {
+                tracing::warn!(%error, "consume queue flush failed; it is retried");
+            }
+            self.queues.flush_all(&mut self.disk)?;
+            for error in self.index.take_errors() {
+                tracing::warn!(%error, "index file flush failed; it is retried");
+            }
+            self.index.flush(&mut self.disk)?;
+        }
+        if !self.checkpoint_in_flight
+            && now_ms.saturating_sub(self.last_checkpoint_ms) >= self.config.checkpoint_interval_ms
+        {
+            self.last_checkpoint_ms = now_ms;
+            self.submit_checkpoint()?;
+        }
+        if now_ms.saturating_sub(self.last_space_check_ms) >= DISK_SPACE_CHECK_INTERVAL_MS {
+            self.last_space_check_ms = now_ms;
+            self.check_space();
+        }
+        Ok(())
+    }
+
+    fn check_space(&mut self) {
+        match self.disk.space(&self.config.root) {
+            Ok(space) if space.total_bytes > 0 => {
+                let used = space.total_bytes.saturating_sub(space.available_bytes) as f64;
+                let ratio = used / space.total_bytes as f64;
+                self.disk_full = (ratio > self.config.disk_full_ratio).then_some(ratio);
+            }
+            Ok(_) => self.disk_full = None,
+            Err(error) => tracing::warn!(%error, "statvfs of the store root failed"),
+        }
+    }
+
+    fn current_checkpoint(&self) -> Checkpoint {
+        let durable = shard_offset(self.config.shard_id, self.commit_log.appender().durable());
+        Checkpoint {
+            physic_msg_timestamp_ms: self.last_durable_store_timestamp_ms,
+            logics_msg_timestamp_ms: self.last_durable_store_timestamp_ms,
+            index_msg_timestamp_ms: 0,
+            master_flushed_offset: 0,
+            confirm_offset: durable as i64,
+            shard_id: u32::from(self.config.shard_id),
+        }
+    }
+
+    fn submit_checkpoint(&mut self) -> Result<(), StorageError> {
+        let buf = self.current_checkpoint().to_buf(&mut self.disk);
+        let file = self.checkpoint_file;
+        let write = DiskOp::Write {
+            file,
+            file_offset: 0,
+            buf,
+            buf_range: 0..CHECKPOINT_FILE_SIZE,
+        };
+        self.disk
+            .submit(
+                OpId::new(OpTag::Checkpoint, CHECKPOINT_SEQ_WRITE),
+                write,
+                true,
+            )
+            .map_err(|(error, _)| error)?;
+        self.disk
+            .submit(
+                OpId::new(OpTag::Checkpoint, CHECKPOINT_SEQ_FSYNC),
+                DiskOp::Fdatasync { file },
+                false,
+            )
+            .map_err(|(error, _)| error)?;
+        self.checkpoint_in_flight = true;
+        Ok(())
+    }
+
+    fn route(&mut self, completion: DiskCompletion) {
+        match completion.op_id.tag() {
+            Some(OpTag::CommitLog) => {
+                self.commit_log.on_completion(&mut self.disk, completion);
+            }
+            Some(OpTag::ConsumeQueue) => self.queues.on_completion(&mut self.disk, completion),
+            Some(OpTag::IndexFile) => self.index.on_completion(&mut self.disk, completion),
+            Some(OpTag::Checkpoint) => {
+                if let Err(error) = &completion.result {
+                    tracing::warn!(%error, "checkpoint write failed; recovery will scan further back");
+                }
+                if completion.op_id.seq() == CHECKPOINT_SEQ_FSYNC {
+                    self.checkpoint_in_flight = false;
+                }
+                if let Some(buf) = completion.buf {
+                    self.disk.recycle(buf);
+                }
+            }
+            other => {
+                tracing::warn!(
+                    op_id = completion.op_id.0,
+                    ?other,
+                    "completion with no owner"
+                );
+                if let Some(buf) = completion.buf {
+                    self.disk.recycle(buf);
+                }
+            }
+        }
+    }
+
+    fn collect_acks(&mut self, now_ms: u64, acks: &mut Vec<AppendAck>) {
+        let appender = self.commit_log.appender();
+        let ack_position = appender.ack_position();
+        let durable = appender.durable();
+        while let Some(&(end, ts)) = self.durable_marks.front() {
+            if end > durable {
+                break;
+            }
+            self.last_durable_store_timestamp_ms = ts;
+            self.durable_marks.pop_front();
+        }
+        let failure = appender.failure().map(str::to_owned);
+        while let Some(front) = self.pending.front() {
+            let status = if front.end_local <= ack_position {
+                AckStatus::Ok
+            } else if let Some(reason) = &failure {
+                AckStatus::Failed(reason.clone())
+            } else {
+                break;
+            };
+            let p = self.pending.pop_front().expect("front exists");
+            acks.push(AppendAck {
+                id: p.id,
+                status,
+                commit_log_offset: p.commit_log_offset,
+                queue_offset: p.queue_offset,
+            });
+        }
+        if self.config.flush_mode == FlushMode::Sync {
+            // Deadlines grow with append order, so the expired ones are a prefix.
+            while self
+                .pending
+                .front()
+                .is_some_and(|p| p.deadline_ms <= now_ms)
+            {
+                let p = self.pending.pop_front().expect("front exists");
+                let _ = p.store_timestamp_ms;
+                acks.push(AppendAck {
+                    id: p.id,
+                    status: AckStatus::FlushTimeout,
+                    commit_log_offset: p.commit_log_offset,
+                    queue_offset: p.queue_offset,
+                });
+            }
+        }
+    }
+
+    /// Appends not yet acknowledged.
+    pub fn pending_appends(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Outside-visible offset of the oldest CommitLog byte kept.
+    pub fn commit_log_min_offset(&self) -> u64 {
+        self.commit_log.min_offset()
+    }
+
+    /// Outside-visible offset after the last acknowledgeable record.
+    pub fn commit_log_max_offset(&self) -> u64 {
+        self.commit_log.max_offset()
+    }
+
+    /// The queue's min offset (0 if it does not exist).
+    pub fn queue_min_offset(&self, topic: &str, queue_id: u32) -> u64 {
+        self.queues
+            .get(topic, queue_id)
+            .map_or(0, |q| q.min_offset())
+    }
+
+    /// The queue's max offset counting only acknowledgeable records (0 if it
+    /// does not exist).
+    pub fn queue_max_offset(&self, topic: &str, queue_id: u32) -> u64 {
+        let Some(queue) = self.queues.get(topic, queue_id) else {
+            return 0;
+        };
+        let visible_end = self.commit_log.max_offset();
+        let mut max = queue.max_offset();
+        // Only the newest entries can be beyond the acknowledgeable position.
+        while max > queue.min_offset() {
+            match queue.entry(max - 1) {
+                Some(entry) if entry.end_offset() > visible_end => max -= 1,
+                _ => break,
+            }
+        }
+        max
+    }
+
+    /// QUERY_MESSAGE: CommitLog offsets of acknowledgeable records indexed
+    /// under `topic#key` and stored within `[begin_ms, end_ms]`, newest first
+    /// (hash collisions possible: the caller re-checks keys).
+    pub fn query_message(
+        &self,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> IndexQueryResult {
+        let mut result = self.index.query(topic, key, max_num, begin_ms, end_ms);
+        let visible_end = self.commit_log.max_offset();
+        result.phy_offsets.retain(|offset| *offset < visible_end);
+        result
+    }
+
+    /// The stored record at outside-visible `commit_log_offset`, if it is
+    /// acknowledgeable and still kept (VIEW_MESSAGE_BY_ID).
+    ///
+    /// # Errors
+    /// Disk errors; [`StorageError::InvalidArgument`] for another shard's
+    /// offset.
+    pub fn read_record(&mut self, commit_log_offset: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        let Some(head) = self.commit_log.read(&mut self.disk, commit_log_offset, 4)? else {
+            return Ok(None);
+        };
+        let size = match peek_total_size(&head) {
+            Ok(size) if size > 0 => size as usize,
+            _ => return Ok(None),
+        };
+        self.commit_log
+            .read(&mut self.disk, commit_log_offset, size)
+    }
+
+    /// Messages of one queue from `queue_offset` (PULL_MESSAGE), as
+    /// RocketMQ's `DefaultMessageStore.getMessage`: at most `max_count`
+    /// records and, after the first, at most `max_bytes`; `tag_filter` keeps
+    /// entries whose `(i32) tags_code` is in the set (None: all).
+    ///
+    /// # Errors
+    /// Disk errors reading older records.
+    pub fn get_messages(
+        &mut self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        tag_filter: Option<&[i32]>,
+    ) -> Result<GetMessagesResult, StorageError> {
+        let mut result = GetMessagesResult {
+            status: GetMessageStatus::NoMatchedLogicQueue,
+            next_begin_offset: 0,
+            min_offset: 0,
+            max_offset: 0,
+            body: Vec::new(),
+            records: Vec::new(),
+        };
+        if self.queues.get(topic, queue_id).is_none() {
+            return Ok(result);
+        }
+        let min = self.queue_min_offset(topic, queue_id);
+        let max = self.queue_max_offset(topic, queue_id);
+        result.min_offset = min;
+        result.max_offset = max;
+        if max == 0 {
+            result.status = GetMessageStatus::NoMessageInQueue;
+            return Ok(result);
+        }
+        if queue_offset < min {
+            result.status = GetMessageStatus::OffsetTooSmall;
+            result.next_begin_offset = min;
+            return Ok(result);
+        }
+        if queue_offset == max {
+            result.status = GetMessageStatus::OffsetOverflowOne;
+            result.next_begin_offset = queue_offset;
+            return Ok(result);
+        }
+        if queue_offset > max {
+            result.status = GetMessageStatus::OffsetOverflowBadly;
+            result.next_begin_offset = if min == 0 { min } else { max };
+            return Ok(result);
+        }
+        let max_count = max_count.clamp(1, GET_MESSAGES_COUNT_MAX);
+        let max_bytes = max_bytes.min(GET_MESSAGES_BYTES_MAX);
+        let scan =
+            (max - queue_offset).min(GET_MESSAGES_SCAN_ENTRIES_MAX.max(max_count) as u64) as usize;
+        let entries = self
+            .queues
+            .get(topic, queue_id)
+            .map(|q| q.entries(queue_offset, scan))
+            .unwrap_or_default();
+        let log_min = self.commit_log.min_offset();
+        let mut status = GetMessageStatus::NoMatchedMessage;
+        let mut next = queue_offset;
+        for entry in entries {
+            if result.records.len() >= max_count
+                || (!result.records.is_empty()
+                    && result.body.len() + entry.size as usize > max_bytes)
+            {
+                break;
+            }
+            let this_offset = next;
+            next += 1;
+            if entry.commit_log_offset < log_min {
+                status = GetMessageStatus::MessageWasRemoving;
+                continue;
+            }
+            if let Some(codes) = tag_filter
+                && !codes.contains(&(entry.tags_code as i32))
+            {
+                continue;
+            }
+            let Some(bytes) = self.commit_log.read(
+                &mut self.disk,
+                entry.commit_log_offset,
+                entry.size as usize,
+            )?
+            else {
+                status = GetMessageStatus::MessageWasRemoving;
+                continue;
+            };
+            let start = result.body.len();
+            result.body.extend_from_slice(&bytes);
+            result.records.push(FoundRecord {
+                queue_offset: this_offset,
+                commit_log_offset: entry.commit_log_offset,
+                range: start..result.body.len(),
+            });
+        }
+        result.status = if result.records.is_empty() {
+            status
+        } else {
+            GetMessageStatus::Found
+        };
+        result.next_begin_offset = next;
+        Ok(result)
+    }
+
+    /// Flushes everything, writes the checkpoint, removes the abort file and
+    /// closes the files; returns the disk. Acks that become due are appended
+    /// to `acks`.
+    ///
+    /// # Errors
+    /// Disk errors; [`StorageError::FlushTimeout`] if the disk does not
+    /// finish within [`SHUTDOWN_POLL_ROUNDS_MAX`] rounds.
+    pub fn shutdown(mut self, now_ms: u64, acks: &mut Vec<AppendAck>) -> Result<D, StorageError> {
+        let mut rounds = 0;
+        loop {
+            self.commit_log.start_flush_now(&mut self.disk)?;
+            self.queues.flush_all(&mut self.disk)?;
+            self.index.flush(&mut self.disk)?;
+            let log_done = self.commit_log.appender().is_idle()
+                || self.commit_log.appender().failure().is_some();
+            if log_done
+                && self.queues.is_idle()
+                && self.queues.is_clean()
+                && self.index.is_idle()
+                && self.index.is_clean()
+                && !self.checkpoint_in_flight
+                && self.disk.in_flight() == 0
+            {
+                break;
+            }
+            rounds += 1;
+            if rounds > SHUTDOWN_POLL_ROUNDS_MAX {
+                return Err(StorageError::FlushTimeout {
+                    timeout_ms: rounds as u64 * 100,
+                });
+            }
+            let mut completions = std::mem::take(&mut self.completions);
+            self.commit_log.take_stash(&mut completions);
+            self.disk.poll(
+                &mut completions,
+                COMPLETIONS_PER_TURN_MAX,
+                Wait::AtLeastOne(std::time::Duration::from_millis(100)),
+            )?;
+            for completion in completions.drain(..) {
+                self.route(completion);
+            }
+            self.completions = completions;
+            self.collect_acks(now_ms, acks);
+        }
+        self.collect_acks(now_ms, acks);
+        if let Some(reason) = self.commit_log.appender().failure() {
+            // Keep the abort file: the next start must recover the tail.
+            tracing::error!(
+                reason,
+                "shutdown after a commit log failure; recovery will run at the next start"
+            );
+        } else {
+            let buf = self.current_checkpoint().to_buf(&mut self.disk);
+            let file = self.checkpoint_file;
+            let write = DiskOp::Write {
+                file,
+                file_offset: 0,
+                buf,
+                buf_range: 0..CHECKPOINT_FILE_SIZE,
+            };
+            let mut stash = Vec::new();
+            let (_, buf) = commit_log::run_sync(
+                &mut self.disk,
+                OpId::new(OpTag::Checkpoint, 0),
+                write,
+                &mut stash,
+            )?;
+            if let Some(buf) = buf {
+                self.disk.recycle(buf);
+            }
+            commit_log::run_sync(
+                &mut self.disk,
+                OpId::new(OpTag::Checkpoint, 0),
+                DiskOp::Fdatasync { file },
+                &mut stash,
+            )?;
+            checkpoint::remove_abort(&mut self.disk, &self.files)?;
+        }
+        self.disk.close(self.checkpoint_file)?;
+        self.commit_log.close(&mut self.disk)?;
+        Ok(self.disk)
+    }
+}
+
+/// Removes every file directly in `dir`.
+fn remove_files_in(disk: &mut impl Disk, dir: &std::path::Path) -> Result<(), StorageError> {
+    let names = disk.list_dir(dir)?;
+    for name in &names {
+        disk.remove(&dir.join(name))?;
+    }
+    if !names.is_empty() {
+        disk.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Removes every ConsumeQueue file under `root` (`consumequeue/<topic>/<queue>/<file>`).
+fn remove_consume_queue_files(
+    disk: &mut impl Disk,
+    root: &std::path::Path,
+) -> Result<(), StorageError> {
+    let cq_root = root.join(crate::consume_queue::CQ_DIR_NAME);
+    for topic in disk.list_dir(&cq_root)? {
+        let topic_dir = cq_root.join(&topic);
+        for queue in disk.list_dir(&topic_dir)? {
+            let queue_dir = topic_dir.join(&queue);
+            let names = disk.list_dir(&queue_dir)?;
+            for name in &names {
+                disk.remove(&queue_dir.join(name))?;
+            }
+            if !names.is_empty() {
+                disk.sync_dir(&queue_dir)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::sim::{SimConfig, SimDisk};
+    use ringmq_protocol::message::{CrcCheck, decode_record};
+
+    fn config(mode: FlushMode) -> StoreConfig {
+        let mut config = StoreConfig::new("/s", 0, SocketAddr::from(([127, 0, 0, 1], 10911)));
+        config.segment_size_bytes = COMMIT_LOG_SEGMENT_SIZE_MIN;
+        config.flush_mode = mode;
+        config.flush_interval_ms = 10;
+        config.sync_flush_timeout_ms = 50;
+        config.index_geometry = IndexGeometry {
+            hash_slot_count: 1024,
+            entry_count_max: 8192,
+        };
+        config
+    }
+
+    fn message(body: &[u8]) -> AppendMessage<'_> {
+        AppendMessage {
+            topic: "T",
+            queue_id: 0,
+            body,
+            properties: b"TAGS\x01A\x02",
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms: 1,
+            born_host: SocketAddr::from(([10, 0, 0, 2], 999)),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        }
+    }
+
+    fn settle(store: &mut Store<SimDisk>, now_ms: u64, acks: &mut Vec<AppendAck>) {
+        for _ in 0..1_000 {
+            store
+                .poll_wait(now_ms, std::time::Duration::ZERO, acks)
+                .unwrap();
+            if store.pending_appends() == 0 {
+                return;
+            }
+        }
+        panic!("appends still pending");
+    }
+
+    #[test]
+    fn sync_flush_acks_only_after_fdatasync_and_fills_record_fields() {
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(1)), config(FlushMode::Sync), 0).unwrap();
+        let ticket = store.append(&message(b"hello"), 42).unwrap();
+        assert_eq!(
+            store.commit_log_max_offset(),
+            0,
+            "nothing is acknowledgeable before the flush"
+        );
+        assert_eq!(store.read_record(ticket.commit_log_offset).unwrap(), None);
+        let mut acks = Vec::new();
+        settle(&mut store, 43, &mut acks);
+        assert_eq!(acks[0].status, AckStatus::Ok);
+        let appender = store.commit_log().appender();
+        assert_eq!(appender.durable(), appender.encoded());
+        let bytes = store
+            .read_record(ticket.commit_log_offset)
+            .unwrap()
+            .unwrap();
+        let view = decode_record(&bytes, CrcCheck::Verify).unwrap();
+        assert_eq!(view.store_timestamp_ms(), 42);
+        assert_eq!(view.store_host(), SocketAddr::from(([127, 0, 0, 1], 10911)));
+        assert_eq!(view.commit_log_offset() as u64, ticket.commit_log_offset);
+        assert!(view.property("__CRC32#").is_some());
+    }
+
+    #[test]
+    fn sync_flush_past_its_timeout_acks_flush_timeout_once() {
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(2)), config(FlushMode::Sync), 0).unwrap();
+        let ticket = store.append(&message(b"slow"), 0).unwrap();
+        let mut acks = Vec::new();
+        // The disk is never polled before the deadline passes.
+        store.collect_acks(100, &mut acks);
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].status, AckStatus::FlushTimeout);
+        assert_eq!(acks[0].id, ticket.id);
+        settle(&mut store, 200, &mut acks);
+        assert_eq!(
+            acks.len(),
+            1,
+            "a timed-out append is not acknowledged again"
+        );
+        assert!(
+            store
+                .read_record(ticket.commit_log_offset)
+                .unwrap()
+                .is_some(),
+            "the record stays stored"
+        );
+    }
+
+    #[test]
+    fn write_error_fails_pending_appends_and_refuses_new_ones() {
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(3)), config(FlushMode::Async), 0).unwrap();
+        store.disk_mut().faults_mut().write_eio_nth = Some(1);
+        store.append(&message(b"doomed"), 0).unwrap();
+        let mut acks = Vec::new();
+        settle(&mut store, 1, &mut acks);
+        assert!(matches!(acks[0].status, AckStatus::Failed(_)), "{acks:?}");
+        let refused = store.append(&message(b"later"), 2).unwrap_err();
+        assert!(
+            matches!(refused, StorageError::NotWritable { .. }),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn records_never_cross_a_segment_end_and_reads_come_back_from_disk() {
+        let mut config = config(FlushMode::Async);
+        config.tail_cache_bytes = 0;
+        let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(4)), config, 0).unwrap();
+        let body = vec![9u8; 3_000];
+        let mut tickets = Vec::new();
+        let mut acks = Vec::new();
+        for i in 0..60 {
+            tickets.push(store.append(&message(&body), i).unwrap());
+            store.poll(i, &mut acks).unwrap();
+        }
+        settle(&mut store, 100, &mut acks);
+        let segment = COMMIT_LOG_SEGMENT_SIZE_MIN;
+        assert!(store.commit_log().segments().segments().len() >= 3);
+        for ticket in &tickets {
+            let start = ticket.commit_log_offset;
+            let end = start + u64::from(ticket.wrote_bytes);
+            assert_eq!(
+                start / segment,
+                (end - 1) / segment,
+                "record at {start} crosses a segment end"
+            );
+            let bytes = store.read_record(start).unwrap().unwrap();
+            assert_eq!(
+                decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
+                &body[..]
+            );
+        }
+        // The first segment ends with a BLANK marker covering its rest.
+        let image = store.disk().snapshot();
+        let first = &image.files[&PathBuf::from("/s/commitlog/0/00000000000000000000")];
+        let last_end = tickets
+            .iter()
+            .map(|t| t.commit_log_offset + u64::from(t.wrote_bytes))
+            .filter(|e| *e <= segment)
+            .max()
+            .unwrap() as usize;
+        assert_eq!(
+            &first[last_end + 4..last_end + 8],
+            &0xCBD4_3194u32.to_be_bytes()
+        );
+        assert_eq!(
+            u32::from_be_bytes(first[last_end..last_end + 4].try_into().unwrap()) as u64,
+            segment - last_end as u64
+        );
+    }
+
+    #[test]
+    fn a_full_disk_rejects_appends_retriably() {
+        let mut sim = SimConfig::new(5);
+        // One segment and the checkpoint block leave about 1 % free.
+        sim.capacity_bytes = COMMIT_LOG_SEGMENT_SIZE_MIN + 5 * 1024;
+        let (mut store, _) = Store::open(SimDisk::new(sim), config(FlushMode::Async), 0).unwrap();
+        let mut acks = Vec::new();
+        store.poll(DISK_SPACE_CHECK_INTERVAL_MS, &mut acks).unwrap();
+        let error = store.append(&message(b"x"), 1).unwrap_err();
+        assert!(matches!(error, StorageError::DiskFull { .. }), "{error}");
+        assert!(error.is_retriable());
+    }
+
+    #[test]
+    fn get_messages_reports_rocketmq_statuses_at_the_edges() {
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(6)), config(FlushMode::Async), 0).unwrap();
+        let none = store.get_messages("T", 0, 0, 8, 1 << 20, None).unwrap();
+        assert_eq!(none.status, GetMessageStatus::NoMatchedLogicQueue);
+        for i in 0..3 {
+            store.append(&message(b"m"), i).unwrap();
+        }
+        let mut acks = Vec::new();
+        settle(&mut store, 10, &mut acks);
+        let found = store.get_messages("T", 0, 1, 8, 1 << 20, None).unwrap();
+        assert_eq!(found.status, GetMessageStatus::Found);
+        assert_eq!(found.records.len(), 2);
+        assert_eq!(found.next_begin_offset, 3);
+        assert_eq!(
+            store
+                .get_messages("T", 0, 3, 8, 1 << 20, None)
+                .unwrap()
+                .status,
+            GetMessageStatus::OffsetOverflowOne
+        );
+        let badly = store.get_messages("T", 0, 9, 8, 1 << 20, None).unwrap();
+        assert_eq!(badly.status, GetMessageStatus::OffsetOverflowBadly);
+        assert_eq!(badly.next_begin_offset, 0);
+        let other_tag = [ringmq_protocol::message::java_string_hash_code("B")];
+        let filtered = store
+            .get_messages("T", 0, 0, 8, 1 << 20, Some(&other_tag))
+            .unwrap();
+        assert_eq!(filtered.status, GetMessageStatus::NoMatchedMessage);
+        assert_eq!(filtered.next_begin_offset, 3);
+    }
+}

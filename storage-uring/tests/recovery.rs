@@ -1,0 +1,451 @@
+//! Crash tests over the simulated disk: random appends, then a crash of the
+//! kind the flush mode promises to survive (SYNC_FLUSH: power loss with
+//! un-synced writes dropped or torn, or a process kill; ASYNC_FLUSH: a
+//! process kill, in-flight writes lost or torn), then recovery, several
+//! rounds per seed. Checked after every recovery: every record acknowledged
+//! Ok is there byte for byte; every record reachable through a ConsumeQueue
+//! passes its CRC and agrees with its entry; queue offsets are dense.
+//!
+//! `RINGMQ_SEED=<n>` replays one seed; `RINGMQ_SEEDS=<n>` runs n seeds.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test harness: a failure is the test's answer"
+)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use ringmq_protocol::message::{CrcCheck, decode_record};
+use ringmq_storage::commit_log::appender::FlushMode;
+use ringmq_storage::commit_log::recovery::ScanStop;
+use ringmq_storage::disk::sim::{CrashKind, SimConfig, SimDisk, SimRng};
+use ringmq_storage::error::StorageError;
+use ringmq_storage::index_file::IndexGeometry;
+use ringmq_storage::store::{
+    AckStatus, AppendAck, AppendMessage, GetMessageStatus, Store, StoreConfig,
+};
+
+const TOPIC: &str = "TopicTest";
+const QUEUE_COUNT: u32 = 3;
+const SEEDS_DEFAULT: u64 = 1_000;
+
+fn host(port: u16) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, 1], port))
+}
+
+fn config(mode: FlushMode, shard_id: u8) -> StoreConfig {
+    let mut config = StoreConfig::new("/store", shard_id, host(10911));
+    config.segment_size_bytes = 64 * 1024;
+    config.flush_mode = mode;
+    config.flush_interval_ms = 5;
+    config.sync_flush_timeout_ms = 1_000_000;
+    config.tail_cache_bytes = 16 * 1024;
+    config.checkpoint_interval_ms = 7;
+    config.consume_queue_flush_interval_ms = 3;
+    config.index_geometry = IndexGeometry {
+        hash_slot_count: 1024,
+        entry_count_max: 8192,
+    };
+    config
+}
+
+/// An acknowledged record: where it is and its exact bytes.
+#[derive(Clone, Debug)]
+struct Acked {
+    commit_log_offset: u64,
+    queue_id: u32,
+    queue_offset: u64,
+    bytes: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Sent {
+    queue_id: u32,
+    queue_offset: u64,
+    offsets: Vec<u64>,
+    bodies: Vec<Vec<u8>>,
+}
+
+fn body(rng: &mut SimRng) -> Vec<u8> {
+    let len = match rng.below(20) {
+        0 => 5_000 + rng.below(15_000) as usize,
+        _ => 1 + rng.below(1_500) as usize,
+    };
+    let fill = rng.next_u64() as u8;
+    (0..len).map(|i| fill.wrapping_add(i as u8)).collect()
+}
+
+fn properties(rng: &mut SimRng) -> Vec<u8> {
+    let tag = ["TagA", "TagB", "TagC"][rng.below(3) as usize];
+    format!("TAGS\u{1}{tag}\u{2}KEYS\u{1}k{}\u{2}", rng.below(1000)).into_bytes()
+}
+
+struct Harness {
+    seed: u64,
+    rng: SimRng,
+    mode: FlushMode,
+    shard_id: u8,
+    now_ms: u64,
+    acked: Vec<Acked>,
+    sent: BTreeMap<u64, Sent>,
+    acks: Vec<AppendAck>,
+}
+
+impl Harness {
+    fn append(&mut self, store: &mut Store<SimDisk>) {
+        let queue_id = self.rng.below(u64::from(QUEUE_COUNT)) as u32;
+        let count = if self.rng.below(5) == 0 {
+            2 + self.rng.below(3) as usize
+        } else {
+            1
+        };
+        let bodies: Vec<Vec<u8>> = (0..count).map(|_| body(&mut self.rng)).collect();
+        let props: Vec<Vec<u8>> = (0..count).map(|_| properties(&mut self.rng)).collect();
+        let messages: Vec<AppendMessage<'_>> = bodies
+            .iter()
+            .zip(&props)
+            .map(|(b, p)| AppendMessage {
+                topic: TOPIC,
+                queue_id,
+                body: b,
+                properties: p,
+                flag: 0,
+                sys_flag: 0,
+                born_timestamp_ms: self.now_ms as i64,
+                born_host: host(40000),
+                reconsume_times: 0,
+                prepared_transaction_offset: 0,
+            })
+            .collect();
+        let result = if count == 1 {
+            store.append(&messages[0], self.now_ms).map(|mut t| {
+                t.batch_commit_log_offsets = vec![t.commit_log_offset];
+                t
+            })
+        } else {
+            store.append_batch(&messages, self.now_ms)
+        };
+        match result {
+            Ok(ticket) => {
+                let sent = Sent {
+                    queue_id,
+                    queue_offset: ticket.queue_offset,
+                    offsets: ticket.batch_commit_log_offsets.clone(),
+                    bodies,
+                };
+                self.sent.insert(ticket.id, sent);
+            }
+            // A batch may exceed half of the tests' small segments.
+            Err(StorageError::MessageTooLarge { .. }) if count > 1 => {}
+            Err(error) => assert!(
+                error.is_retriable(),
+                "seed {}: append failed: {error}",
+                self.seed
+            ),
+        }
+    }
+
+    fn poll(&mut self, store: &mut Store<SimDisk>) {
+        self.now_ms += self.rng.below(4);
+        let mut acks = std::mem::take(&mut self.acks);
+        store.poll(self.now_ms, &mut acks).unwrap();
+        for ack in acks.drain(..) {
+            self.on_ack(store, ack);
+        }
+        self.acks = acks;
+    }
+
+    fn on_ack(&mut self, store: &mut Store<SimDisk>, ack: AppendAck) {
+        let sent = self
+            .sent
+            .remove(&ack.id)
+            .unwrap_or_else(|| panic!("seed {}: unknown ack {ack:?}", self.seed));
+        if ack.status != AckStatus::Ok {
+            assert!(
+                matches!(ack.status, AckStatus::Failed(_)),
+                "seed {}: {ack:?}",
+                self.seed
+            );
+            return;
+        }
+        for (i, (offset, body)) in sent.offsets.iter().zip(&sent.bodies).enumerate() {
+            let bytes = store.read_record(*offset).unwrap().unwrap_or_else(|| {
+                panic!("seed {}: acked record at {offset} unreadable", self.seed)
+            });
+            let view = decode_record(&bytes, CrcCheck::Verify).unwrap();
+            assert_eq!(view.body(), &body[..], "seed {}", self.seed);
+            assert_eq!(
+                view.queue_offset() as u64,
+                sent.queue_offset + i as u64,
+                "seed {}",
+                self.seed
+            );
+            self.acked.push(Acked {
+                commit_log_offset: *offset,
+                queue_id: sent.queue_id,
+                queue_offset: sent.queue_offset + i as u64,
+                bytes,
+            });
+        }
+    }
+
+    /// Every acked record is there byte for byte; the queues are consistent.
+    fn verify(&self, store: &mut Store<SimDisk>) {
+        let seed = self.seed;
+        for acked in &self.acked {
+            let bytes = store.read_record(acked.commit_log_offset).unwrap();
+            assert_eq!(
+                bytes.as_deref(),
+                Some(&acked.bytes[..]),
+                "seed {seed}: acked record at {} lost or changed",
+                acked.commit_log_offset
+            );
+            let found = store
+                .get_messages(
+                    TOPIC,
+                    acked.queue_id,
+                    acked.queue_offset,
+                    1,
+                    usize::MAX,
+                    None,
+                )
+                .unwrap();
+            assert_eq!(
+                found.status,
+                GetMessageStatus::Found,
+                "seed {seed}: record at {} queue {} offset {}: entry {:?}, log {}..{}",
+                acked.commit_log_offset,
+                acked.queue_id,
+                acked.queue_offset,
+                store
+                    .consume_queues()
+                    .get(TOPIC, acked.queue_id)
+                    .and_then(|q| q.entry(acked.queue_offset)),
+                store.commit_log_min_offset(),
+                store.commit_log_max_offset(),
+            );
+            assert_eq!(
+                found.records[0].commit_log_offset, acked.commit_log_offset,
+                "seed {seed}"
+            );
+            let view = decode_record(&acked.bytes, CrcCheck::Skip).unwrap();
+            let key = view.property("KEYS").unwrap();
+            let indexed = store.query_message(TOPIC, key, 64, 0, i64::MAX);
+            assert!(
+                indexed.phy_offsets.contains(&acked.commit_log_offset),
+                "seed {seed}: key {key} of {} not indexed",
+                acked.commit_log_offset
+            );
+        }
+        for queue_id in 0..QUEUE_COUNT {
+            let min = store.queue_min_offset(TOPIC, queue_id);
+            let max = store.queue_max_offset(TOPIC, queue_id);
+            let mut offset = min;
+            while offset < max {
+                let result = store
+                    .get_messages(TOPIC, queue_id, offset, 32, 1 << 20, None)
+                    .unwrap();
+                assert_eq!(
+                    result.status,
+                    GetMessageStatus::Found,
+                    "seed {seed}: queue {queue_id} at {offset}"
+                );
+                for record in &result.records {
+                    assert_eq!(
+                        record.queue_offset, offset,
+                        "seed {seed}: queue offsets not dense"
+                    );
+                    let view = decode_record(&result.body[record.range.clone()], CrcCheck::Verify)
+                        .unwrap_or_else(|e| {
+                            panic!("seed {seed}: bad record in queue {queue_id}: {e}")
+                        });
+                    assert_eq!(view.queue_offset() as u64, offset, "seed {seed}");
+                    assert_eq!(view.queue_id() as u32, queue_id, "seed {seed}");
+                    assert_eq!(view.topic(), TOPIC, "seed {seed}");
+                    // Properties are outside BODYCRC: a torn tail there must not pass.
+                    assert!(
+                        view.property("TAGS").is_some(),
+                        "seed {seed}: record without its TAGS"
+                    );
+                    assert_eq!(
+                        view.commit_log_offset() as u64,
+                        record.commit_log_offset,
+                        "seed {seed}"
+                    );
+                    offset += 1;
+                }
+                assert_eq!(result.next_begin_offset, offset, "seed {seed}");
+            }
+            let past = store
+                .get_messages(TOPIC, queue_id, max, 1, 1 << 20, None)
+                .unwrap();
+            if max > 0 {
+                assert_eq!(
+                    past.status,
+                    GetMessageStatus::OffsetOverflowOne,
+                    "seed {seed}"
+                );
+            }
+        }
+    }
+}
+
+/// What the seeds exercised, so the test fails if the crashes stop biting.
+#[derive(Debug, Default)]
+struct Coverage {
+    acked: usize,
+    torn_tails: usize,
+    fenced: usize,
+    power_losses: usize,
+}
+
+fn run_seed(seed: u64, coverage: &mut Coverage) {
+    let mut rng = SimRng::new(seed);
+    let mode = if rng.below(2) == 0 {
+        FlushMode::Sync
+    } else {
+        FlushMode::Async
+    };
+    let shard_id = if rng.below(4) == 0 { 3 } else { 0 };
+    let mut sim = SimConfig::new(seed);
+    sim.complete_percent = 30 + rng.below(60);
+    let mut disk = SimDisk::new(sim);
+    let mut h = Harness {
+        seed,
+        rng,
+        mode,
+        shard_id,
+        now_ms: 1_000,
+        acked: Vec::new(),
+        sent: BTreeMap::new(),
+        acks: Vec::new(),
+    };
+    let rounds = 2 + h.rng.below(3);
+    for round in 0..=rounds {
+        let (mut store, report) = Store::open(disk, config(h.mode, h.shard_id), h.now_ms)
+            .unwrap_or_else(|e| panic!("seed {seed} round {round}: open failed: {e}"));
+        coverage.fenced += usize::from(report.recovery.fenced);
+        coverage.torn_tails += usize::from(matches!(
+            report.recovery.scan.stop,
+            ScanStop::Invalid { .. }
+        ));
+        h.verify(&mut store);
+        if round == rounds {
+            coverage.acked += h.acked.len();
+            return;
+        }
+        if h.rng.below(10) == 0 {
+            store.disk_mut().faults_mut().write_eio_nth = Some(1 + h.rng.below(10));
+        }
+        let steps = 10 + h.rng.below(60);
+        for _ in 0..steps {
+            match h.rng.below(10) {
+                0..=5 => h.append(&mut store),
+                _ => h.poll(&mut store),
+            }
+        }
+        h.sent.clear();
+        let kind = match h.mode {
+            FlushMode::Sync if h.rng.below(3) != 0 => CrashKind::PowerLoss,
+            _ => CrashKind::ProcessKill,
+        };
+        coverage.power_losses += usize::from(kind == CrashKind::PowerLoss);
+        disk = store.disk_mut().crash(kind);
+    }
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(seed) = std::env::var("RINGMQ_SEED") {
+        return vec![seed.parse().expect("RINGMQ_SEED is a number")];
+    }
+    let count = std::env::var("RINGMQ_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SEEDS_DEFAULT);
+    (0..count).collect()
+}
+
+#[test]
+fn acknowledged_records_survive_the_crashes_their_flush_mode_promises() {
+    let seeds = seeds();
+    let mut coverage = Coverage::default();
+    for &seed in &seeds {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_seed(seed, &mut coverage)
+        }));
+        if let Err(panic) = result {
+            eprintln!("failing seed: {seed} (replay with RINGMQ_SEED={seed})");
+            std::panic::resume_unwind(panic);
+        }
+    }
+    println!("{} seeds: {coverage:?}", seeds.len());
+    if seeds.len() >= 100 {
+        assert!(
+            coverage.acked > 10 * seeds.len(),
+            "too few acknowledged records: {coverage:?}"
+        );
+        assert!(
+            coverage.torn_tails > 0,
+            "no crash left a torn tail: {coverage:?}"
+        );
+        assert!(
+            coverage.fenced > 0,
+            "no recovery fenced a tail: {coverage:?}"
+        );
+        assert!(
+            coverage.power_losses > 0,
+            "no power loss was simulated: {coverage:?}"
+        );
+    }
+}
+
+#[test]
+fn a_clean_shutdown_keeps_every_appended_record_and_reopens_normally() {
+    let disk = SimDisk::new(SimConfig::new(77));
+    let (mut store, report) = Store::open(disk, config(FlushMode::Async, 0), 0).unwrap();
+    assert!(!report.abnormal);
+    let body = vec![7u8; 300];
+    let message = AppendMessage {
+        topic: TOPIC,
+        queue_id: 1,
+        body: &body,
+        properties: b"TAGS\x01TagA\x02",
+        flag: 0,
+        sys_flag: 0,
+        born_timestamp_ms: 5,
+        born_host: host(1),
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    };
+    let mut tickets = Vec::new();
+    for i in 0..200 {
+        tickets.push(store.append(&message, i).unwrap());
+    }
+    let mut acks = Vec::new();
+    let disk = store.shutdown(1_000, &mut acks).unwrap();
+    assert_eq!(acks.len(), 200);
+    assert!(acks.iter().all(|a| a.status == AckStatus::Ok));
+    let (mut store, report) = Store::open(disk, config(FlushMode::Async, 0), 2_000).unwrap();
+    assert!(!report.abnormal);
+    assert!(report.checkpoint_valid);
+    assert!(!report.recovery.fenced);
+    assert_eq!(store.queue_max_offset(TOPIC, 1), 200);
+    for ticket in &tickets {
+        let bytes = store
+            .read_record(ticket.commit_log_offset)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
+            &body[..]
+        );
+    }
+    // Appends continue where the log ended, not in a fresh segment.
+    let next = store.append(&message, 3_000).unwrap();
+    assert_eq!(next.queue_offset, 200);
+    assert_eq!(
+        next.commit_log_offset,
+        store.commit_log().encoded_offset() - u64::from(next.wrote_bytes)
+    );
+}

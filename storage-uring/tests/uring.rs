@@ -1,0 +1,1065 @@
+//! Real io_uring tests of the reactor (`ring`) and of `UringDisk`, in temp
+//! directories under /tmp. Each test first checks that io_uring can be set
+//! up; where it cannot, it prints `skipped: io_uring unavailable: <reason>`
+//! and returns.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ringmq_storage::aligned::{AlignedBuf, BLOCK_SIZE};
+use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
+use ringmq_storage::disk::{
+    Disk, DiskCompletion, DiskError, DiskOp, OpId, OpTag, OpenOptions, Wait,
+};
+use ringmq_storage::ring::{Completion, Op, Ring, RingConfig, TurnOutput};
+
+/// A directory under /tmp removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("ringmq-uring-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("creating the test directory");
+        TempDir(path)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn ring_or_skip() -> Option<Ring> {
+    match Ring::new(RingConfig::default()) {
+        Ok(ring) => Some(ring),
+        Err(error) => {
+            println!("skipped: io_uring unavailable: {error}");
+            None
+        }
+    }
+}
+
+fn disk_or_skip(config: UringDiskConfig) -> Option<UringDisk> {
+    match UringDisk::new(config) {
+        Ok(disk) => Some(disk),
+        Err(error) => {
+            println!("skipped: io_uring unavailable: {error}");
+            None
+        }
+    }
+}
+
+fn small_disk_config() -> UringDiskConfig {
+    UringDiskConfig {
+        fixed_buffer_count: 2,
+        fixed_buffer_size: 16 * 1024,
+        ..UringDiskConfig::default()
+    }
+}
+
+fn id(seq: u64) -> OpId {
+    OpId::new(OpTag::Other, seq)
+}
+
+/// Polls until `count` completions arrived (or 10 s passed).
+fn wait_for(disk: &mut UringDisk, count: usize) -> Vec<DiskCompletion> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    while out.len() < count && Instant::now() < deadline {
+        disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::from_millis(500)))
+            .expect("disk poll");
+    }
+    assert_eq!(out.len(), count, "completions after 10 s");
+    out
+}
+
+/// Turns the ring until `count` completions arrived (or 10 s passed).
+fn turn_until(ring: &mut Ring, count: usize) -> Vec<Completion> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = TurnOutput::new();
+    while out.completions.len() < count && Instant::now() < deadline {
+        ring.turn(Some(Duration::from_millis(500)), 64, &mut out)
+            .expect("ring turn");
+    }
+    assert_eq!(out.completions.len(), count, "completions after 10 s");
+    out.completions
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn filled_buf(data: &[u8]) -> AlignedBuf {
+    let mut buf = AlignedBuf::new(data.len());
+    buf.as_full_mut_slice()[..data.len()].copy_from_slice(data);
+    buf.set_len(data.len());
+    buf
+}
+
+fn open_file(path: &Path, flags: i32) -> OwnedFd {
+    let c_path =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path without NUL");
+    // SAFETY: test helper; the path is NUL-terminated and outlives the call.
+    let fd = unsafe { libc::open(c_path.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
+    assert!(
+        fd >= 0,
+        "open {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: a fresh descriptor.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+#[test]
+fn setup_records_which_flags_the_kernel_accepted() {
+    let Some(ring) = ring_or_skip() else { return };
+    let flags = ring.setup_flags();
+    println!("io_uring setup flags accepted: {flags:?}");
+    assert!(
+        !flags.defer_taskrun || flags.single_issuer,
+        "DEFER_TASKRUN needs SINGLE_ISSUER: {flags:?}"
+    );
+    assert!(ring.capacity() >= 8);
+}
+
+#[test]
+fn direct_write_then_read_round_trips() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("direct-round-trip");
+    let path = dir.path("00000000000000000000");
+    let file = disk
+        .open(&path, OpenOptions::create_direct(1 << 20))
+        .unwrap();
+    assert!(
+        disk.is_o_direct(file).unwrap(),
+        "/tmp should support O_DIRECT"
+    );
+    assert_eq!(disk.file_size(file).unwrap(), 1 << 20);
+    let data = pattern(3 * BLOCK_SIZE, 7);
+    let write = DiskOp::Write {
+        file,
+        file_offset: 8192,
+        buf: filled_buf(&data),
+        buf_range: 0..data.len(),
+    };
+    disk.submit(id(1), write, false).unwrap();
+    let done = wait_for(&mut disk, 1);
+    assert_eq!(done[0].op_id, id(1));
+    assert_eq!(*done[0].result.as_ref().unwrap(), data.len());
+    assert!(done[0].buf.is_some(), "the write gives its buffer back");
+
+    let read = DiskOp::Read {
+        file,
+        file_offset: 8192,
+        buf: AlignedBuf::new(data.len()),
+        len: data.len(),
+    };
+    disk.submit(id(2), read, false).unwrap();
+    let done = wait_for(&mut disk, 1);
+    let buf = done.into_iter().next().unwrap().buf.unwrap();
+    assert_eq!(buf.as_slice(), &data[..]);
+    // The rest of the preallocated file reads as zeros.
+    let read = DiskOp::Read {
+        file,
+        file_offset: 0,
+        buf: AlignedBuf::new(8192),
+        len: 8192,
+    };
+    disk.submit(id(3), read, false).unwrap();
+    let buf = wait_for(&mut disk, 1).pop().unwrap().buf.unwrap();
+    assert!(buf.as_slice().iter().all(|byte| *byte == 0));
+    disk.close(file).unwrap();
+    assert_eq!(
+        std::fs::read(&path).unwrap()[8192..8192 + data.len()],
+        data[..]
+    );
+}
+
+#[test]
+fn linked_write_and_fdatasync_complete_in_order() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("linked");
+    let file = disk
+        .open(&dir.path("segment"), OpenOptions::create_direct(256 * 1024))
+        .unwrap();
+    let data = pattern(BLOCK_SIZE, 1);
+    for round in 0..4u64 {
+        let write = DiskOp::Write {
+            file,
+            file_offset: round * BLOCK_SIZE as u64,
+            buf: filled_buf(&data),
+            buf_range: 0..BLOCK_SIZE,
+        };
+        disk.submit(id(round * 2), write, true).unwrap();
+        disk.submit(id(round * 2 + 1), DiskOp::Fdatasync { file }, false)
+            .unwrap();
+        let done = wait_for(&mut disk, 2);
+        let ids: Vec<OpId> = done.iter().map(|completion| completion.op_id).collect();
+        assert_eq!(
+            ids,
+            vec![id(round * 2), id(round * 2 + 1)],
+            "the fdatasync completes after its write"
+        );
+        assert_eq!(*done[0].result.as_ref().unwrap(), BLOCK_SIZE);
+        assert_eq!(*done[1].result.as_ref().unwrap(), 0);
+        assert!(done[1].buf.is_none());
+    }
+    assert_eq!(disk.in_flight(), 0);
+}
+
+#[test]
+fn failed_write_cancels_the_linked_fdatasync() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("linked-failure");
+    let path = dir.path("read-only");
+    std::fs::write(&path, vec![0u8; 8192]).unwrap();
+    let file = disk.open(&path, OpenOptions::read_only()).unwrap();
+    let write = DiskOp::Write {
+        file,
+        file_offset: 0,
+        buf: filled_buf(&[1u8; 4096]),
+        buf_range: 0..4096,
+    };
+    disk.submit(id(1), write, true).unwrap();
+    disk.submit(id(2), DiskOp::Fdatasync { file }, false)
+        .unwrap();
+    let done = wait_for(&mut disk, 2);
+    let write = done
+        .iter()
+        .find(|completion| completion.op_id == id(1))
+        .unwrap();
+    let sync = done
+        .iter()
+        .find(|completion| completion.op_id == id(2))
+        .unwrap();
+    match &write.result {
+        Err(error) => assert_eq!(error.raw_os_error(), Some(libc::EBADF), "{error}"),
+        Ok(count) => panic!("write to a read-only fd succeeded with {count}"),
+    }
+    assert!(
+        matches!(sync.result, Err(DiskError::Canceled { .. })),
+        "{:?}",
+        sync.result
+    );
+}
+
+#[test]
+fn fixed_buffer_write_uses_write_fixed() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    if let Some(error) = disk.fixed_buffers_error() {
+        println!("skipped: registered buffers refused: {error}");
+        return;
+    }
+    let dir = TempDir::new("fixed");
+    let file = disk
+        .open(&dir.path("segment"), OpenOptions::create_direct(256 * 1024))
+        .unwrap();
+    let mut buf = disk.buffer(16 * 1024);
+    assert!(buf.fixed_index().is_some(), "a pooled buffer is registered");
+    assert!(
+        buf.as_full_slice().iter().all(|byte| *byte == 0),
+        "pooled buffers come zeroed"
+    );
+    let data = pattern(16 * 1024, 9);
+    buf.as_full_mut_slice()[..data.len()].copy_from_slice(&data);
+    let before = disk.ring().stats().fixed_writes;
+    disk.submit(
+        id(1),
+        DiskOp::Write {
+            file,
+            file_offset: 0,
+            buf,
+            buf_range: 0..data.len(),
+        },
+        false,
+    )
+    .unwrap();
+    let done = wait_for(&mut disk, 1).pop().unwrap();
+    assert_eq!(*done.result.as_ref().unwrap(), data.len());
+    assert_eq!(
+        disk.ring().stats().fixed_writes,
+        before + 1,
+        "submitted as WRITE_FIXED"
+    );
+    let free_before = disk.fixed_buffer_pool().unwrap().free_count();
+    disk.recycle(done.buf.unwrap());
+    assert_eq!(
+        disk.fixed_buffer_pool().unwrap().free_count(),
+        free_before + 1
+    );
+
+    // Read it back into a registered buffer (READ_FIXED).
+    let buf = disk.buffer(16 * 1024);
+    let reads_before = disk.ring().stats().fixed_reads;
+    disk.submit(
+        id(2),
+        DiskOp::Read {
+            file,
+            file_offset: 0,
+            buf,
+            len: data.len(),
+        },
+        false,
+    )
+    .unwrap();
+    let done = wait_for(&mut disk, 1).pop().unwrap();
+    assert_eq!(
+        disk.ring().stats().fixed_reads,
+        reads_before + 1,
+        "submitted as READ_FIXED"
+    );
+    let buf = done.buf.unwrap();
+    assert_eq!(buf.as_slice(), &data[..]);
+    disk.recycle(buf);
+}
+
+#[test]
+fn small_buffer_requests_do_not_take_a_registered_buffer() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    if disk.fixed_buffer_pool().is_none() {
+        println!("skipped: registered buffers refused");
+        return;
+    }
+    let free = disk.fixed_buffer_pool().unwrap().free_count();
+    let small = disk.buffer(4096);
+    assert_eq!(
+        small.fixed_index(),
+        None,
+        "a 4 KiB request gets a plain buffer"
+    );
+    assert_eq!(small.capacity(), 4096);
+    assert_eq!(disk.fixed_buffer_pool().unwrap().free_count(), free);
+    disk.recycle(small);
+    assert_eq!(
+        disk.fixed_buffer_pool().unwrap().free_count(),
+        free,
+        "plain buffers are not pooled"
+    );
+}
+
+#[test]
+fn without_registered_buffers_buffer_allocates_plain_ones() {
+    let config = UringDiskConfig {
+        fixed_buffer_count: 0,
+        ..small_disk_config()
+    };
+    let Some(mut disk) = disk_or_skip(config) else {
+        return;
+    };
+    assert!(disk.fixed_buffer_pool().is_none());
+    let buf = disk.buffer(8192);
+    assert_eq!(buf.fixed_index(), None);
+    assert_eq!(buf.capacity(), 8192);
+    disk.recycle(buf);
+}
+
+#[test]
+fn short_read_at_end_of_file_returns_the_bytes_there() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("short-read");
+    // A buffered file of an unaligned size.
+    let path = dir.path("buffered");
+    let data = pattern(5000, 3);
+    std::fs::write(&path, &data).unwrap();
+    let file = disk.open(&path, OpenOptions::read_only()).unwrap();
+    disk.submit(
+        id(1),
+        DiskOp::Read {
+            file,
+            file_offset: 0,
+            buf: AlignedBuf::new(16384),
+            len: 16384,
+        },
+        false,
+    )
+    .unwrap();
+    let done = wait_for(&mut disk, 1).pop().unwrap();
+    assert_eq!(*done.result.as_ref().unwrap(), 5000);
+    assert_eq!(done.buf.unwrap().as_slice(), &data[..]);
+    // Past the end: 0 bytes.
+    disk.submit(
+        id(2),
+        DiskOp::Read {
+            file,
+            file_offset: 8192,
+            buf: AlignedBuf::new(4096),
+            len: 4096,
+        },
+        false,
+    )
+    .unwrap();
+    let done = wait_for(&mut disk, 1).pop().unwrap();
+    assert_eq!(*done.result.as_ref().unwrap(), 0);
+
+    // A direct file: a read running past the end stops at the end.
+    let direct = disk
+        .open(&dir.path("direct"), OpenOptions::create_direct(8192))
+        .unwrap();
+    disk.submit(
+        id(3),
+        DiskOp::Read {
+            file: direct,
+            file_offset: 4096,
+            buf: AlignedBuf::new(16384),
+            len: 16384,
+        },
+        false,
+    )
+    .unwrap();
+    let done = wait_for(&mut disk, 1).pop().unwrap();
+    assert_eq!(*done.result.as_ref().unwrap(), 4096);
+    assert_eq!(done.buf.unwrap().len(), 4096);
+}
+
+#[test]
+fn operations_on_a_closed_file_or_bad_fd_fail_with_the_errno() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("closed");
+    let file = disk
+        .open(&dir.path("f"), OpenOptions::buffered(Some(4096)))
+        .unwrap();
+    disk.close(file).unwrap();
+    let refused = disk.submit(id(1), DiskOp::Fdatasync { file }, false);
+    match refused {
+        Err((DiskError::NotOpen(closed), DiskOp::Fdatasync { .. })) => assert_eq!(closed, file),
+        other => panic!("expected NotOpen with the op given back, got {other:?}"),
+    }
+    assert!(matches!(disk.close(file), Err(DiskError::NotOpen(_))));
+
+    // At the ring level, a descriptor that is not open completes with EBADF.
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let bad_fd = {
+        let fd = open_file(&dir.path("gone"), libc::O_CREAT | libc::O_RDWR);
+        fd.as_raw_fd()
+    };
+    ring.submit(
+        5,
+        Op::Fsync {
+            fd: bad_fd,
+            datasync: true,
+        },
+        false,
+    )
+    .unwrap();
+    let done = turn_until(&mut ring, 1);
+    assert_eq!(done[0].token, 5);
+    assert_eq!(
+        done[0].result.as_ref().unwrap_err().raw_os_error(),
+        Some(libc::EBADF)
+    );
+}
+
+#[test]
+fn waker_wakes_a_waiting_ring_from_another_thread() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let waker = ring.waker();
+    let start = Instant::now();
+    let thread = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        waker.wake().unwrap();
+    });
+    let mut out = TurnOutput::new();
+    while !out.woken && start.elapsed() < Duration::from_secs(10) {
+        ring.turn(Some(Duration::from_secs(10)), 64, &mut out)
+            .unwrap();
+    }
+    thread.join().unwrap();
+    assert!(out.woken, "the wake arrived");
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "woken after {elapsed:?}, not at the 10 s timeout"
+    );
+    assert!(ring.stats().wakes >= 1);
+    // The eventfd read is re-armed: a second wake works too.
+    ring.waker().wake().unwrap();
+    out.clear();
+    let again = Instant::now();
+    while !out.woken && again.elapsed() < Duration::from_secs(10) {
+        ring.turn(Some(Duration::from_secs(10)), 64, &mut out)
+            .unwrap();
+    }
+    assert!(out.woken);
+}
+
+#[test]
+fn timers_fire_in_deadline_order_and_not_early() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let start = Instant::now();
+    ring.add_timer(start + Duration::from_millis(60), 3)
+        .unwrap();
+    ring.add_timer(start + Duration::from_millis(20), 1)
+        .unwrap();
+    let cancelled = ring
+        .add_timer(start + Duration::from_millis(30), 99)
+        .unwrap();
+    ring.add_timer(start + Duration::from_millis(40), 2)
+        .unwrap();
+    assert!(ring.cancel_timer(cancelled));
+    let mut out = TurnOutput::new();
+    let mut fired_at = Vec::new();
+    while out.timers.len() < 3 && start.elapsed() < Duration::from_secs(10) {
+        let before = out.timers.len();
+        // Wait far longer than the timers: the ring must cut the wait short.
+        ring.turn(Some(Duration::from_secs(5)), 64, &mut out)
+            .unwrap();
+        for _ in before..out.timers.len() {
+            fired_at.push(start.elapsed());
+        }
+    }
+    assert_eq!(out.timers, vec![1, 2, 3]);
+    assert!(fired_at[0] >= Duration::from_millis(20), "{fired_at:?}");
+    assert!(fired_at[2] >= Duration::from_millis(60), "{fired_at:?}");
+    assert!(
+        fired_at[2] < Duration::from_secs(2),
+        "timers cut the 5 s wait short: {fired_at:?}"
+    );
+    assert_eq!(ring.timer_count(), 0);
+}
+
+#[test]
+fn timeout_op_completes_after_its_duration() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let start = Instant::now();
+    ring.submit(
+        1,
+        Op::Timeout {
+            duration: Duration::from_millis(30),
+        },
+        false,
+    )
+    .unwrap();
+    let done = turn_until(&mut ring, 1);
+    assert_eq!(*done[0].result.as_ref().unwrap(), 0);
+    assert!(start.elapsed() >= Duration::from_millis(30));
+}
+
+#[test]
+fn splice_moves_file_bytes_through_a_pipe() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let dir = TempDir::new("splice");
+    let data = pattern(10_000, 5);
+    std::fs::write(dir.path("src"), &data).unwrap();
+    let src = open_file(&dir.path("src"), libc::O_RDONLY);
+    let dst = open_file(
+        &dir.path("dst"),
+        libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+    );
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    assert_eq!(
+        unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) },
+        0
+    );
+    // SAFETY: fresh descriptors.
+    let (pipe_read, pipe_write) =
+        unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+    let mut moved = 0usize;
+    while moved < data.len() {
+        let len = (data.len() - moved) as u32;
+        let into_pipe = Op::Splice {
+            fd_in: src.as_raw_fd(),
+            off_in: Some(moved as u64),
+            fd_out: pipe_write.as_raw_fd(),
+            off_out: None,
+            len,
+            flags: 0,
+        };
+        ring.submit(1, into_pipe, false).unwrap();
+        let count = *turn_until(&mut ring, 1)[0].result.as_ref().unwrap();
+        assert!(count > 0);
+        let out_of_pipe = Op::Splice {
+            fd_in: pipe_read.as_raw_fd(),
+            off_in: None,
+            fd_out: dst.as_raw_fd(),
+            off_out: Some(moved as u64),
+            len: count as u32,
+            flags: 0,
+        };
+        ring.submit(2, out_of_pipe, false).unwrap();
+        assert_eq!(*turn_until(&mut ring, 1)[0].result.as_ref().unwrap(), count);
+        moved += count;
+    }
+    assert_eq!(std::fs::read(dir.path("dst")).unwrap(), data);
+}
+
+#[test]
+fn multishot_accept_recv_and_send_work_on_loopback() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    ring.submit(
+        1,
+        Op::AcceptMulti {
+            fd: listener.as_raw_fd(),
+        },
+        false,
+    )
+    .unwrap();
+    let mut clients: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(address).unwrap())
+        .collect();
+    let accepted = turn_until(&mut ring, 2);
+    let mut sockets = Vec::new();
+    for shot in accepted {
+        assert!(shot.more, "the multishot accept stays armed");
+        assert!(shot.op.is_none());
+        // SAFETY: the accepted descriptor is ours.
+        sockets.push(unsafe { OwnedFd::from_raw_fd(*shot.result.as_ref().unwrap() as i32) });
+    }
+    clients[0].write_all(b"ping").unwrap();
+    ring.submit(
+        2,
+        Op::Recv {
+            fd: sockets[0].as_raw_fd(),
+            buf: Vec::with_capacity(64),
+        },
+        false,
+    )
+    .unwrap();
+    let done = turn_until(&mut ring, 1).pop().unwrap();
+    let Some(Op::Recv { buf, .. }) = done.op else {
+        panic!("recv gives its buffer back")
+    };
+    // Both connections may be accepted in either order; find the one that got data.
+    if buf.is_empty() {
+        panic!("recv returned no bytes");
+    }
+    assert_eq!(&buf[..], b"ping");
+    ring.submit(
+        3,
+        Op::Send {
+            fd: sockets[0].as_raw_fd(),
+            data: Bytes::from_static(b"pong"),
+        },
+        false,
+    )
+    .unwrap();
+    assert_eq!(*turn_until(&mut ring, 1)[0].result.as_ref().unwrap(), 4);
+    let mut reply = [0u8; 4];
+    clients[0].read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"pong");
+    clients.clear();
+}
+
+#[test]
+fn short_send_is_continued_and_its_linked_follower_still_runs() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let (sender, mut receiver) = std::os::unix::net::UnixStream::pair().unwrap();
+    let small: libc::c_int = 4096;
+    // SAFETY: setsockopt reads an int from the live local.
+    let set = unsafe {
+        libc::setsockopt(
+            sender.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&raw const small).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
+    let data = Bytes::from(pattern(1 << 20, 11));
+    let expected = data.clone();
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; 1 << 20];
+        receiver.read_exact(&mut got).unwrap();
+        got
+    });
+    ring.submit(
+        1,
+        Op::Send {
+            fd: sender.as_raw_fd(),
+            data,
+        },
+        true,
+    )
+    .unwrap();
+    ring.submit(2, Op::Nop, false).unwrap();
+    let done = turn_until(&mut ring, 2);
+    assert_eq!(
+        done[0].token, 1,
+        "the send completes before its linked follower"
+    );
+    assert_eq!(*done[0].result.as_ref().unwrap(), 1 << 20);
+    assert_eq!(done[1].token, 2);
+    assert_eq!(
+        *done[1].result.as_ref().unwrap(),
+        0,
+        "the follower ran, it was not cancelled"
+    );
+    assert_eq!(reader.join().unwrap(), &expected[..]);
+    let stats = ring.stats();
+    println!(
+        "continuations {} relinked {}",
+        stats.continuations, stats.relinked
+    );
+    assert_eq!(
+        stats.relinked > 0,
+        stats.continuations > 0,
+        "a continued head relinks its follower"
+    );
+}
+
+#[test]
+fn write_to_a_pipe_completes_whole_and_in_order_with_its_linked_follower() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    assert_eq!(
+        unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) },
+        0
+    );
+    // SAFETY: fresh descriptors.
+    let (pipe_read, pipe_write) =
+        unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+    let data = pattern(1 << 20, 13);
+    let expected = data.clone();
+    let reader = std::thread::spawn(move || {
+        let mut file = std::fs::File::from(pipe_read);
+        let mut got = vec![0u8; 1 << 20];
+        file.read_exact(&mut got).unwrap();
+        got
+    });
+    let buf = filled_buf(&data);
+    ring.submit(
+        1,
+        Op::Write {
+            fd: pipe_write.as_raw_fd(),
+            file_offset: 0,
+            buf,
+            buf_range: 0..data.len(),
+        },
+        true,
+    )
+    .unwrap();
+    ring.submit(2, Op::Nop, false).unwrap();
+    let done = turn_until(&mut ring, 2);
+    assert_eq!(
+        done[0].token, 1,
+        "the write completes before its linked follower"
+    );
+    assert_eq!(*done[0].result.as_ref().unwrap(), 1 << 20);
+    assert_eq!(done[1].token, 2);
+    assert_eq!(
+        *done[1].result.as_ref().unwrap(),
+        0,
+        "the follower ran, it was not cancelled"
+    );
+    assert_eq!(reader.join().unwrap(), expected);
+    let stats = ring.stats();
+    println!(
+        "continuations {} relinked {}",
+        stats.continuations, stats.relinked
+    );
+    if stats.continuations > 0 {
+        // The first short write broke the link; the follower was parked and
+        // resubmitted exactly once, after the write finished.
+        assert_eq!(stats.relinked, 1);
+    }
+}
+
+#[test]
+fn full_ring_gives_the_op_back_and_drop_cancels_what_is_in_flight() {
+    let config = RingConfig {
+        entries: 8,
+        ..RingConfig::default()
+    };
+    let mut ring = match Ring::new(config) {
+        Ok(ring) => ring,
+        Err(error) => {
+            println!("skipped: io_uring unavailable: {error}");
+            return;
+        }
+    };
+    let capacity = ring.capacity();
+    for token in 0..capacity as u64 {
+        ring.submit(
+            token,
+            Op::Timeout {
+                duration: Duration::from_secs(60),
+            },
+            false,
+        )
+        .unwrap();
+    }
+    let mut out = TurnOutput::new();
+    ring.turn(None, 64, &mut out).unwrap();
+    assert!(
+        out.completions.is_empty(),
+        "60 s timeouts are still pending"
+    );
+    match ring.submit(99, Op::Nop, false) {
+        Err((error, Op::Nop)) => assert!(error.to_string().contains("full"), "{error}"),
+        other => panic!("expected QueueFull with the op given back, got {other:?}"),
+    }
+    assert_eq!(ring.in_flight(), capacity);
+    let start = Instant::now();
+    drop(ring);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "drop cancelled the timeouts instead of waiting 60 s"
+    );
+}
+
+/// Set in the child process of the memlock test.
+const MEMLOCK_CHILD_ENV: &str = "RINGMQ_URING_TEST_MEMLOCK_CHILD";
+
+/// Drops CAP_IPC_LOCK from this thread (so registered buffers count against
+/// RLIMIT_MEMLOCK) and lowers RLIMIT_MEMLOCK to `limit` bytes.
+fn lose_memlock_privilege(limit: u64) {
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    const CAP_IPC_LOCK: u32 = 14;
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capget/capset read and write the two live local structs, laid
+    // out as the kernel's v3 capability ABI.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()),
+            0
+        );
+        data[0].effective &= !(1 << CAP_IPC_LOCK);
+        data[0].permitted &= !(1 << CAP_IPC_LOCK);
+        assert_eq!(
+            libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()),
+            0
+        );
+    }
+    let rlimit = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: setrlimit reads the live local struct.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlimit) }, 0);
+}
+
+#[test]
+fn registration_refused_by_memlock_names_cause_and_remedy_and_falls_back() {
+    if std::env::var_os(MEMLOCK_CHILD_ENV).is_none() {
+        // Run this same test in a child process: dropping a capability and
+        // lowering a limit must not leak into the other tests.
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "registration_refused_by_memlock_names_cause_and_remedy_and_falls_back",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(MEMLOCK_CHILD_ENV, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        println!("{stdout}");
+        assert!(
+            output.status.success(),
+            "child failed: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("child checked the refusal") || stdout.contains("skipped:"),
+            "{stdout}"
+        );
+        return;
+    }
+    lose_memlock_privilege(1 << 20);
+    let config = UringDiskConfig {
+        fixed_buffer_count: 4,
+        fixed_buffer_size: 1 << 20,
+        fixed_buffers_required: true,
+        ..UringDiskConfig::default()
+    };
+    let error = match UringDisk::new(config) {
+        Ok(_) => panic!("4 MiB of registered buffers under a 1 MiB RLIMIT_MEMLOCK were accepted"),
+        Err(error) if error.raw_os_error() != Some(libc::ENOMEM) => {
+            println!("skipped: io_uring unavailable: {error}");
+            return;
+        }
+        Err(error) => error,
+    };
+    let text = error.to_string();
+    println!("refusal: {text}");
+    assert!(
+        text.contains("RLIMIT_MEMLOCK") && text.contains("1048576 bytes"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ulimit -l") && text.contains("fewer or smaller"),
+        "{text}"
+    );
+    // Not required: the disk falls back to plain buffers and says why.
+    let mut disk = UringDisk::new(UringDiskConfig {
+        fixed_buffers_required: false,
+        ..config
+    })
+    .unwrap();
+    assert!(disk.fixed_buffer_pool().is_none());
+    assert!(
+        disk.fixed_buffers_error()
+            .is_some_and(|error| error.to_string().contains("RLIMIT_MEMLOCK"))
+    );
+    assert_eq!(disk.buffer(1 << 20).fixed_index(), None);
+    println!("child checked the refusal");
+}
+
+#[test]
+fn a_turn_submits_everything_queued_in_one_enter() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let mut out = TurnOutput::new();
+    ring.turn(None, 64, &mut out).unwrap();
+    let before = ring.stats();
+    for token in 0..10 {
+        ring.submit(token, Op::Nop, false).unwrap();
+    }
+    assert_eq!(ring.stats().enters, before.enters, "submit only queues");
+    ring.turn(Some(Duration::from_secs(1)), 64, &mut out)
+        .unwrap();
+    let after = ring.stats();
+    assert_eq!(
+        after.enters,
+        before.enters + 1,
+        "one io_uring_enter for the whole turn"
+    );
+    assert!(
+        after.sqes_submitted >= before.sqes_submitted + 10,
+        "{after:?}"
+    );
+    let done = turn_until(&mut ring, 10 - out.completions.len());
+    assert_eq!(out.completions.len() + done.len(), 10);
+}
+
+#[test]
+fn stall_detector_counts_a_turn_longer_than_the_threshold() {
+    let config = RingConfig {
+        stall_threshold: Duration::from_millis(50),
+        ..RingConfig::default()
+    };
+    let mut ring = match Ring::new(config) {
+        Ok(ring) => ring,
+        Err(error) => {
+            println!("skipped: io_uring unavailable: {error}");
+            return;
+        }
+    };
+    let mut out = TurnOutput::new();
+    ring.turn(None, 64, &mut out).unwrap();
+    ring.turn(None, 64, &mut out).unwrap();
+    assert_eq!(ring.stats().stalls, 0, "back-to-back turns do not stall");
+    // The caller's handlers take too long between two turns.
+    std::thread::sleep(Duration::from_millis(120));
+    ring.turn(None, 64, &mut out).unwrap();
+    assert_eq!(ring.stats().stalls, 1);
+}
+
+#[test]
+fn zero_fill_runs_in_the_background_and_never_overwrites_data() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("zero-fill");
+    let len = 16 << 20;
+    let file = disk
+        .open(&dir.path("background"), OpenOptions::create_direct(len))
+        .unwrap();
+    assert!(
+        disk.is_zero_fill_pending(file).unwrap(),
+        "open returns before the fill is done"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    while disk.is_zero_fill_pending(file).unwrap() && Instant::now() < deadline {
+        disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::from_millis(10)))
+            .unwrap();
+    }
+    assert!(
+        !disk.is_zero_fill_pending(file).unwrap(),
+        "polling finishes the fill"
+    );
+    assert!(out.is_empty(), "the fill reports no completions of its own");
+    assert_eq!(disk.in_flight(), 0);
+
+    // A write right after creation waits for the fill, so no zero write can
+    // land on top of it.
+    let other = disk
+        .open(&dir.path("immediate"), OpenOptions::create_direct(len))
+        .unwrap();
+    let data = pattern(BLOCK_SIZE, 21);
+    let last_block = len - BLOCK_SIZE as u64;
+    let write = DiskOp::Write {
+        file: other,
+        file_offset: last_block,
+        buf: filled_buf(&data),
+        buf_range: 0..BLOCK_SIZE,
+    };
+    disk.submit(id(1), write, false).unwrap();
+    assert!(!disk.is_zero_fill_pending(other).unwrap());
+    wait_for(&mut disk, 1);
+    disk.close(other).unwrap();
+    disk.close(file).unwrap();
+    let bytes = std::fs::read(dir.path("immediate")).unwrap();
+    assert_eq!(&bytes[last_block as usize..], &data[..]);
+    assert!(bytes[..last_block as usize].iter().all(|byte| *byte == 0));
+}
