@@ -12,5 +12,6 @@ pub mod consumer_offset;
 pub mod namesrv;
 pub mod queue_lock;
 pub mod route;
+pub mod server;
 pub mod subscription_group;
 pub mod topic_config;

@@ -1,0 +1,791 @@
+//! The remoting server: one listening socket and its connections on one
+//! io_uring [`Ring`], one thread. A shard will run one instance (the
+//! listener has SO_REUSEPORT, so every shard can listen on the same port);
+//! today `ringmq namesrv` runs one with the name server as its
+//! [`RequestHandler`].
+//!
+//! ```text
+//!            ┌──────────── one loop turn ─────────────────────────────────────┐
+//!  flush: dirty connections ─▶ Send(out_queue) (one per connection, ≤ 1 in flight)
+//!  ring.turn ─▶ completions:  accept ─▶ new Connection ─▶ Recv
+//!                             recv   ─▶ take_requests ─▶ handler.handle ─▶ out_queue
+//!                             send   ─▶ next Send / resume reading
+//!              timers: tick ─▶ handler.on_tick       woken ─▶ shutdown requested?
+//!  backlog: connections with complete frames left ─▶ take_requests (bounded)
+//!            └────────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! Framing errors (a length word over [`FRAME_SIZE_MAX`] or below 4, an
+//! unknown serialize type, a header longer than its frame, a header that
+//! does not decode) close that connection only, with one `warn` naming the
+//! peer and the error, as Java's `NettyDecoder` closes the channel. A peer
+//! that closes mid-frame is a normal close. Which request codes exist is the
+//! handler's business. Responses are JSON (serialize type 0), carry the
+//! request's opaque and the response flag, and are never sent for one-way
+//! requests.
+//!
+//! Closing a connection: `shutdown(SHUT_RDWR)` wakes its Recv (0 bytes) and
+//! its Send (EPIPE); when both have completed, the descriptor is closed and
+//! the connection leaves the table. The ring has no per-operation cancel,
+//! and none is needed.
+//!
+//! Stopping ([`ShutdownHandle::request`], from the SIGTERM/SIGINT thread of
+//! [`signal`]): the listener is shut down (its accept completes), no more
+//! reads are armed, queued responses are flushed (at most
+//! [`STOP_FLUSH_TIMEOUT`]), then every connection is shut down and `run`
+//! returns once their operations have completed.
+//!
+//! # Invariants
+//! - A token is `TOKEN_TAG | kind << 48 | slab key`; a connection's slab
+//!   entry lives until none of its operations is in flight, so a completion
+//!   always finds the connection it was submitted for.
+//! - At most one Recv and one Send per connection, and one accept, are in
+//!   flight: at most `2 * CONNECTION_COUNT_MAX + 1` operations, which the
+//!   ring's capacity covers (asserted at startup).
+//! - A connection's output waiting for a Send never exceeds
+//!   [`OUTPUT_QUEUE_SIZE_MAX`]: the connection is closed first. Reading
+//!   pauses while more than [`OUTPUT_PAUSE_SIZE`] bytes are pending, so a
+//!   client that does not read its responses stops being read.
+//! - At most [`REQUESTS_PER_CONNECTION_TURN_MAX`] requests of one connection
+//!   are handled per turn.
+//! - The ring thread never blocks: no file I/O, no sleep; the only syscalls
+//!   outside the ring are `getpeername`, `setsockopt`, `shutdown` and
+//!   `close` on sockets, none of which waits.
+
+mod connection;
+mod name_server;
+pub mod signal;
+pub mod socket;
+mod stream;
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_storage::ring::{
+    COMPLETIONS_PER_TURN_MAX, Completion, Op, Ring, RingConfig, RingError, TimerId, Token,
+    TurnOutput,
+};
+use slab::Slab;
+
+pub use connection::{READ_BUFFER_SIZE_INITIAL, READ_BUFFER_SIZE_KEEP_MAX, READ_BUFFER_SIZE_MAX};
+pub use name_server::NameServerHandler;
+pub use ringmq_protocol::limits::FRAME_SIZE_MAX;
+pub use signal::ShutdownHandle;
+
+use connection::Connection;
+
+/// Most connections one server accepts; one more is closed at once.
+pub const CONNECTION_COUNT_MAX: usize = 2000;
+/// Submission queue depth of the server's ring.
+pub const RING_ENTRIES: u32 = 4096;
+/// Requests of one connection handled per loop turn before the others get
+/// their turn (the rest wait in the read buffer).
+pub const REQUESTS_PER_CONNECTION_TURN_MAX: usize = 64;
+/// Output of one connection past which it is closed (a client that sends
+/// and never reads).
+pub const OUTPUT_QUEUE_SIZE_MAX: usize = 2 * FRAME_SIZE_MAX as usize;
+/// Output of one connection past which its requests are no longer read.
+pub const OUTPUT_PAUSE_SIZE: usize = 1024 * 1024;
+/// How long a stop waits for queued responses to go out.
+pub const STOP_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a stop waits for shut-down connections' operations to complete.
+pub const STOP_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause before accepting again after the kernel refused an accept (out of
+/// descriptors or memory), so a persistent error does not spin the loop.
+pub const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+/// Longest wait of one turn when nothing is due (timers shorten it).
+pub const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+// One Recv and one Send per connection plus the accept must fit the ring.
+const _: () = assert!(2 * CONNECTION_COUNT_MAX < RING_ENTRIES as usize - 2);
+const _: () = assert!(RING_ENTRIES <= ringmq_storage::ring::RING_ENTRIES_MAX);
+const _: () = assert!(OUTPUT_PAUSE_SIZE < OUTPUT_QUEUE_SIZE_MAX);
+const _: () = assert!(OUTPUT_QUEUE_SIZE_MAX >= FRAME_SIZE_MAX as usize);
+
+/// The tag in the top byte of every token this server submits.
+const TOKEN_TAG: Token = 0x4E << 56;
+const KIND_SHIFT: u32 = 48;
+const KIND_ACCEPT: Token = 1;
+const KIND_RECV: Token = 2;
+const KIND_SEND: Token = 3;
+const KIND_TICK: Token = 4;
+const KIND_ACCEPT_RETRY: Token = 5;
+const KIND_STOP_DEADLINE: Token = 6;
+const KEY_MASK: Token = 0xFFFF_FFFF;
+
+fn token(kind: Token, key: usize) -> Token {
+    assert!(key as u64 <= KEY_MASK, "slab key {key} past 32 bits");
+    TOKEN_TAG | kind << KIND_SHIFT | key as Token
+}
+
+/// Names a connection for the handler; unique over the server's life (a
+/// serial number in the high 32 bits, the table slot in the low 32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnectionId(pub u64);
+
+impl ConnectionId {
+    fn new(serial: u32, key: usize) -> Self {
+        ConnectionId(u64::from(serial) << 32 | key as u64)
+    }
+
+    fn key(self) -> usize {
+        (self.0 & KEY_MASK) as usize
+    }
+}
+
+/// What the server calls with requests: the name server now, the broker
+/// later. All calls run on the ring thread and must not block.
+pub trait RequestHandler {
+    /// Handles one request (or stray response) of `conn`; the answer goes
+    /// back on the same connection unless the request is one-way. The
+    /// server sets the answer's opaque and response flag.
+    fn handle(
+        &mut self,
+        conn: ConnectionId,
+        peer: SocketAddr,
+        cmd: RemotingCommand,
+        now_ms: i64,
+    ) -> Option<RemotingCommand>;
+
+    /// `conn` is closed: no more requests will come from it.
+    fn on_closed(&mut self, conn: ConnectionId);
+
+    /// Called every [`RequestHandler::tick_interval`].
+    fn on_tick(&mut self, now_ms: i64);
+
+    /// How often [`RequestHandler::on_tick`] runs.
+    fn tick_interval(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    /// Moves the connections the handler wants closed into `out`; the
+    /// server asks after every call. Ids of connections already gone are
+    /// ignored.
+    fn take_close_requests(&mut self, out: &mut Vec<ConnectionId>) {
+        let _ = out;
+    }
+}
+
+/// How a server is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Address to listen on (port 0: the kernel picks one).
+    pub listen_addr: SocketAddr,
+    /// Use multishot accept (the default). It falls back to one accept per
+    /// connection by itself where the kernel refuses it; false forces that
+    /// fallback (tests).
+    pub multishot_accept: bool,
+}
+
+impl ServerConfig {
+    /// Listens on `listen_addr` with the defaults.
+    pub fn new(listen_addr: SocketAddr) -> Self {
+        ServerConfig {
+            listen_addr,
+            multishot_accept: true,
+        }
+    }
+}
+
+/// Errors of the server as a whole (errors of one connection only close it).
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The ring could not be created.
+    #[error("setting up the io_uring reactor")]
+    Ring(#[source] RingError),
+    /// The listening socket could not be created, bound or listened on.
+    #[error("listening on {addr}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// A loop turn failed (`io_uring_enter` outside normal flow).
+    #[error("running the io_uring reactor")]
+    Turn(#[source] RingError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AcceptMode {
+    /// Multishot accept (Linux 5.19+): one armed op, one completion per
+    /// connection.
+    Multi,
+    /// One accept op per connection (older kernels answer EINVAL to
+    /// multishot).
+    Single,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Stop requested: no accepting, no reading; flushing output.
+    Flushing,
+    /// Every connection shut down; waiting for their operations.
+    Closing,
+}
+
+/// The server: a listener, its connections and their handler, on one ring.
+pub struct Server<H: RequestHandler> {
+    ring: Ring,
+    handler: H,
+    listener: OwnedFd,
+    local_addr: SocketAddr,
+    accept_mode: AcceptMode,
+    accept_in_flight: bool,
+    accepted_count: u64,
+    connections: Slab<Connection>,
+    next_serial: u32,
+    dirty: Vec<usize>,
+    backlog: Vec<usize>,
+    close_requests: Vec<ConnectionId>,
+    shutdown: ShutdownHandle,
+    phase: Phase,
+    stop_timer: Option<TimerId>,
+}
+
+impl<H: RequestHandler> std::fmt::Debug for Server<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.local_addr)
+            .field("connections", &self.connections.len())
+            .field("accept_mode", &self.accept_mode)
+            .field("phase", &self.phase)
+            .finish()
+    }
+}
+
+impl<H: RequestHandler> Server<H> {
+    /// Creates the ring and the listening socket on the calling thread,
+    /// which must be the one that calls [`Server::run`].
+    ///
+    /// # Errors
+    /// [`ServerError::Ring`] (io_uring unavailable: the message says why) or
+    /// [`ServerError::Listen`].
+    pub fn bind(config: ServerConfig, handler: H) -> Result<Self, ServerError> {
+        let ring = Ring::new(RingConfig {
+            entries: RING_ENTRIES,
+            ..RingConfig::default()
+        })
+        .map_err(ServerError::Ring)?;
+        assert!(
+            ring.capacity() > 2 * CONNECTION_COUNT_MAX,
+            "ring capacity {} < 2 * {CONNECTION_COUNT_MAX} + 1",
+            ring.capacity()
+        );
+        let listen_error = |source| ServerError::Listen {
+            addr: config.listen_addr,
+            source,
+        };
+        let listener = socket::bind_listener(config.listen_addr).map_err(listen_error)?;
+        let local_addr = socket::local_addr(listener.as_raw_fd()).map_err(listen_error)?;
+        let shutdown = ShutdownHandle::new(ring.waker());
+        Ok(Server {
+            ring,
+            handler,
+            listener,
+            local_addr,
+            accept_mode: if config.multishot_accept {
+                AcceptMode::Multi
+            } else {
+                AcceptMode::Single
+            },
+            accept_in_flight: false,
+            accepted_count: 0,
+            connections: Slab::new(),
+            next_serial: 0,
+            dirty: Vec::new(),
+            backlog: Vec::new(),
+            close_requests: Vec::new(),
+            shutdown,
+            phase: Phase::Running,
+            stop_timer: None,
+        })
+    }
+
+    /// The address the server listens on (with the port the kernel picked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A handle that stops [`Server::run`] from any thread.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Serves until a stop is requested and finished, then returns the
+    /// handler.
+    ///
+    /// # Errors
+    /// [`ServerError::Turn`] when the ring itself fails.
+    pub fn run(mut self) -> Result<H, ServerError> {
+        self.arm_accept();
+        let _ = self.arm_timer(KIND_TICK, self.handler.tick_interval());
+        let mut out = TurnOutput::new();
+        loop {
+            self.flush_dirty();
+            if self.phase == Phase::Closing && self.connections.is_empty() {
+                break;
+            }
+            if self.phase == Phase::Flushing && self.is_flushed() {
+                self.close_all();
+                continue;
+            }
+            let wait = if self.backlog.is_empty() {
+                IDLE_WAIT
+            } else {
+                Duration::ZERO
+            };
+            out.clear();
+            self.ring
+                .turn(Some(wait), COMPLETIONS_PER_TURN_MAX, &mut out)
+                .map_err(ServerError::Turn)?;
+            let now_ms = wall_clock_ms();
+            for completion in out.completions.drain(..) {
+                self.on_completion(completion, now_ms);
+            }
+            for fired in out.timers.drain(..) {
+                if self.on_timer(fired, now_ms) {
+                    return Ok(self.handler);
+                }
+            }
+            if self.phase == Phase::Running && self.shutdown.is_requested() {
+                self.begin_stop();
+            }
+            self.process_backlog(now_ms);
+            self.apply_close_requests();
+        }
+        tracing::info!(addr = %self.local_addr, "server stopped");
+        Ok(self.handler)
+    }
+
+    fn on_completion(&mut self, completion: Completion, now_ms: i64) {
+        let kind = (completion.token >> KIND_SHIFT) & 0xFF;
+        let key = (completion.token & KEY_MASK) as usize;
+        assert_eq!(
+            completion.token & (0xFF << 56),
+            TOKEN_TAG,
+            "completion {:#x} not submitted by the server",
+            completion.token
+        );
+        match kind {
+            KIND_ACCEPT => self.on_accept(completion),
+            KIND_RECV => self.on_recv(key, completion, now_ms),
+            KIND_SEND => self.on_send(key, completion),
+            _ => unreachable!("completion of unknown kind {kind}"),
+        }
+    }
+
+    /// Returns true when the server must stop now (close deadline passed).
+    fn on_timer(&mut self, fired: Token, now_ms: i64) -> bool {
+        match (fired >> KIND_SHIFT) & 0xFF {
+            KIND_TICK => {
+                self.handler.on_tick(now_ms);
+                self.handler.take_close_requests(&mut self.close_requests);
+                let _ = self.arm_timer(KIND_TICK, self.handler.tick_interval());
+            }
+            KIND_ACCEPT_RETRY => self.arm_accept(),
+            KIND_STOP_DEADLINE => {
+                // A replaced deadline is cancelled and never fires, so this
+                // is the current one; fired, it is no longer cancellable.
+                self.stop_timer = None;
+                match self.phase {
+                    Phase::Running => unreachable!("stop deadline while running"),
+                    Phase::Flushing => {
+                        tracing::warn!(
+                            "responses still unsent after the stop timeout: dropping them"
+                        );
+                        self.close_all();
+                    }
+                    Phase::Closing => {
+                        tracing::warn!(
+                            connections = self.connections.len(),
+                            "connections still busy after the close timeout: leaving them to \
+                             the ring's drain"
+                        );
+                        return true;
+                    }
+                }
+            }
+            kind => unreachable!("timer of unknown kind {kind}"),
+        }
+        false
+    }
+
+    fn arm_timer(&mut self, kind: Token, after: Duration) -> Option<TimerId> {
+        match self.ring.add_timer(Instant::now() + after, token(kind, 0)) {
+            Ok(id) => Some(id),
+            Err(error) => {
+                // A handful of timers against a table of 65,536: a bug if it
+                // happens, but not one worth killing the server for.
+                tracing::error!(%error, kind, "arming a server timer failed");
+                None
+            }
+        }
+    }
+
+    /// Replaces the stop deadline (one per stop phase).
+    fn arm_stop_deadline(&mut self, after: Duration) {
+        if let Some(previous) = self.stop_timer.take() {
+            self.ring.cancel_timer(previous);
+        }
+        self.stop_timer = self.arm_timer(KIND_STOP_DEADLINE, after);
+    }
+
+    // ----- accepting -----
+
+    fn arm_accept(&mut self) {
+        if self.accept_in_flight || self.phase != Phase::Running {
+            return;
+        }
+        let fd = self.listener.as_raw_fd();
+        let op = match self.accept_mode {
+            AcceptMode::Multi => Op::AcceptMulti { fd },
+            AcceptMode::Single => Op::Accept { fd },
+        };
+        match self.ring.submit(token(KIND_ACCEPT, 0), op, false) {
+            Ok(()) => self.accept_in_flight = true,
+            Err((error, _)) => {
+                tracing::error!(%error, "submitting accept failed; retrying");
+                let _ = self.arm_timer(KIND_ACCEPT_RETRY, ACCEPT_RETRY_DELAY);
+            }
+        }
+    }
+
+    fn on_accept(&mut self, completion: Completion) {
+        let ended = !completion.more;
+        let mut retry_later = false;
+        match completion.result {
+            Ok(fd) => {
+                // SAFETY: a successful accept completes with a fresh
+                // descriptor that nothing else owns.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+                self.accepted_count += 1;
+                self.add_connection(fd);
+            }
+            Err(error) => {
+                let errno = error.raw_os_error();
+                if ended
+                    && self.accept_mode == AcceptMode::Multi
+                    && errno == Some(libc::EINVAL)
+                    && self.accepted_count == 0
+                    && self.phase == Phase::Running
+                {
+                    tracing::info!("multishot accept unsupported; accepting one at a time");
+                    self.accept_mode = AcceptMode::Single;
+                } else if self.phase == Phase::Running
+                    && !matches!(errno, Some(libc::ECONNABORTED | libc::EINTR | libc::EAGAIN))
+                {
+                    retry_later = true;
+                    tracing::warn!(%error, "accept failed");
+                }
+            }
+        }
+        if ended {
+            self.accept_in_flight = false;
+            if retry_later {
+                let _ = self.arm_timer(KIND_ACCEPT_RETRY, ACCEPT_RETRY_DELAY);
+            } else {
+                self.arm_accept();
+            }
+        }
+    }
+
+    fn add_connection(&mut self, fd: OwnedFd) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        if self.connections.len() >= CONNECTION_COUNT_MAX {
+            tracing::warn!(
+                max = CONNECTION_COUNT_MAX,
+                "connection limit reached: closing a new connection"
+            );
+            return;
+        }
+        let peer = match socket::peer_addr(fd.as_raw_fd()) {
+            Ok(peer) => peer,
+            Err(error) => {
+                tracing::debug!(%error, "accepted connection vanished before it was served");
+                return;
+            }
+        };
+        if let Err(error) = socket::set_nodelay(fd.as_raw_fd()) {
+            tracing::debug!(%peer, %error, "setting TCP_NODELAY failed");
+        }
+        self.next_serial = self.next_serial.wrapping_add(1);
+        let entry = self.connections.vacant_entry();
+        let id = ConnectionId::new(self.next_serial, entry.key());
+        let key = entry.key();
+        entry.insert(Connection::new(id, fd, peer));
+        tracing::debug!(%peer, connection = id.0, "connection accepted");
+        self.arm_recv(key);
+    }
+
+    // ----- stopping -----
+
+    fn begin_stop(&mut self) {
+        tracing::info!(
+            addr = %self.local_addr,
+            connections = self.connections.len(),
+            "stopping: no more accepts, flushing responses"
+        );
+        self.phase = Phase::Flushing;
+        // Ends the accept in flight (EINVAL) and refuses new connections.
+        if let Err(error) = socket::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) {
+            tracing::debug!(%error, "shutting the listener down failed");
+        }
+        self.arm_stop_deadline(STOP_FLUSH_TIMEOUT);
+    }
+
+    fn is_flushed(&self) -> bool {
+        self.connections.iter().all(|(_, conn)| {
+            conn.closing || (conn.out_queue.is_empty() && !conn.send_in_flight && !conn.backlog)
+        })
+    }
+
+    fn close_all(&mut self) {
+        self.phase = Phase::Closing;
+        let keys: Vec<usize> = self.connections.iter().map(|(key, _)| key).collect();
+        for key in keys {
+            self.close(key);
+        }
+        self.arm_stop_deadline(STOP_CLOSE_TIMEOUT);
+    }
+}
+
+/// Milliseconds since the Unix epoch (Java's `System.currentTimeMillis`),
+/// the clock the name server's expiry runs on.
+fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex, mpsc};
+    use std::thread::JoinHandle;
+
+    use bytes::Bytes;
+    use ringmq_protocol::code::SerializeType;
+    use ringmq_protocol::command::ExtFields;
+    use ringmq_protocol::frame;
+
+    const CLOSE_ME: i32 = 9001;
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Answers every request with code 0 but neither opaque nor response
+    /// flag (the server must add them); asks to close the connection of a
+    /// CLOSE_ME request; counts ticks and closes.
+    #[derive(Default)]
+    struct Probe {
+        close_requests: Vec<ConnectionId>,
+        closed: Arc<Mutex<Vec<ConnectionId>>>,
+        ticks: Arc<AtomicUsize>,
+    }
+
+    impl RequestHandler for Probe {
+        fn handle(
+            &mut self,
+            conn: ConnectionId,
+            _peer: SocketAddr,
+            cmd: RemotingCommand,
+            _now_ms: i64,
+        ) -> Option<RemotingCommand> {
+            if cmd.code == CLOSE_ME {
+                self.close_requests.push(conn);
+            }
+            let mut answer = RemotingCommand::new_response(0, 0, Some(format!("{}", conn.0)));
+            answer.flag = 0;
+            Some(answer)
+        }
+
+        fn on_closed(&mut self, conn: ConnectionId) {
+            self.closed.lock().unwrap().push(conn);
+        }
+
+        fn on_tick(&mut self, _now_ms: i64) {
+            self.ticks.fetch_add(1, Ordering::Relaxed);
+        }
+
+        fn tick_interval(&self) -> Duration {
+            Duration::from_millis(20)
+        }
+
+        fn take_close_requests(&mut self, out: &mut Vec<ConnectionId>) {
+            out.append(&mut self.close_requests);
+        }
+    }
+
+    type Running = (
+        SocketAddr,
+        ShutdownHandle,
+        JoinHandle<Result<Probe, ServerError>>,
+    );
+
+    /// Runs a server on its own thread; None (with a skip line) without io_uring.
+    fn spawn(probe: Probe) -> Option<Running> {
+        spawn_with(probe, true)
+    }
+
+    fn spawn_with(probe: Probe, multishot_accept: bool) -> Option<Running> {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let config = ServerConfig {
+                multishot_accept,
+                ..ServerConfig::new("127.0.0.1:0".parse().unwrap())
+            };
+            let server = match Server::bind(config, probe) {
+                Ok(server) => server,
+                Err(error) => {
+                    ready_tx.send(Err(format!("{error:?}"))).unwrap();
+                    return Err(error);
+                }
+            };
+            ready_tx
+                .send(Ok((server.local_addr(), server.shutdown_handle())))
+                .unwrap();
+            server.run()
+        });
+        match ready_rx.recv_timeout(TIMEOUT).unwrap() {
+            Ok((addr, handle)) => Some((addr, handle, thread)),
+            Err(error) if error.contains("Unavailable") => {
+                eprintln!("SKIPPED: io_uring is unavailable: {error}");
+                None
+            }
+            Err(error) => panic!("server did not start: {error}"),
+        }
+    }
+
+    fn connect(addr: SocketAddr) -> TcpStream {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        stream
+    }
+
+    fn send(stream: &mut TcpStream, code: i32, opaque: i32) {
+        let mut request = RemotingCommand::new_request(code, ExtFields::new());
+        request.opaque = opaque;
+        let mut out = Vec::new();
+        request.encode(SerializeType::Json, &mut out).unwrap();
+        stream.write_all(&out).unwrap();
+    }
+
+    fn read_response(stream: &mut TcpStream) -> Option<RemotingCommand> {
+        let mut length = [0u8; 4];
+        if stream.read_exact(&mut length).is_err() {
+            return None;
+        }
+        let mut bytes = length.to_vec();
+        bytes.resize(4 + u32::from_be_bytes(length) as usize, 0);
+        stream.read_exact(&mut bytes[4..]).unwrap();
+        let raw = frame::decode_frame(&Bytes::from(bytes), FRAME_SIZE_MAX)
+            .unwrap()
+            .unwrap();
+        Some(RemotingCommand::from_frame(&raw).unwrap())
+    }
+
+    fn wait_until(what: &str, condition: impl Fn() -> bool) {
+        let deadline = Instant::now() + TIMEOUT;
+        while !condition() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn server_sets_the_request_opaque_and_the_response_flag_on_answers() {
+        let Some((addr, stop, thread)) = spawn(Probe::default()) else {
+            return;
+        };
+        let mut client = connect(addr);
+        send(&mut client, 105, 77);
+        let response = read_response(&mut client).expect("a response");
+        assert_eq!(response.opaque, 77);
+        assert!(response.is_response());
+        stop.request();
+        thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn handler_close_request_closes_only_that_connection_and_reports_it() {
+        let probe = Probe::default();
+        let closed = probe.closed.clone();
+        let Some((addr, stop, thread)) = spawn(probe) else {
+            return;
+        };
+        let mut bystander = connect(addr);
+        let mut doomed = connect(addr);
+        send(&mut doomed, CLOSE_ME, 1);
+        // The answer may or may not get out before the close; then EOF.
+        let mut seen = 0;
+        while read_response(&mut doomed).is_some() {
+            seen += 1;
+            assert!(seen <= 1, "more than one answer to one request");
+        }
+        wait_until("on_closed", || closed.lock().unwrap().len() == 1);
+        send(&mut bystander, 105, 2);
+        assert_eq!(read_response(&mut bystander).map(|r| r.opaque), Some(2));
+        stop.request();
+        let probe = thread.join().unwrap().unwrap();
+        assert_eq!(
+            probe.closed.lock().unwrap().len(),
+            2,
+            "the bystander is closed on stop"
+        );
+    }
+
+    #[test]
+    fn handler_ticks_run_on_the_ring_timers_at_its_interval() {
+        let probe = Probe::default();
+        let ticks = probe.ticks.clone();
+        let Some((_, stop, thread)) = spawn(probe) else {
+            return;
+        };
+        wait_until("three ticks", || ticks.load(Ordering::Relaxed) >= 3);
+        stop.request();
+        thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn stop_closes_every_connection_and_returns_the_handler() {
+        let Some((addr, stop, thread)) = spawn(Probe::default()) else {
+            return;
+        };
+        let mut clients: Vec<TcpStream> = (0..5).map(|_| connect(addr)).collect();
+        for (opaque, client) in clients.iter_mut().enumerate() {
+            send(client, 105, opaque as i32);
+            assert!(read_response(client).is_some());
+        }
+        stop.request();
+        let probe = thread.join().unwrap().unwrap();
+        assert_eq!(probe.closed.lock().unwrap().len(), clients.len());
+        for client in &mut clients {
+            assert!(read_response(client).is_none(), "closed on stop");
+        }
+        assert!(TcpStream::connect(addr).is_err(), "no longer listening");
+    }
+
+    #[test]
+    fn single_accept_mode_serves_connection_after_connection() {
+        let Some((addr, stop, thread)) = spawn_with(Probe::default(), false) else {
+            return;
+        };
+        for opaque in 0..5 {
+            let mut client = connect(addr);
+            send(&mut client, 105, opaque);
+            assert_eq!(read_response(&mut client).map(|r| r.opaque), Some(opaque));
+        }
+        stop.request();
+        let probe = thread.join().unwrap().unwrap();
+        wait_until("five closes", || probe.closed.lock().unwrap().len() == 5);
+    }
+}
