@@ -39,6 +39,9 @@ echo "==> mvn test (tests/java) against $bin" >&2
 status=0
 timeout --kill-after=30 "$limit" \
     mvn -q -B -Dstyle.color=never -f tests/java/pom.xml test "-Dringmq.bin=$bin" "$@" || status=$?
+# Maven runs quiet (-q); print Surefire's own per-class summary lines so the
+# log shows how many Java tests ran.
+cat tests/java/target/surefire-reports/*.txt 2>/dev/null | grep -E '^Tests run:' || true
 if [[ $status -eq 124 || $status -eq 137 ]]; then
     echo "java-tests.sh: timed out after ${limit}s" >&2
 elif [[ $status -ne 0 ]]; then

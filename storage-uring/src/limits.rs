@@ -69,8 +69,18 @@ pub const SEGMENT_PREALLOCATE_THRESHOLD_PERCENT: u64 = 50;
 pub const CHECKPOINT_FILE_SIZE: usize = 4096;
 
 /// CommitLog commits (O_DIRECT writes, each linked to its fdatasync in
-/// SYNC_FLUSH) in flight at once.
-pub const COMMITS_IN_FLIGHT_MAX: usize = 4;
+/// SYNC_FLUSH) in flight at once. Each holds a write buffer until it
+/// completes. 8 measured ~7 % more ASYNC_FLUSH throughput than 4 here.
+pub const COMMITS_IN_FLIGHT_MAX: usize = 8;
+
+/// ASYNC_FLUSH: whole-block bytes a commit started behind others (or
+/// while appends keep arriving) waits for; fewer wait for the next turn.
+pub const COMMIT_BEHIND_BYTES_MIN_ASYNC: usize = 64 * 1024;
+
+/// SYNC_FLUSH: as [`COMMIT_BEHIND_BYTES_MIN_ASYNC`]. Each commit carries its
+/// own fdatasync, but this disk runs several at once: 64, 128 and 256 KiB
+/// gave the same throughput here, and 64 KiB the lowest p99.
+pub const COMMIT_BEHIND_BYTES_MIN_SYNC: usize = 64 * 1024;
 
 /// Size of one recovery scan read.
 pub const RECOVERY_READ_SIZE: usize = 8 * 1024 * 1024;
@@ -116,3 +126,6 @@ const _: () = assert!(RECOVERY_READ_SIZE >= RECORD_SIZE_MAX);
 const _: () = assert!(TAIL_CACHE_SIZE >= 2 * WRITE_BUFFER_SIZE);
 const _: () = assert!(TAIL_CACHE_CHUNK_SIZE <= TAIL_CACHE_SIZE);
 const _: () = assert!(SEGMENT_PREALLOCATE_THRESHOLD_PERCENT < 100);
+// A commit behind others must fit one write buffer.
+const _: () = assert!(COMMIT_BEHIND_BYTES_MIN_ASYNC + BLOCK_SIZE <= WRITE_BUFFER_SIZE);
+const _: () = assert!(COMMIT_BEHIND_BYTES_MIN_SYNC + BLOCK_SIZE <= WRITE_BUFFER_SIZE);

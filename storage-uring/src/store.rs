@@ -55,8 +55,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use ringmq_protocol::message::layout::is_dispatched_to_consume_queue;
+use ringmq_protocol::message::properties::{NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 use ringmq_protocol::message::property_key::{KEYS, TAGS, UNIQ_KEY};
-use ringmq_protocol::message::{Properties, RecordSpec, RecordView, peek_total_size, tags_code};
+use ringmq_protocol::message::{RecordSpec, RecordView, peek_total_size, tags_code};
 
 use crate::checkpoint::{self, Checkpoint, ShardFiles};
 use crate::commit_log::appender::FlushMode;
@@ -328,6 +329,13 @@ pub struct Store<D: Disk> {
     last_durable_store_timestamp_ms: i64,
     next_ticket_id: u64,
     completions: Vec<DiskCompletion>,
+    /// The CommitLog's encoded position at the previous turn.
+    encoded_at_last_turn: u64,
+    /// When the oldest record not yet submitted was seen unsubmitted by
+    /// `poll` (ms), if one is; bounds how long a partial tail block waits.
+    unsubmitted_since_ms: Option<u64>,
+    /// Reused for the record sizes of each append.
+    sizes_scratch: Vec<u32>,
 }
 
 impl<D: Disk> Store<D> {
@@ -397,13 +405,15 @@ impl<D: Disk> Store<D> {
         let mut redispatched = 0;
         let shard_id = config.shard_id;
         let mut visit = |local: u64, view: &RecordView<'_>| {
+            let topic = view.topic();
+            let properties = DispatchProperties::find(view.properties_bytes());
             let record = IndexRecord {
-                topic: view.topic(),
+                topic,
                 commit_log_offset: shard_offset(shard_id, local),
                 store_timestamp_ms: view.store_timestamp_ms(),
                 sys_flag: view.sys_flag(),
-                uniq_key: view.property(UNIQ_KEY),
-                keys: view.property(KEYS),
+                uniq_key: properties.uniq_key,
+                keys: properties.keys,
             };
             index.build_index(&record, now_ms as i64);
             if dispatch_error.is_some() || !is_dispatched_to_consume_queue(view.sys_flag()) {
@@ -412,10 +422,13 @@ impl<D: Disk> Store<D> {
             let entry = CqEntry {
                 commit_log_offset: shard_offset(shard_id, local),
                 size: view.total_size(),
-                tags_code: tags_code(view.property(TAGS)),
+                tags_code: tags_code(properties.tags),
             };
             let queue_offset = view.queue_offset() as u64;
-            match queues.append(view.topic(), view.queue_id() as u32, queue_offset, entry) {
+            let appended = queues
+                .index_or_create(topic, view.queue_id() as u32)
+                .and_then(|index| queues.queue_at_mut(index).append(queue_offset, entry));
+            match appended {
                 Ok(_) => redispatched += 1,
                 Err(error) => dispatch_error = Some(error),
             }
@@ -463,6 +476,9 @@ impl<D: Disk> Store<D> {
             last_durable_store_timestamp_ms: 0,
             next_ticket_id: 1,
             completions: Vec::new(),
+            encoded_at_last_turn: 0,
+            unsubmitted_since_ms: None,
+            sizes_scratch: Vec::new(),
         };
         Ok((store, report))
     }
@@ -510,11 +526,13 @@ impl<D: Disk> Store<D> {
         message: &AppendMessage<'_>,
         now_ms: u64,
     ) -> Result<AppendTicket, StorageError> {
-        self.append_batch(std::slice::from_ref(message), now_ms)
-            .map(|mut ticket| {
-                ticket.batch_commit_log_offsets.clear();
-                ticket
-            })
+        // One record: its spec lives on the stack and no offsets list is
+        // kept, so the common path allocates nothing.
+        let messages = std::slice::from_ref(message);
+        let (queue_index, first_queue_offset) = self.check_batch(messages)?;
+        let store_timestamp_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let mut specs = [self.record_spec(message, first_queue_offset, store_timestamp_ms)];
+        self.append_specs(&mut specs, queue_index, first_queue_offset, now_ms, None)
     }
 
     /// Appends several messages of one (topic, queue) atomically, in one
@@ -528,6 +546,34 @@ impl<D: Disk> Store<D> {
         messages: &[AppendMessage<'_>],
         now_ms: u64,
     ) -> Result<AppendTicket, StorageError> {
+        let (queue_index, first_queue_offset) = self.check_batch(messages)?;
+        let store_timestamp_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let mut next_queue_offset = first_queue_offset;
+        let mut specs: Vec<RecordSpec<'_>> = Vec::with_capacity(messages.len());
+        for m in messages {
+            let queue_offset = if is_dispatched_to_consume_queue(m.sys_flag) {
+                next_queue_offset += 1;
+                next_queue_offset - 1
+            } else {
+                0
+            };
+            specs.push(self.record_spec(m, queue_offset, store_timestamp_ms));
+        }
+        let mut offsets = Vec::with_capacity(specs.len());
+        self.append_specs(
+            &mut specs,
+            queue_index,
+            first_queue_offset,
+            now_ms,
+            Some(&mut offsets),
+        )
+    }
+
+    /// Checks a batch; returns its queue's index and next queue offset.
+    fn check_batch(
+        &mut self,
+        messages: &[AppendMessage<'_>],
+    ) -> Result<(usize, u64), StorageError> {
         let Some(first) = messages.first() else {
             return Err(StorageError::InvalidArgument("empty batch".into()));
         };
@@ -551,93 +597,125 @@ impl<D: Disk> Store<D> {
                 max: MESSAGE_SIZE_MAX_BYTES,
             });
         }
-        let queue = self.queues.get_or_create(first.topic, first.queue_id)?;
-        let mut next_queue_offset = queue.max_offset();
-        let first_queue_offset = next_queue_offset;
-        let store_timestamp_ms = i64::try_from(now_ms).unwrap_or(i64::MAX);
-        let mut specs: Vec<RecordSpec<'_>> = Vec::with_capacity(messages.len());
-        for m in messages {
-            let dispatched = is_dispatched_to_consume_queue(m.sys_flag);
-            let queue_offset = if dispatched {
-                next_queue_offset += 1;
-                next_queue_offset - 1
-            } else {
-                0
-            };
-            specs.push(RecordSpec {
-                topic: m.topic,
-                body: m.body,
-                properties: m.properties,
-                queue_id: m.queue_id as i32,
-                flag: m.flag,
-                queue_offset: queue_offset as i64,
-                commit_log_offset: 0,
-                sys_flag: m.sys_flag,
-                born_timestamp_ms: m.born_timestamp_ms,
-                born_host: m.born_host,
-                store_timestamp_ms,
-                store_host: self.config.store_host,
-                reconsume_times: m.reconsume_times,
-                prepared_transaction_offset: m.prepared_transaction_offset,
-                body_crc: None,
-                version: None,
-            });
+        let queue_index = self.queues.index_or_create(first.topic, first.queue_id)?;
+        let next_queue_offset = self.queues.queue_at(queue_index).max_offset();
+        Ok((queue_index, next_queue_offset))
+    }
+
+    fn record_spec<'a>(
+        &self,
+        m: &AppendMessage<'a>,
+        queue_offset: u64,
+        store_timestamp_ms: i64,
+    ) -> RecordSpec<'a> {
+        let queue_offset = if is_dispatched_to_consume_queue(m.sys_flag) {
+            queue_offset
+        } else {
+            0
+        };
+        RecordSpec {
+            topic: m.topic,
+            body: m.body,
+            properties: m.properties,
+            queue_id: m.queue_id as i32,
+            flag: m.flag,
+            queue_offset: queue_offset as i64,
+            commit_log_offset: 0,
+            sys_flag: m.sys_flag,
+            born_timestamp_ms: m.born_timestamp_ms,
+            born_host: m.born_host,
+            store_timestamp_ms,
+            store_host: self.config.store_host,
+            reconsume_times: m.reconsume_times,
+            prepared_transaction_offset: m.prepared_transaction_offset,
+            body_crc: None,
+            version: None,
         }
-        let (first_local, sizes) = self.commit_log.append(&mut self.disk, &mut specs)?;
+    }
+
+    /// Appends checked `specs` to the CommitLog, dispatches them to their
+    /// ConsumeQueue (at `queue_index`) and the index, and queues their ack;
+    /// `offsets` (batches) receives every record's offset.
+    fn append_specs(
+        &mut self,
+        specs: &mut [RecordSpec<'_>],
+        queue_index: usize,
+        first_queue_offset: u64,
+        now_ms: u64,
+        mut offsets: Option<&mut Vec<u64>>,
+    ) -> Result<AppendTicket, StorageError> {
+        let mut sizes = std::mem::take(&mut self.sizes_scratch);
+        let first_local = match self
+            .commit_log
+            .append_into(&mut self.disk, specs, &mut sizes)
+        {
+            Ok(first_local) => first_local,
+            Err(error) => {
+                self.sizes_scratch = sizes;
+                return Err(error);
+            }
+        };
+        let store_timestamp_ms = specs[0].store_timestamp_ms;
+        let first_sys_flag = specs[0].sys_flag;
         let mut local = first_local;
-        let mut offsets = Vec::with_capacity(specs.len());
-        for (spec, size) in specs.iter().zip(&sizes) {
+        let mut wrote_bytes = 0u32;
+        for (spec, &size) in specs.iter().zip(&sizes) {
             let commit_log_offset = shard_offset(self.config.shard_id, local);
-            offsets.push(commit_log_offset);
+            if let Some(offsets) = offsets.as_deref_mut() {
+                offsets.push(commit_log_offset);
+            }
+            let properties = DispatchProperties::find(spec.properties);
             if is_dispatched_to_consume_queue(spec.sys_flag) {
-                let tags = Properties::new(spec.properties).get(TAGS);
                 let entry = CqEntry {
                     commit_log_offset,
-                    size: *size,
-                    tags_code: tags_code(tags),
+                    size,
+                    tags_code: tags_code(properties.tags),
                 };
-                // The queue exists (created above) and the offset is its next
-                // one, so only a broken invariant fails here.
+                // The queue exists (created by the check) and the offset is
+                // its next one, so only a broken invariant fails here.
                 self.queues
-                    .append(spec.topic, first.queue_id, spec.queue_offset as u64, entry)
+                    .queue_at_mut(queue_index)
+                    .append(spec.queue_offset as u64, entry)
                     .expect("dispatch of a freshly appended record");
             }
-            let properties = Properties::new(spec.properties);
             let record = IndexRecord {
                 topic: spec.topic,
                 commit_log_offset,
                 store_timestamp_ms,
                 sys_flag: spec.sys_flag,
-                uniq_key: properties.get(UNIQ_KEY),
-                keys: properties.get(KEYS),
+                uniq_key: properties.uniq_key,
+                keys: properties.keys,
             };
             self.index.build_index(&record, store_timestamp_ms);
-            local += u64::from(*size);
+            local += u64::from(size);
+            wrote_bytes += size;
         }
+        self.sizes_scratch = sizes;
         let id = self.next_ticket_id;
         self.next_ticket_id += 1;
         let deadline_ms = now_ms.saturating_add(self.config.sync_flush_timeout_ms);
+        let commit_log_offset = shard_offset(self.config.shard_id, first_local);
         self.pending.push_back(PendingAppend {
             id,
             end_local: local,
             deadline_ms,
-            commit_log_offset: offsets[0],
+            commit_log_offset,
             queue_offset: first_queue_offset,
             store_timestamp_ms,
         });
         self.durable_marks.push_back((local, store_timestamp_ms));
         Ok(AppendTicket {
             id,
-            commit_log_offset: offsets[0],
-            queue_offset: if is_dispatched_to_consume_queue(first.sys_flag) {
+            commit_log_offset,
+            queue_offset: if is_dispatched_to_consume_queue(first_sys_flag) {
                 first_queue_offset
             } else {
                 0
             },
-            message_count: messages.len() as u32,
-            wrote_bytes: sizes.iter().sum(),
+            message_count: specs.len() as u32,
+            wrote_bytes,
             store_timestamp_ms,
-            batch_commit_log_offsets: offsets,
+            batch_commit_log_offsets: offsets.map(std::mem::take).unwrap_or_default(),
         })
     }
 
@@ -671,7 +749,34 @@ impl<D: Disk> Store<D> {
         wait: Wait,
         acks: &mut Vec<AppendAck>,
     ) -> Result<(), StorageError> {
-        self.start_io(now_ms)?;
+        // The partial last block is written when the caller is about to
+        // wait, or when nothing was appended since the previous turn; while
+        // appends keep arriving only whole blocks go, so commits overlap
+        // (see `Appender::start_commit`).
+        //
+        // Under a steady trickle of appends (one or two per turn, never a
+        // wait) that rule alone would hold a record in the partial block
+        // until whole blocks worth a commit pile up. So the tail is also
+        // written once the oldest record not yet submitted has waited past a
+        // millisecond tick: at most one tail commit per millisecond, which
+        // bounds the added latency and keeps commits overlapping under load.
+        let encoded = self.commit_log.appender().encoded();
+        let submitted = self.commit_log.appender().submitted();
+        let lingered = if encoded > submitted {
+            now_ms > *self.unsubmitted_since_ms.get_or_insert(now_ms)
+        } else {
+            self.unsubmitted_since_ms = None;
+            false
+        };
+        let partial_tail =
+            matches!(wait, Wait::AtLeastOne(_)) || encoded == self.encoded_at_last_turn || lingered;
+        if partial_tail {
+            // The tail commit about to start covers everything encoded so
+            // far; later records start a new wait.
+            self.unsubmitted_since_ms = None;
+        }
+        self.encoded_at_last_turn = encoded;
+        self.start_io(now_ms, partial_tail)?;
         let mut completions = std::mem::take(&mut self.completions);
         self.commit_log.take_stash(&mut completions);
         let wait = if completions.is_empty() && self.disk.in_flight() > 0 {
@@ -686,13 +791,15 @@ impl<D: Disk> Store<D> {
         }
         self.completions = completions;
         // Start the next commit at once: what arrived meanwhile joins it.
-        self.commit_log.start_io(&mut self.disk, now_ms)?;
+        self.commit_log
+            .start_io(&mut self.disk, now_ms, partial_tail)?;
         self.collect_acks(now_ms, acks);
         Ok(())
     }
 
-    fn start_io(&mut self, now_ms: u64) -> Result<(), StorageError> {
-        self.commit_log.start_io(&mut self.disk, now_ms)?;
+    fn start_io(&mut self, now_ms: u64, partial_tail: bool) -> Result<(), StorageError> {
+        self.commit_log
+            .start_io(&mut self.disk, now_ms, partial_tail)?;
         if now_ms.saturating_sub(self.last_cq_flush_ms)
             >= self.config.consume_queue_flush_interval_ms
         {
@@ -1113,6 +1220,54 @@ impl<D: Disk> Store<D> {
     }
 }
 
+/// The properties a record's dispatch needs (ConsumeQueue tags code, index
+/// keys), found in one pass over the properties string.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct DispatchProperties<'a> {
+    tags: Option<&'a str>,
+    keys: Option<&'a str>,
+    uniq_key: Option<&'a str>,
+}
+
+impl<'a> DispatchProperties<'a> {
+    /// As three `Properties::get` calls: the last duplicate of a key wins,
+    /// a pair counts only when its first 0x01 is neither first nor last, a
+    /// value that is not UTF-8 reads as absent.
+    fn find(properties: &'a [u8]) -> Self {
+        let mut found = DispatchProperties::default();
+        let (mut tags, mut keys, mut uniq_key) = (false, false, false);
+        for segment in properties.rsplit(|byte| *byte == PROPERTY_SEPARATOR) {
+            if tags && keys && uniq_key {
+                break;
+            }
+            let Some(at) = segment
+                .iter()
+                .position(|byte| *byte == NAME_VALUE_SEPARATOR)
+            else {
+                continue;
+            };
+            if at == 0 || at + 1 == segment.len() {
+                continue;
+            }
+            let (key, value) = (&segment[..at], &segment[at + 1..]);
+            let slot = if key == TAGS.as_bytes() && !tags {
+                tags = true;
+                &mut found.tags
+            } else if key == KEYS.as_bytes() && !keys {
+                keys = true;
+                &mut found.keys
+            } else if key == UNIQ_KEY.as_bytes() && !uniq_key {
+                uniq_key = true;
+                &mut found.uniq_key
+            } else {
+                continue;
+            };
+            *slot = std::str::from_utf8(value).ok();
+        }
+        found
+    }
+}
+
 /// Removes every file directly in `dir`.
 fn remove_files_in(disk: &mut impl Disk, dir: &std::path::Path) -> Result<(), StorageError> {
     let names = disk.list_dir(dir)?;
@@ -1151,7 +1306,7 @@ fn remove_consume_queue_files(
 mod tests {
     use super::*;
     use crate::disk::sim::{SimConfig, SimDisk};
-    use ringmq_protocol::message::{CrcCheck, decode_record};
+    use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
     fn config(mode: FlushMode) -> StoreConfig {
         let mut config = StoreConfig::new("/s", 0, SocketAddr::from(([127, 0, 0, 1], 10911)));
@@ -1194,6 +1349,28 @@ mod tests {
     }
 
     #[test]
+    fn dispatch_properties_find_what_properties_get_finds() {
+        let cases: [&[u8]; 7] = [
+            b"",
+            b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02",
+            b"TAGS\x01first\x02TAGS\x01last\x02",
+            b"TAGS\x01\x02KEYS\x01\x01x\x02\x01TAGS",
+            b"UNIQ_KEY\x01\xff\xfe\x02TAGS\x01t",
+            b"TAGS\x01a\x01b\x02__CRC32#\x010000000000\x02",
+            b"KEYS\x01k\x02UNIQ_KEY\x01u\x02TAGS\x01t\x02KEYS\x01\xff\x02",
+        ];
+        for bytes in cases {
+            let properties = Properties::new(bytes);
+            let expected = DispatchProperties {
+                tags: properties.get(TAGS),
+                keys: properties.get(KEYS),
+                uniq_key: properties.get(UNIQ_KEY),
+            };
+            assert_eq!(DispatchProperties::find(bytes), expected, "{bytes:?}");
+        }
+    }
+
+    #[test]
     fn sync_flush_acks_only_after_fdatasync_and_fills_record_fields() {
         let (mut store, _) =
             Store::open(SimDisk::new(SimConfig::new(1)), config(FlushMode::Sync), 0).unwrap();
@@ -1218,6 +1395,28 @@ mod tests {
         assert_eq!(view.store_host(), SocketAddr::from(([127, 0, 0, 1], 10911)));
         assert_eq!(view.commit_log_offset() as u64, ticket.commit_log_offset);
         assert!(view.property("__CRC32#").is_some());
+    }
+
+    #[test]
+    fn a_steady_trickle_of_appends_is_acked_within_a_few_milliseconds() {
+        // One small append per non-blocking poll, never a wait: the partial
+        // tail block must still be written once its oldest record lingers.
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(9)), config(FlushMode::Async), 0).unwrap();
+        let mut acks = Vec::new();
+        let first = store.append(&message(b"first"), 0).unwrap();
+        let mut acked_at = None;
+        for step in 0..2_000u64 {
+            let now_ms = step / 50; // 50 turns per millisecond
+            store.append(&message(b"trickle"), now_ms).unwrap();
+            store.poll(now_ms, &mut acks).unwrap();
+            if acks.iter().any(|ack| ack.id == first.id) {
+                acked_at = Some(now_ms);
+                break;
+            }
+        }
+        let acked_at = acked_at.expect("the first append was never acknowledged");
+        assert!(acked_at <= 3, "acknowledged only at {acked_at} ms");
     }
 
     #[test]

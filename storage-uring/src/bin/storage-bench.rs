@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! storage-bench --dir PATH --flush sync|async --record-size BYTES \
-//!               --inflight N --seconds S [--recover] [--json]
+//!               --inflight N --seconds S [--appends-per-turn N] [--recover] [--json]
 //! ```
 //!
 //! Phases, in order:
@@ -16,8 +16,11 @@
 //!    - `floor_commit1m_mb_per_s`: 1 MiB write linked to an fdatasync, one
 //!      at a time.
 //! 2. Append (`--seconds` > 0): the shard's `Store` on `UringDisk`, closed
-//!    loop with `--inflight` appends outstanding; latency from `append` to
-//!    its ack.
+//!    loop with `--inflight` appends outstanding, in turns of at most
+//!    `--appends-per-turn` appends followed by a ring turn (non-blocking
+//!    while more may be appended, waiting otherwise), as a shard loop runs;
+//!    latency from `append` to its ack. `records_per_commit` counts
+//!    CommitLog commits only.
 //! 3. Recover (`--recover`): marks the store as not shut down (abort file)
 //!    and times the abnormal recovery of `Store::open`.
 //!
@@ -42,7 +45,7 @@ use ringmq_storage::checkpoint::ShardFiles;
 use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, OpenOptions, Wait};
 use ringmq_storage::error::StorageError;
-use ringmq_storage::limits::WRITE_BUFFER_SIZE;
+use ringmq_storage::limits::{COMMITS_IN_FLIGHT_MAX, WRITE_BUFFER_SIZE};
 use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreFlushMode};
 
 /// Size of the floor's scratch file (writes wrap around inside it).
@@ -106,6 +109,9 @@ struct Args {
     /// on written extents; `false` leaves them fallocated only.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     zero_fill: bool,
+    /// Appends per loop turn before a ring turn submits them.
+    #[arg(long, default_value_t = APPENDS_PER_TURN_DEFAULT)]
+    appends_per_turn: usize,
     /// Development only: allow a file system without O_DIRECT.
     #[arg(long)]
     allow_buffered: bool,
@@ -174,6 +180,10 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ensure!(args.record_size > 0, "--record-size must be positive");
     ensure!(args.inflight > 0, "--inflight must be positive");
+    ensure!(
+        args.appends_per_turn > 0,
+        "--appends-per-turn must be positive"
+    );
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
     let mut report = Report::default();
@@ -181,6 +191,7 @@ fn main() -> anyhow::Result<()> {
     report.int("record_size", args.record_size as u64);
     report.int("inflight", args.inflight as u64);
     report.int("seconds", args.seconds);
+    report.int("appends_per_turn", args.appends_per_turn as u64);
     report.int("zero_fill", u64::from(args.zero_fill));
     if args.floor_seconds > 0 {
         measure_floor(&args, &mut report).context("measuring the disk floor")?;
@@ -406,8 +417,12 @@ fn store_root(args: &Args) -> PathBuf {
 const RECORD_OVERHEAD_BYTES: usize = 91;
 /// Topic of the appended records.
 const BENCH_TOPIC: &str = "StorageBenchTopic";
-/// Registered write buffers of the append phase's disk.
-const APPEND_FIXED_BUFFER_COUNT: usize = 4;
+/// Registered write buffers of the append phase's disk: one per commit in
+/// flight, the active one and a spare.
+const APPEND_FIXED_BUFFER_COUNT: usize = COMMITS_IN_FLIGHT_MAX + 2;
+/// Default appends per turn of the append loop before a ring turn submits
+/// them (a shard likewise bounds the requests it handles per turn).
+const APPENDS_PER_TURN_DEFAULT: usize = 128;
 /// Longest single wait of the append loop.
 const APPEND_POLL_WAIT: Duration = Duration::from_millis(100);
 
@@ -450,10 +465,18 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let mut record_bytes = 0u64;
     let (mut acked, mut flush_timeouts) = (0u64, 0u64);
     let stats_before = store.disk().ring().stats();
+    let commits_before = store.commit_log().appender().commit_count();
     let start = Instant::now();
     let end = start + Duration::from_secs(args.seconds);
+    let mut running = true;
     loop {
-        while Instant::now() < end && outstanding.len() < args.inflight {
+        // One loop turn, as a shard's would be: a bounded number of appends
+        // (one clock reading for their timestamps), then a ring turn that
+        // submits them; it waits only when nothing more may be appended.
+        let turn_ms = now_ms();
+        let mut busy = false;
+        let mut appended = 0;
+        while running && outstanding.len() < args.inflight && appended < args.appends_per_turn {
             let message = AppendMessage {
                 topic: BENCH_TOPIC,
                 queue_id: 0,
@@ -461,14 +484,17 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
                 properties: b"",
                 flag: 0,
                 sys_flag: 0,
-                born_timestamp_ms: now_ms() as i64,
+                born_timestamp_ms: turn_ms as i64,
                 born_host,
                 reconsume_times: 0,
                 prepared_transaction_offset: 0,
             };
-            match store.append(&message, now_ms()) {
+            match store.append(&message, turn_ms) {
                 Ok(ticket) => {
-                    outstanding.push_back((ticket.id, Instant::now()));
+                    let appended_at = Instant::now();
+                    running = appended_at < end;
+                    outstanding.push_back((ticket.id, appended_at));
+                    appended += 1;
                     if record_bytes == 0 {
                         // Calibrate once: the store may add fields (a CRC
                         // property) beyond the fixed overhead assumed above.
@@ -479,17 +505,25 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
                     record_bytes = u64::from(ticket.wrote_bytes);
                 }
                 // Back-pressure: wait for acks, then go on.
-                Err(StorageError::Busy { .. }) => break,
+                Err(StorageError::Busy { .. }) => {
+                    busy = true;
+                    break;
+                }
                 Err(error) => return Err(error).context("append"),
             }
         }
+        running = running && Instant::now() < end;
         if outstanding.is_empty() {
             break;
         }
         acks.clear();
-        store
-            .poll_wait(now_ms(), APPEND_POLL_WAIT, &mut acks)
-            .context("store poll")?;
+        if running && !busy && outstanding.len() < args.inflight {
+            store.poll(now_ms(), &mut acks).context("store poll")?;
+        } else {
+            store
+                .poll_wait(now_ms(), APPEND_POLL_WAIT, &mut acks)
+                .context("store poll")?;
+        }
         let acked_at = Instant::now();
         for ack in acks.drain(..) {
             let (id, appended_at) = outstanding
@@ -510,13 +544,16 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     }
     let elapsed = start.elapsed();
     let stats = store.disk().ring().stats();
-    let writes = stats.writes_submitted - stats_before.writes_submitted;
+    let commits = store.commit_log().appender().commit_count() - commits_before;
     let fsyncs = stats.fsyncs_submitted - stats_before.fsyncs_submitted;
     let seconds = elapsed.as_secs_f64().max(1e-9);
     report.float("appends_per_s", acked as f64 / seconds);
     report.float("mb_per_s", (acked * record_bytes) as f64 / seconds / 1e6);
     report.float("fsyncs_per_s", fsyncs as f64 / seconds);
-    report.float("records_per_commit", acked as f64 / writes.max(1) as f64);
+    // CommitLog commits only (ConsumeQueue, index and checkpoint writes are
+    // not commits).
+    report.float("records_per_commit", acked as f64 / commits.max(1) as f64);
+    report.int("commits", commits);
     report.int("p50_us", histogram.value_at_quantile(0.50));
     report.int("p99_us", histogram.value_at_quantile(0.99));
     report.int("p999_us", histogram.value_at_quantile(0.999));

@@ -15,9 +15,12 @@
 //! write (linked to an fdatasync in SYNC_FLUSH). The next active buffer starts
 //! at `align_down(data_end)` with the partial last block copied, so that block
 //! is re-written by the next commit. Up to [`COMMITS_IN_FLIGHT_MAX`] commits
-//! are in flight: with none in flight a commit writes everything (partial last
-//! block included, and no other commit starts until that write completes);
-//! behind others it writes only whole blocks. So two writes of the same block
+//! are in flight: with none in flight, when the caller is about to wait (or
+//! appends stopped), a commit writes everything (partial last block included,
+//! and no other commit starts until that write completes); behind others, or
+//! while appends keep arriving, it writes only whole blocks, and only once at
+//! least [`COMMIT_BEHIND_BYTES_MIN_ASYNC`] (SYNC_FLUSH:
+//! [`COMMIT_BEHIND_BYTES_MIN_SYNC`]) of them are ready. So two writes of the same block
 //! are never in flight together, and everything appended while commits run
 //! joins the next one. Positions advance over the in-order prefix of
 //! completed commits.
@@ -36,7 +39,10 @@ use std::collections::VecDeque;
 
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up};
 use crate::disk::{Disk, DiskError, DiskOp, FileId, OpId, OpTag};
-use crate::limits::{COMMITS_IN_FLIGHT_MAX, WRITE_BUFFER_SIZE};
+use crate::limits::{
+    COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_BEHIND_BYTES_MIN_SYNC, COMMITS_IN_FLIGHT_MAX,
+    WRITE_BUFFER_SIZE,
+};
 
 /// When an append is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -352,22 +358,38 @@ impl Appender {
     }
 
     /// Starts commits while fewer than [`COMMITS_IN_FLIGHT_MAX`] are in
-    /// flight. With none in flight a commit writes everything appended,
-    /// partial last block included; behind others, only whole blocks (the
-    /// partial block waits in the next buffer), so no two writes of one
-    /// block are ever in flight together.
-    pub fn start_commit(&mut self, disk: &mut impl Disk) -> Result<bool, DiskError> {
+    /// flight. With none in flight and `partial_tail` a commit writes
+    /// everything appended, partial last block included; behind others, or
+    /// without `partial_tail` (the caller goes on appending at once, so the
+    /// block will fill), only whole blocks (the partial block waits in the
+    /// next buffer), so no two writes of one block are ever in flight
+    /// together. A partial-tail commit holds back every later commit until
+    /// its write completes, so under load whole-block commits keep several
+    /// writes in flight.
+    pub fn start_commit(
+        &mut self,
+        disk: &mut impl Disk,
+        partial_tail: bool,
+    ) -> Result<bool, DiskError> {
         let mut started = false;
         while self.failed.is_none()
             && self.commits.len() < COMMITS_IN_FLIGHT_MAX
             && self.tail_block_commit.is_none()
         {
+            let tail_now = partial_tail && self.commits.is_empty();
             if self.sealed.is_empty() {
                 if self.active.end <= self.submitted {
                     break;
                 }
-                let whole_blocks = align_down(self.active.data_end) > self.active.base;
-                if !self.commits.is_empty() && !whole_blocks {
+                // Behind others (or while appends keep coming) a commit waits
+                // for enough whole blocks: each commit costs a write (and in
+                // SYNC_FLUSH an fdatasync), so small ones waste the disk.
+                let whole_bytes = align_down(self.active.data_end).saturating_sub(self.active.base);
+                let min_bytes = match self.mode {
+                    FlushMode::Async => COMMIT_BEHIND_BYTES_MIN_ASYNC,
+                    FlushMode::Sync => COMMIT_BEHIND_BYTES_MIN_SYNC,
+                };
+                if !tail_now && (whole_bytes == 0 || whole_bytes < min_bytes as u64) {
                     break;
                 }
                 self.seal_active(disk, None);
@@ -380,7 +402,7 @@ impl Appender {
             // A buffer ending in a BLANK is its segment's last: its partial
             // block belongs to no later buffer, so it is always written whole.
             let segment_last = wb.end > wb.data_end;
-            let whole = self.commits.is_empty() || segment_last;
+            let whole = tail_now || segment_last;
             if !whole && align_down(wb.data_end) <= wb.base {
                 self.sealed.push_front(wb);
                 break;

@@ -49,6 +49,9 @@ use crate::limits::{
 /// Bytes of the BLANK end-of-segment marker.
 pub const BLANK_SIZE: usize = 8;
 
+/// Property buffers kept for reuse between appends.
+const PROPERTIES_SCRATCH_KEPT: usize = 64;
+
 /// The outside-visible offset of shard-local `local` in shard `shard_id`.
 pub fn shard_offset(shard_id: u8, local: u64) -> u64 {
     assert!(
@@ -113,6 +116,9 @@ pub struct CommitLog {
     stash: Vec<DiskCompletion>,
     /// Min local offset (start of the oldest segment).
     min_offset: u64,
+    /// Reused property buffers (each record's properties plus the CRC
+    /// trailer).
+    properties_scratch: Vec<Vec<u8>>,
 }
 
 impl CommitLog {
@@ -213,6 +219,7 @@ impl CommitLog {
             read_counter: 0,
             stash: Vec::new(),
             min_offset,
+            properties_scratch: Vec::new(),
         };
         Ok((log, report))
     }
@@ -262,45 +269,84 @@ impl CommitLog {
         disk: &mut impl Disk,
         records: &mut [RecordSpec<'_>],
     ) -> Result<(u64, Vec<u32>), StorageError> {
+        let mut sizes = Vec::with_capacity(records.len());
+        let first = self.append_into(disk, records, &mut sizes)?;
+        Ok((first, sizes))
+    }
+
+    /// As [`CommitLog::append`], with the sizes written to `sizes` (cleared
+    /// first), so a caller that reuses it appends without allocating.
+    ///
+    /// # Errors
+    /// As [`CommitLog::append`].
+    pub fn append_into(
+        &mut self,
+        disk: &mut impl Disk,
+        records: &mut [RecordSpec<'_>],
+        sizes: &mut Vec<u32>,
+    ) -> Result<u64, StorageError> {
         if self.appender.failure().is_some() {
             return Err(StorageError::NotWritable {
                 reason: "a commit log write failed",
             });
         }
-        let mut properties = vec![Vec::new(); records.len()];
+        let mut properties = std::mem::take(&mut self.properties_scratch);
+        if properties.len() < records.len() {
+            properties.resize_with(records.len(), Vec::new);
+        }
         for (spec, props) in records.iter().zip(&mut properties) {
             record_crc::with_crc_placeholder(spec.properties, props);
         }
-        let mut sealed: Vec<RecordSpec<'_>> = records
-            .iter()
-            .zip(&properties)
-            .map(|(spec, props)| RecordSpec {
-                properties: props,
+        let result = if let [spec] = records {
+            let mut sealed = [RecordSpec {
+                properties: &properties[0],
                 ..*spec
-            })
-            .collect();
-        let (first, sizes) = self.append_sealed(disk, &mut sealed)?;
-        for (spec, sealed) in records.iter_mut().zip(&sealed) {
-            spec.commit_log_offset = sealed.commit_log_offset;
-        }
-        Ok((first, sizes))
+            }];
+            let result = self.append_sealed(disk, &mut sealed, sizes);
+            spec.commit_log_offset = sealed[0].commit_log_offset;
+            result
+        } else {
+            let mut sealed: Vec<RecordSpec<'_>> = records
+                .iter()
+                .zip(&properties)
+                .map(|(spec, props)| RecordSpec {
+                    properties: props,
+                    ..*spec
+                })
+                .collect();
+            let result = self.append_sealed(disk, &mut sealed, sizes);
+            for (spec, sealed) in records.iter_mut().zip(&sealed) {
+                spec.commit_log_offset = sealed.commit_log_offset;
+            }
+            result
+        };
+        // A large batch's property buffers are not kept.
+        properties.truncate(PROPERTIES_SCRATCH_KEPT);
+        self.properties_scratch = properties;
+        result
     }
 
     fn append_sealed(
         &mut self,
         disk: &mut impl Disk,
         records: &mut [RecordSpec<'_>],
-    ) -> Result<(u64, Vec<u32>), StorageError> {
-        let sizes: Vec<usize> = records.iter().map(RecordSpec::encoded_len).collect();
-        let total: usize = sizes.iter().sum();
+        sizes: &mut Vec<u32>,
+    ) -> Result<u64, StorageError> {
+        sizes.clear();
+        let mut total = 0usize;
+        for spec in records.iter() {
+            let size = spec.encoded_len();
+            if size > RECORD_SIZE_MAX {
+                return Err(StorageError::MessageTooLarge {
+                    size,
+                    max: RECORD_SIZE_MAX,
+                });
+            }
+            total += size;
+            sizes.push(size as u32);
+        }
         let batch_max = (self.appender.buffer_size() - BLOCK_SIZE)
             .min((self.config.segment_size_bytes as usize) / 2);
-        if let Some(&size) = sizes.iter().find(|&&s| s > RECORD_SIZE_MAX) {
-            return Err(StorageError::MessageTooLarge {
-                size,
-                max: RECORD_SIZE_MAX,
-            });
-        }
         if total > batch_max {
             return Err(StorageError::MessageTooLarge {
                 size: total,
@@ -336,13 +382,14 @@ impl CommitLog {
                     commit_log_offset: shard_offset(self.config.shard_id, pos),
                     reason: error.to_string(),
                 })?;
-            record_crc::seal(&mut active.buf.as_full_mut_slice()[at..at + n]);
-            self.tail.push(pos, &active.buf.as_full_slice()[at..at + n]);
+            let record = &mut active.buf.as_full_mut_slice()[at..at + n];
+            record_crc::seal(record);
+            self.tail.push(pos, record);
             self.appender.advance(n, None);
             pos += n as u64;
         }
         self.appender.mark_append_end(pos);
-        Ok((first, sizes.iter().map(|&s| s as u32).collect()))
+        Ok(first)
     }
 
     /// Writes the BLANK marker at `pos` and moves the active buffer to the
@@ -373,12 +420,20 @@ impl CommitLog {
     }
 
     /// Starts the next group commit, the ASYNC_FLUSH timer's fdatasync, and
-    /// the creation of the next segment ahead of need.
+    /// the creation of the next segment ahead of need. `partial_tail`: the
+    /// caller is about to wait (or appends stopped), so a commit with none in
+    /// flight writes the partial last block too (see
+    /// [`Appender::start_commit`]).
     ///
     /// # Errors
     /// Disk errors of submission or segment creation.
-    pub fn start_io(&mut self, disk: &mut impl Disk, now_ms: u64) -> Result<(), StorageError> {
-        self.appender.start_commit(disk)?;
+    pub fn start_io(
+        &mut self,
+        disk: &mut impl Disk,
+        now_ms: u64,
+        partial_tail: bool,
+    ) -> Result<(), StorageError> {
+        self.appender.start_commit(disk, partial_tail)?;
         if self.appender.mode() == FlushMode::Async
             && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms
             && self.appender.start_flush(disk)?
@@ -395,7 +450,7 @@ impl CommitLog {
     /// # Errors
     /// Disk errors of submission.
     pub fn start_flush_now(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
-        self.appender.start_commit(disk)?;
+        self.appender.start_commit(disk, true)?;
         self.appender.start_flush(disk)?;
         Ok(())
     }

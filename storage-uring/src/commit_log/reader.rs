@@ -18,6 +18,9 @@ use std::collections::VecDeque;
 
 use crate::limits::TAIL_CACHE_CHUNK_SIZE;
 
+/// Evicted chunks kept for reuse.
+const TAIL_CACHE_FREE_CHUNKS_MAX: usize = 4;
+
 #[derive(Debug)]
 struct Chunk {
     start: u64,
@@ -34,6 +37,9 @@ impl Chunk {
 #[derive(Debug)]
 pub struct TailCache {
     chunks: VecDeque<Chunk>,
+    /// Evicted chunk buffers, reused so that pushing allocates (and faults
+    /// in fresh pages) only while the cache grows.
+    free: Vec<Vec<u8>>,
     cached_bytes: usize,
     capacity_bytes: usize,
 }
@@ -43,6 +49,7 @@ impl TailCache {
     pub fn new(capacity_bytes: usize) -> Self {
         TailCache {
             chunks: VecDeque::new(),
+            free: Vec::new(),
             cached_bytes: 0,
             capacity_bytes,
         }
@@ -70,7 +77,13 @@ impl TailCache {
                 return;
             }
         }
-        let mut chunk_bytes = Vec::with_capacity(TAIL_CACHE_CHUNK_SIZE.max(bytes.len()));
+        let mut chunk_bytes = match self.free.pop() {
+            Some(mut reused) if reused.capacity() >= bytes.len() => {
+                reused.clear();
+                reused
+            }
+            _ => Vec::with_capacity(TAIL_CACHE_CHUNK_SIZE.max(bytes.len())),
+        };
         chunk_bytes.extend_from_slice(bytes);
         self.cached_bytes += bytes.len();
         self.chunks.push_back(Chunk {
@@ -101,7 +114,12 @@ impl TailCache {
                 break;
             }
             self.cached_bytes -= first.bytes.len();
-            self.chunks.pop_front();
+            let evicted = self.chunks.pop_front().expect("front exists");
+            if evicted.bytes.capacity() == TAIL_CACHE_CHUNK_SIZE
+                && self.free.len() < TAIL_CACHE_FREE_CHUNKS_MAX
+            {
+                self.free.push(evicted.bytes);
+            }
         }
     }
 

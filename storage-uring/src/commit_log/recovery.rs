@@ -119,8 +119,17 @@ struct SegmentScanner<'s> {
     next_read: u64,
     /// Segment-relative offset of `window[0]`.
     window_start: u64,
-    window: Vec<u8>,
-    /// Reads completed out of order, by segment-relative offset.
+    /// The current chunk, scanned in place (not copied).
+    window: AlignedBuf,
+    /// A record that runs from one chunk into the next, assembled:
+    /// `carry[0]` is at segment-relative `carry_start`, and the carry always
+    /// ends at or after `window_start` (its tail is copied from `window`).
+    carry: Vec<u8>,
+    carry_start: u64,
+    /// Chunk buffers given back by the scan, reused for the next reads (a
+    /// read overwrites them, so they need no zeroing).
+    spare: Vec<AlignedBuf>,
+    /// Chunks read ahead, by segment-relative offset.
     arrived: BTreeMap<u64, AlignedBuf>,
     /// Segment-relative offset up to which data has entered the window.
     consumed_to: u64,
@@ -139,7 +148,10 @@ impl<'s> SegmentScanner<'s> {
             segment_size,
             next_read: start,
             window_start: start,
-            window: Vec::new(),
+            window: AlignedBuf::new(0),
+            carry: Vec::new(),
+            carry_start: start,
+            spare: Vec::new(),
             arrived: BTreeMap::new(),
             consumed_to: start,
             in_flight: 0,
@@ -164,7 +176,14 @@ impl<'s> SegmentScanner<'s> {
         file_offset: u64,
         len: usize,
     ) -> Result<(), StorageError> {
-        let buf = disk.buffer(len);
+        let buf = match self.spare.pop() {
+            Some(buf) if buf.capacity() >= len => buf,
+            Some(small) => {
+                disk.recycle(small);
+                disk.buffer(len)
+            }
+            None => disk.buffer(len),
+        };
         self.op_counter += 1;
         // The read's offset rides in the op id so completions can be put in order.
         assert!(
@@ -189,9 +208,10 @@ impl<'s> SegmentScanner<'s> {
     fn fill(&mut self, disk: &mut impl Disk) -> Result<bool, StorageError> {
         loop {
             if let Some(buf) = self.arrived.remove(&self.consumed_to) {
+                self.window_start = self.consumed_to;
                 self.consumed_to += buf.len() as u64;
-                self.window.extend_from_slice(buf.as_slice());
-                disk.recycle(buf);
+                let old = std::mem::replace(&mut self.window, buf);
+                self.spare.push(old);
                 return Ok(true);
             }
             if self.consumed_to >= self.segment_size {
@@ -250,8 +270,18 @@ impl<'s> SegmentScanner<'s> {
     ) -> Result<SegmentEnd, StorageError> {
         let base = self.segment.base;
         loop {
-            let cursor = (outcome.end - base - self.window_start) as usize;
-            let available = &self.window[cursor.min(self.window.len())..];
+            let position = outcome.end - base;
+            let (bytes, cursor) = if position < self.window_start {
+                (&self.carry[..], (position - self.carry_start) as usize)
+            } else {
+                (
+                    self.window.as_slice(),
+                    (position - self.window_start) as usize,
+                )
+            };
+            let in_carry = position < self.window_start;
+            let available = &bytes[cursor.min(bytes.len())..];
+            let available_len = available.len();
             let crc = if outcome.end >= verify_crc_from {
                 CrcCheck::Verify
             } else {
@@ -294,10 +324,17 @@ impl<'s> SegmentScanner<'s> {
                     return Ok(SegmentEnd::Blank);
                 }
                 Err(RecordError::Truncated { needed, .. }) if needed <= RECORD_SIZE_MAX => {
-                    // Only the unfinished record's bytes move; the next chunk
-                    // is copied once, behind them.
-                    self.compact(cursor);
-                    if !self.fill(disk)? {
+                    // Only a record that runs into the next chunk is copied
+                    // (into the carry); everything else is decoded in place.
+                    let missing = needed - available_len;
+                    if !in_carry {
+                        let window = self.window.as_slice();
+                        self.carry.clear();
+                        self.carry
+                            .extend_from_slice(&window[window.len() - available_len..]);
+                        self.carry_start = position;
+                    }
+                    if !self.extend_carry(disk, missing)? {
                         outcome.stop = ScanStop::Invalid {
                             reason: "record runs past the segment end".into(),
                         };
@@ -319,13 +356,28 @@ impl<'s> SegmentScanner<'s> {
         }
     }
 
-    /// Drops the consumed window bytes before `cursor` (whole blocks, so
-    /// `window_start` stays aligned).
-    fn compact(&mut self, cursor: usize) {
-        let drop = align_down(cursor.min(self.window.len()) as u64) as usize;
-        if drop > 0 {
-            self.window.drain(..drop);
-            self.window_start += drop as u64;
+    /// Appends `missing` more bytes to the carry, from the rest of the
+    /// current chunk and then the next ones; false when the segment ends
+    /// first.
+    fn extend_carry(
+        &mut self,
+        disk: &mut impl Disk,
+        mut missing: usize,
+    ) -> Result<bool, StorageError> {
+        loop {
+            let carry_end = self.carry_start + self.carry.len() as u64;
+            let window = self.window.as_slice();
+            let from = (carry_end - self.window_start) as usize;
+            let take = missing.min(window.len().saturating_sub(from));
+            self.carry.extend_from_slice(&window[from..from + take]);
+            missing -= take;
+            if missing == 0 {
+                return Ok(true);
+            }
+            // The carry holds the whole current chunk's tail: move on.
+            if !self.fill(disk)? {
+                return Ok(false);
+            }
         }
     }
 
@@ -348,6 +400,11 @@ impl<'s> SegmentScanner<'s> {
         for (_, buf) in std::mem::take(&mut self.arrived) {
             disk.recycle(buf);
         }
+        for buf in self.spare.drain(..) {
+            disk.recycle(buf);
+        }
+        let window = std::mem::replace(&mut self.window, AlignedBuf::new(0));
+        disk.recycle(window);
         Ok(())
     }
 }

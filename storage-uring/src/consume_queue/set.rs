@@ -17,6 +17,9 @@ pub struct ConsumeQueueSet {
     root: PathBuf,
     queues: Vec<ConsumeQueue>,
     by_topic: HashMap<String, HashMap<u32, usize>>,
+    /// Index of the queue found last (appends come in runs to one queue):
+    /// checked by name before use, so it needs no invalidation.
+    last_found: Option<usize>,
 }
 
 impl ConsumeQueueSet {
@@ -26,6 +29,7 @@ impl ConsumeQueueSet {
             root: root.to_path_buf(),
             queues: Vec::new(),
             by_topic: HashMap::new(),
+            last_found: None,
         }
     }
 
@@ -97,6 +101,47 @@ impl ConsumeQueueSet {
             }
         };
         Ok(&mut self.queues[index])
+    }
+
+    /// The index (for [`ConsumeQueueSet::queue_at`]) of the queue of
+    /// (`topic`, `queue_id`), created empty if it does not exist. Repeated
+    /// lookups of one queue skip the hash maps.
+    ///
+    /// # Errors
+    /// As [`ConsumeQueueSet::get_or_create`].
+    pub fn index_or_create(&mut self, topic: &str, queue_id: u32) -> Result<usize, StorageError> {
+        if let Some(index) = self.last_found
+            && let Some(queue) = self.queues.get(index)
+            && queue.queue_id == queue_id
+            && queue.topic == topic
+        {
+            return Ok(index);
+        }
+        let index = match self.by_topic.get(topic).and_then(|q| q.get(&queue_id)) {
+            Some(index) => *index,
+            None => {
+                let queue = ConsumeQueue::new(&self.root, topic, queue_id)?;
+                self.insert(queue)?
+            }
+        };
+        self.last_found = Some(index);
+        Ok(index)
+    }
+
+    /// The queue at `index` (from [`ConsumeQueueSet::index_or_create`]).
+    ///
+    /// # Panics
+    /// If no queue has that index.
+    pub fn queue_at(&self, index: usize) -> &ConsumeQueue {
+        &self.queues[index]
+    }
+
+    /// The queue at `index`, mutable.
+    ///
+    /// # Panics
+    /// If no queue has that index.
+    pub fn queue_at_mut(&mut self, index: usize) -> &mut ConsumeQueue {
+        &mut self.queues[index]
     }
 
     /// Appends to the queue (created if needed); see [`ConsumeQueue::append`].

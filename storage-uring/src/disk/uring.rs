@@ -16,9 +16,16 @@
 //! on ext4 a write into an unwritten (merely fallocated) extent converts it,
 //! and that metadata change makes the following fdatasync commit the journal
 //! (measured here: fdatasync p50 ~120 µs on written extents, ~220 µs on
-//! unwritten ones). Any operation on the file (submit, close, set_len) first
-//! runs its fill to the end, so a zero write never lands on data; a store
-//! that creates segments ahead of need never waits for it.
+//! unwritten ones). A write reaching past the fill's frontier waits for the
+//! zero writes in flight (one chunk) and ends the fill there (the rest keeps
+//! unwritten extents); a write below it waits only for a zero write in
+//! flight that it overlaps; reads and fdatasyncs do not wait; close and
+//! set_len stop the fill (after the zero writes in flight). Zero writes go out only while no
+//! caller operation is in flight, so under load a segment ends up with
+//! unwritten extents past the fill's frontier rather than the fill halving
+//! the bandwidth left for appends. So a zero write never lands on data, and the first append into a
+//! segment created ahead of need waits at most for one zero chunk, never
+//! for the whole fill.
 //!
 //! O_DIRECT: a file opened `direct` gets `O_DIRECT`. A file system that
 //! refuses it (`EINVAL` at open) is an error naming the cause, unless
@@ -57,7 +64,8 @@
 //!   the disk's own operations (zero fill, fallocate, fsync at create).
 //! - On direct files, offsets, buffer ranges and lengths are multiples of
 //!   [`BLOCK_SIZE`] (asserted at submission).
-//! - No caller operation is submitted on a file whose zero fill is running.
+//! - No caller write is submitted while a zero write it overlaps is in
+//!   flight, and no zero write is submitted at or past a caller write.
 
 use std::collections::VecDeque;
 use std::ffi::CString;
@@ -387,7 +395,13 @@ impl UringDisk {
             return false;
         }
         let token = INTERNAL_TOKEN_BIT | BACKGROUND_TOKEN_BIT | u64::from(file_id.0);
-        while fill.next_offset < fill.len
+        // Zero writes only go out while no caller operation is in flight: a
+        // fill is worth having only if it costs the caller nothing, and under
+        // sustained load it would take half the disk's bandwidth (a write
+        // that reaches an unfilled range ends the fill instead).
+        let idle = self.ops.is_empty();
+        while idle
+            && fill.next_offset < fill.len
             && fill.in_flight < ZERO_FILL_IN_FLIGHT
             && self.ring.in_flight() < self.ring.capacity() / 2
         {
@@ -469,22 +483,87 @@ impl UringDisk {
         }
     }
 
-    /// Runs `file`'s zero fill to its end (before any operation touches the
-    /// file, so a zero write can never land on top of data).
-    fn finish_fill(&mut self, file: FileId) -> Result<(), DiskError> {
+    /// Stops `file`'s zero fill: waits for its zero writes (or closing
+    /// fsync) in flight and submits no more; the rest of the file keeps
+    /// unwritten extents, which read as zeros (the fill only saves later
+    /// fdatasyncs work, so nothing depends on it finishing).
+    fn stop_fill(&mut self, file: FileId) -> Result<(), DiskError> {
         let deadline = Instant::now() + SYNC_STEP_TIMEOUT;
-        while self.file(file)?.fill.is_some() {
+        loop {
+            let open = self.file_mut(file)?;
+            let Some(fill) = open.fill.as_mut() else {
+                return Ok(());
+            };
+            if fill.in_flight == 0 && !fill.syncing {
+                open.fill = None;
+                return Ok(());
+            }
             if Instant::now() > deadline {
                 return Err(DiskError::Io {
                     op: "zero fill",
-                    path: self.file(file)?.path.clone(),
+                    path: open.path.clone(),
                     source: io::Error::from(io::ErrorKind::TimedOut),
                 });
             }
-            self.advance_fills();
             self.drive(Some(Duration::from_millis(100)), COMPLETIONS_PER_TURN_MAX)?;
         }
-        Ok(())
+    }
+
+    /// Lets a caller operation on `file`, whose zero fill runs, go ahead
+    /// without waiting for the whole fill: an fdatasync needs nothing; a
+    /// write below the fill's frontier waits only for the zero writes in
+    /// flight that it overlaps (none, once the fill is ahead of the writer); a
+    /// write reaching past the frontier waits for the zero writes in flight
+    /// (at most [`ZERO_FILL_IN_FLIGHT`] chunks) and ends the fill there (the
+    /// rest of the file keeps unwritten extents, which read as zeros). So no
+    /// zero write is ever in flight with, or lands after, a caller write it
+    /// overlaps. A read does not wait (zero writes only ever cover zeros).
+    fn yield_fill(&mut self, file: FileId, op: &DiskOp) -> Result<(), DiskError> {
+        let range = match op {
+            DiskOp::Fdatasync { .. } => return Ok(()),
+            DiskOp::Write {
+                file_offset,
+                buf_range,
+                ..
+            } => *file_offset..*file_offset + buf_range.len() as u64,
+            // A read needs no wait: a zero write only ever covers zeros.
+            DiskOp::Read { .. } => return Ok(()),
+        };
+        let deadline = Instant::now() + SYNC_STEP_TIMEOUT;
+        loop {
+            let open = self.file_mut(file)?;
+            let Some(fill) = open.fill.as_mut() else {
+                return Ok(());
+            };
+            if fill.syncing {
+                // Every zero write is done; only the closing fsync runs.
+                return Ok(());
+            }
+            // Zero writes go out in order, one chunk each, so those in flight
+            // cover at most `[in_flight_from, next_offset)`.
+            let in_flight_from = fill
+                .next_offset
+                .saturating_sub(fill.in_flight as u64 * ZERO_FILL_CHUNK_SIZE as u64);
+            if range.end <= in_flight_from {
+                return Ok(());
+            }
+            if fill.in_flight == 0 {
+                if range.end > fill.next_offset {
+                    // Ends the fill at its frontier: nothing past it is ever
+                    // zero-written now (`advance_fills` drops the file).
+                    open.fill = None;
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(DiskError::Io {
+                    op: "zero fill",
+                    path: open.path.clone(),
+                    source: io::Error::from(io::ErrorKind::TimedOut),
+                });
+            }
+            self.drive(Some(Duration::from_millis(100)), COMPLETIONS_PER_TURN_MAX)?;
+        }
     }
 
     fn internal_token(&mut self) -> u64 {
@@ -734,7 +813,7 @@ impl Disk for UringDisk {
     }
 
     fn close(&mut self, file: FileId) -> Result<(), DiskError> {
-        self.finish_fill(file)?;
+        self.stop_fill(file)?;
         let deadline = Instant::now() + SYNC_STEP_TIMEOUT;
         while self.file(file)?.in_flight > 0 {
             if Instant::now() > deadline {
@@ -787,7 +866,7 @@ impl Disk for UringDisk {
     }
 
     fn set_len(&mut self, file: FileId, len: u64) -> Result<(), DiskError> {
-        self.finish_fill(file)?;
+        self.stop_fill(file)?;
         let open = self.file_mut(file)?;
         let len_signed = libc::off_t::try_from(len).map_err(|_| DiskError::Io {
             op: "ftruncate",
@@ -905,7 +984,7 @@ impl Disk for UringDisk {
             }
         };
         if self.file(file_id).is_ok_and(|file| file.fill.is_some())
-            && let Err(error) = self.finish_fill(file_id)
+            && let Err(error) = self.yield_fill(file_id, &op)
         {
             return Err((error, op));
         }
