@@ -25,7 +25,7 @@
 mod binary_header;
 mod ext_fields;
 mod json_header;
-mod json_text;
+pub(crate) mod json_text;
 
 use bytes::Bytes;
 

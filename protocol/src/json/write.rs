@@ -555,13 +555,19 @@ fn push_unicode_escape(out: &mut Vec<u8>, unit: u16) {
 /// Appends `value` as a quoted, escaped JSON string, as fastjson's
 /// `writeStringWithDoubleQuote` does in `style`.
 pub fn write_string(out: &mut Vec<u8>, value: &str, style: JsonStyle) {
+    if style == JsonStyle::Java {
+        // fastjson's default escapes, the same as in remoting headers: one
+        // implementation for both.
+        crate::command::json_text::write_quoted(out, value);
+        return;
+    }
     out.push(b'"');
-    let browser = style == JsonStyle::Standard;
+    // BrowserCompatible: also `/` and every non-ASCII character.
     // Fast path: printable ASCII without quotes or backslashes (names,
     // addresses, topics) is copied as it is.
     let plain = value
         .bytes()
-        .all(|b| (0x20..0x7F).contains(&b) && b != b'"' && b != b'\\' && !(browser && b == b'/'));
+        .all(|b| (0x20..0x7F).contains(&b) && b != b'"' && b != b'\\' && b != b'/');
     if plain {
         out.extend_from_slice(value.as_bytes());
         out.push(b'"');
@@ -577,12 +583,12 @@ pub fn write_string(out: &mut Vec<u8>, value: &str, style: JsonStyle) {
             '\n' => Some(b'n'),
             '\u{c}' => Some(b'f'),
             '\r' => Some(b'r'),
-            '/' if browser => Some(b'/'),
+            '/' => Some(b'/'),
             _ => None,
         };
         let escape_unicode = match ch {
             '\0'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' => short.is_none(),
-            _ => browser && !ch.is_ascii(),
+            _ => !ch.is_ascii(),
         };
         if short.is_none() && !escape_unicode {
             continue;
