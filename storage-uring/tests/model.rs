@@ -14,6 +14,8 @@
     reason = "test harness: a failure is the test's answer"
 )]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -435,20 +437,9 @@ fn run_seed(seed: u64) {
     }
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("RINGMQ_SEED") {
-        return vec![seed.parse().expect("RINGMQ_SEED is a number")];
-    }
-    let count = std::env::var("RINGMQ_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SEEDS_DEFAULT);
-    (0..count).collect()
-}
-
 #[test]
 fn store_matches_the_in_memory_model_through_restarts_and_crashes() {
-    for seed in seeds() {
+    for seed in common::seeds(SEEDS_DEFAULT) {
         if let Err(panic) = std::panic::catch_unwind(|| run_seed(seed)) {
             eprintln!("failing seed: {seed} (replay with RINGMQ_SEED={seed})");
             std::panic::resume_unwind(panic);

@@ -13,6 +13,8 @@
     reason = "test harness: a failure is the test's answer"
 )]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -355,20 +357,9 @@ fn run_seed(seed: u64, coverage: &mut Coverage) {
     }
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("RINGMQ_SEED") {
-        return vec![seed.parse().expect("RINGMQ_SEED is a number")];
-    }
-    let count = std::env::var("RINGMQ_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SEEDS_DEFAULT);
-    (0..count).collect()
-}
-
 #[test]
 fn acknowledged_records_survive_the_crashes_their_flush_mode_promises() {
-    let seeds = seeds();
+    let seeds = common::seeds(SEEDS_DEFAULT);
     let mut coverage = Coverage::default();
     for &seed in &seeds {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
