@@ -1063,3 +1063,95 @@ fn zero_fill_runs_in_the_background_and_never_overwrites_data() {
     assert_eq!(&bytes[last_block as usize..], &data[..]);
     assert!(bytes[..last_block as usize].iter().all(|byte| *byte == 0));
 }
+
+#[test]
+fn a_completion_on_a_notifying_ring_wakes_the_ring_that_sleeps() {
+    let (Some(mut sleeper), Some(mut worker)) = (ring_or_skip(), ring_or_skip()) else {
+        return;
+    };
+    worker
+        .notify_eventfd(sleeper.waker().as_fd())
+        .expect("register eventfd");
+    // Let the worker's own eventfd read arm and any startup signal drain.
+    let mut out = TurnOutput::new();
+    worker
+        .turn(Some(Duration::ZERO), 64, &mut out)
+        .expect("worker turn");
+    sleeper
+        .turn(Some(Duration::from_millis(50)), 64, &mut out)
+        .expect("sleeper turn");
+    out.clear();
+    // The sleeper now waits up to 5 s; the worker's Nop, submitted by a
+    // zero-wait turn, completes at once and must cut that wait short.
+    worker.submit(7, Op::Nop, false).expect("submit nop");
+    worker
+        .turn(Some(Duration::ZERO), 64, &mut out)
+        .expect("worker turn");
+    let started = Instant::now();
+    let mut sleeper_out = TurnOutput::new();
+    sleeper
+        .turn(Some(Duration::from_secs(5)), 64, &mut sleeper_out)
+        .expect("sleeper turn");
+    let waited = started.elapsed();
+    assert!(
+        sleeper_out.woken,
+        "sleeper not woken by the worker's completion"
+    );
+    assert!(waited < Duration::from_secs(2), "sleeper waited {waited:?}");
+    let completions = if out.completions.is_empty() {
+        turn_until(&mut worker, 1)
+    } else {
+        out.completions
+    };
+    assert_eq!(completions[0].token, 7);
+}
+
+#[test]
+fn a_later_socket_completion_on_a_notifying_ring_wakes_the_sleeping_ring() {
+    let (Some(mut sleeper), Some(mut worker)) = (ring_or_skip(), ring_or_skip()) else {
+        return;
+    };
+    worker
+        .notify_eventfd(sleeper.waker().as_fd())
+        .expect("register eventfd");
+    let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let mut out = TurnOutput::new();
+    worker
+        .submit(
+            9,
+            Op::Recv {
+                fd: ours.as_raw_fd(),
+                buf: Vec::with_capacity(64),
+            },
+            false,
+        )
+        .expect("submit recv");
+    worker
+        .turn(Some(Duration::ZERO), 64, &mut out)
+        .expect("worker turn");
+    assert!(out.completions.is_empty(), "recv completed with no data");
+    // Drain wakes caused by the worker's setup.
+    sleeper
+        .turn(Some(Duration::from_millis(50)), 64, &mut out)
+        .expect("sleeper turn");
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        std::io::Write::write_all(&mut theirs, b"ping").expect("write");
+        theirs
+    });
+    let started = Instant::now();
+    let mut sleeper_out = TurnOutput::new();
+    sleeper
+        .turn(Some(Duration::from_secs(5)), 64, &mut sleeper_out)
+        .expect("sleeper turn");
+    let waited = started.elapsed();
+    let _theirs = writer.join().expect("writer");
+    assert!(
+        sleeper_out.woken,
+        "sleeper not woken by the worker's completion"
+    );
+    assert!(waited < Duration::from_secs(2), "sleeper waited {waited:?}");
+    let completions = turn_until(&mut worker, 1);
+    assert_eq!(completions[0].token, 9);
+    assert_eq!(completions[0].result.as_ref().ok(), Some(&4));
+}

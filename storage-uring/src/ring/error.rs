@@ -57,6 +57,13 @@ pub enum RingError {
         #[source]
         source: io::Error,
     },
+    /// Registering an eventfd for completion notification failed.
+    #[error("registering an eventfd with an io_uring ring failed: {source}")]
+    RegisterEventfd {
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// Buffers are already registered with this ring (one table per ring).
     #[error("this ring already has a registered buffer table")]
     AlreadyRegistered,
@@ -88,6 +95,7 @@ impl RingError {
             RingError::Unavailable { source, .. }
             | RingError::BuffersRefused { source, .. }
             | RingError::Register { source, .. }
+            | RingError::RegisterEventfd { source }
             | RingError::Enter { source } => source.raw_os_error(),
             _ => None,
         }

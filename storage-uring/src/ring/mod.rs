@@ -61,7 +61,7 @@ pub mod waker;
 
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -305,6 +305,23 @@ impl Ring {
     /// Most operations in flight at once.
     pub fn capacity(&self) -> usize {
         self.user_capacity
+    }
+
+    /// Makes the kernel signal `eventfd` whenever this ring posts a
+    /// completion (`IORING_REGISTER_EVENTFD`; with DEFER_TASKRUN also when
+    /// deferred work is queued, so the owner knows to enter this ring). A
+    /// thread that runs two rings sleeps in one of them and hands it the
+    /// other's eventfd: pass the sleeping ring's [`Waker::as_fd`]. The
+    /// descriptor must outlive this ring's use of it.
+    ///
+    /// # Errors
+    /// [`RingError::RegisterEventfd`] with the errno (EBUSY: one is
+    /// registered already).
+    pub fn notify_eventfd(&self, eventfd: BorrowedFd<'_>) -> Result<(), RingError> {
+        self.ring
+            .submitter()
+            .register_eventfd(eventfd.as_raw_fd())
+            .map_err(|source| RingError::RegisterEventfd { source })
     }
 
     /// Counters.

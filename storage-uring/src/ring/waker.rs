@@ -14,7 +14,7 @@
 //!   path).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 /// A handle other threads use to wake one ring. Cheap to clone.
@@ -49,6 +49,13 @@ impl Waker {
         } else {
             Err(io::Error::last_os_error())
         }
+    }
+
+    /// The eventfd itself, for [`Ring::notify_eventfd`](super::Ring::notify_eventfd)
+    /// on another ring of the same thread: that ring's completions then wake
+    /// this one.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.eventfd.as_fd()
     }
 }
 
