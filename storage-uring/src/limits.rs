@@ -65,6 +65,13 @@ pub const SYNC_FLUSH_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// fraction (in percent), so an append never waits for a `fallocate`.
 pub const SEGMENT_PREALLOCATE_THRESHOLD_PERCENT: u64 = 50;
 
+/// Pause before a failed background segment creation is tried again.
+pub const SEGMENT_CREATE_RETRY_MS: u64 = 100;
+
+/// Creation attempts a roll-over waiting for its segment makes before the
+/// append fails.
+pub const SEGMENT_CREATE_WAIT_MAX: u32 = 3;
+
 /// Size of the checkpoint file (one block, written with O_DIRECT).
 pub const CHECKPOINT_FILE_SIZE: usize = 4096;
 
@@ -129,3 +136,18 @@ const _: () = assert!(SEGMENT_PREALLOCATE_THRESHOLD_PERCENT < 100);
 // A commit behind others must fit one write buffer.
 const _: () = assert!(COMMIT_BEHIND_BYTES_MIN_ASYNC + BLOCK_SIZE <= WRITE_BUFFER_SIZE);
 const _: () = assert!(COMMIT_BEHIND_BYTES_MIN_SYNC + BLOCK_SIZE <= WRITE_BUFFER_SIZE);
+
+/// Default `cleanResourceInterval`: how often retention runs (RocketMQ's
+/// 10 s).
+pub const CLEAN_RESOURCE_INTERVAL_MS_DEFAULT: u64 = 10_000;
+
+/// ConsumeQueues cleaned below the CommitLog min offset per loop turn after
+/// a segment removal (each may unlink a few files in the background).
+pub const RETENTION_QUEUES_PER_TURN_MAX: usize = 16;
+
+/// Bodies at least this large get their record CRC (`__CRC32#`) by combining
+/// BODYCRC with the CRC of the bytes around the body instead of a second pass
+/// over it. `crc32fast`'s combination costs about 4,300 instructions, a pass
+/// about 1.1 per byte (callgrind, `examples/append-cost.rs`), so below this
+/// the pass is cheaper.
+pub const RECORD_CRC_COMBINE_BODY_SIZE_MIN: usize = 16 * 1024;

@@ -42,6 +42,15 @@
 //! cut there. After an abnormal stop appends continue in a fresh segment
 //! behind a durable BLANK fence (see [`crate::commit_log`]).
 //!
+//! Retention runs in `poll` (see [`crate::retention`]): every
+//! `clean_resource_interval_ms`, or at once on a disk above the
+//! clean-forcibly ratio, a plan picks expired segments; they go one per turn,
+//! never the active one, never before all their bytes are durable, their
+//! unlinks in the background; then the ConsumeQueues and the index drop what
+//! is below the new CommitLog min offset. Appends are refused with the
+//! retriable [`StorageError::DiskFull`] while the disk is above the warning
+//! level, and accepted again once it is not.
+//!
 //! # Invariants
 //! - Acks are reported in append order, each exactly once.
 //! - Everything acknowledged Ok before a crash is found again by `open`, as
@@ -62,7 +71,8 @@ use ringmq_protocol::message::{RecordSpec, RecordView, peek_total_size, tags_cod
 use crate::checkpoint::{self, Checkpoint, ShardFiles};
 use crate::commit_log::appender::FlushMode;
 use crate::commit_log::{
-    self, CommitLog, CommitLogConfig, RecoveryReport, shard_offset, split_shard_offset,
+    self, CommitLog, CommitLogConfig, RecoveryReport, SegmentRemoval, shard_offset,
+    split_shard_offset,
 };
 use crate::consume_queue::{ConsumeQueueSet, CqEntry};
 use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, Wait};
@@ -71,13 +81,14 @@ use crate::index_file::{
     INDEX_DIR_NAME, IndexGeometry, IndexQueryResult, IndexRecord, IndexService,
 };
 use crate::limits::{
-    CHECKPOINT_FILE_SIZE, CHECKPOINT_INTERVAL_MS_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_DEFAULT,
-    COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
-    DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS, FLUSH_INTERVAL_MS_DEFAULT,
-    GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX, GET_MESSAGES_SCAN_ENTRIES_MAX,
-    MESSAGE_SIZE_MAX_BYTES, SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT,
-    TAIL_CACHE_SIZE,
+    CHECKPOINT_FILE_SIZE, CHECKPOINT_INTERVAL_MS_DEFAULT, CLEAN_RESOURCE_INTERVAL_MS_DEFAULT,
+    COMMIT_LOG_SEGMENT_SIZE_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX,
+    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS,
+    FLUSH_INTERVAL_MS_DEFAULT, GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX,
+    GET_MESSAGES_SCAN_ENTRIES_MAX, MESSAGE_SIZE_MAX_BYTES, RETENTION_QUEUES_PER_TURN_MAX,
+    SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
 };
+use crate::retention::RetentionConfig;
 
 pub use crate::commit_log::appender::FlushMode as StoreFlushMode;
 
@@ -108,10 +119,21 @@ pub struct StoreConfig {
     pub checkpoint_interval_ms: u64,
     /// ConsumeQueue write-behind period.
     pub consume_queue_flush_interval_ms: u64,
-    /// Disk usage ratio above which appends are refused (retriable).
+    /// Disk usage ratio above which appends are refused (retriable), on top
+    /// of `retention.disk_space_warning_level_ratio` (the lower one wins).
     pub disk_full_ratio: f64,
     /// IndexFile geometry (RocketMQ's by default; tests use small ones).
     pub index_geometry: IndexGeometry,
+    /// Retention: `fileReservedTime`, `deleteWhen`, `diskMaxUsedSpaceRatio`,
+    /// `diskSpaceCleanForciblyRatio`, `diskSpaceWarningLevelRatio`,
+    /// `deleteFileBatchMax`, `cleanFileForciblyEnable` (RocketMQ's defaults).
+    pub retention: RetentionConfig,
+    /// `cleanResourceInterval`: how often retention runs.
+    pub clean_resource_interval_ms: u64,
+    /// Offset of the broker's local time from UTC, in minutes: `deleteWhen`
+    /// hours are local hours, as in RocketMQ (the store reads no clock or
+    /// time zone itself).
+    pub time_zone_offset_minutes: i32,
 }
 
 impl StoreConfig {
@@ -132,7 +154,16 @@ impl StoreConfig {
             consume_queue_flush_interval_ms: CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
             disk_full_ratio: DISK_FULL_RATIO_DEFAULT,
             index_geometry: IndexGeometry::ROCKETMQ,
+            retention: RetentionConfig::default(),
+            clean_resource_interval_ms: CLEAN_RESOURCE_INTERVAL_MS_DEFAULT,
+            time_zone_offset_minutes: 0,
         }
+    }
+
+    /// The local hour of day (0–23) at `now_ms` (ms since the Unix epoch).
+    pub fn hour_of_day(&self, now_ms: u64) -> u8 {
+        let local_s = (now_ms / 1000) as i64 + i64::from(self.time_zone_offset_minutes) * 60;
+        (local_s.rem_euclid(86_400) / 3_600) as u8
     }
 
     fn check(&self) -> Result<(), StorageError> {
@@ -323,6 +354,16 @@ pub struct Store<D: Disk> {
     last_cq_flush_ms: u64,
     last_space_check_ms: u64,
     disk_full: Option<f64>,
+    /// Used over total space at the last check (0.0 before the first).
+    disk_usage_ratio: f64,
+    /// When retention last ran (ms).
+    last_retention_ms: u64,
+    /// CommitLog segments a retention run decided to delete, one per turn.
+    retention_queue: VecDeque<u64>,
+    /// Next ConsumeQueue (by index) to clean below the CommitLog min
+    /// offset, while a cleanup after segment removal runs.
+    retention_cursor: Option<usize>,
+    retention_stats: RetentionStats,
     pending: VecDeque<PendingAppend>,
     /// (end_local, store timestamp) of appends not yet durable.
     durable_marks: VecDeque<(u64, i64)>,
@@ -369,11 +410,15 @@ impl<D: Disk> Store<D> {
             None
         };
         let confirm_local = stored.map_or(0, |c| split_shard_offset(c.confirm_offset as u64).1);
+        let mut queue_floors = Vec::new();
         let (mut queues, mut index, scan_from) = if abnormal {
             // ConsumeQueues are written behind through the page cache: after
             // a crash their unsynced tail may hold torn entries that still look
             // valid (a torn write keeps old zeros in an offset's top bytes).
             // They are derived data, so rebuild them from the CommitLog.
+            // What they say about records retention removed is old and
+            // flushed: kept, so such queues keep their offsets.
+            queue_floors = removed_queue_floors(&mut disk, &config);
             remove_consume_queue_files(&mut disk, &config.consume_queue_root)?;
             remove_files_in(&mut disk, &config.index_dir())?;
             let index = IndexService::new(&config.index_dir(), config.index_geometry)?;
@@ -449,6 +494,15 @@ impl<D: Disk> Store<D> {
             &mut disk,
             shard_offset(config.shard_id, recovery.scan.end),
         )?;
+        for (topic, queue_id, floor) in queue_floors {
+            let index = queues.index_or_create(&topic, queue_id)?;
+            queues.queue_at_mut(index).start_at(floor);
+        }
+        // Retention may have removed segments that queues and index still
+        // point into; their min offsets move past them.
+        let log_min = commit_log.min_offset();
+        queues.delete_below_commit_log_offset(&mut disk, log_min)?;
+        index.delete_below_commit_log_offset(&mut disk, log_min)?;
         if !abnormal {
             checkpoint::create_abort(&mut disk, &files)?;
         }
@@ -471,6 +525,11 @@ impl<D: Disk> Store<D> {
             last_cq_flush_ms: now_ms,
             last_space_check_ms: 0,
             disk_full: None,
+            disk_usage_ratio: 0.0,
+            last_retention_ms: now_ms,
+            retention_queue: VecDeque::new(),
+            retention_cursor: None,
+            retention_stats: RetentionStats::default(),
             pending: VecDeque::new(),
             durable_marks: VecDeque::new(),
             last_durable_store_timestamp_ms: 0,
@@ -822,20 +881,125 @@ impl<D: Disk> Store<D> {
         if now_ms.saturating_sub(self.last_space_check_ms) >= DISK_SPACE_CHECK_INTERVAL_MS {
             self.last_space_check_ms = now_ms;
             self.check_space();
+            // A disk above the clean-forcibly ratio is cleaned at once, not
+            // at the next regular run.
+            let urgent = self.disk_usage_ratio > self.config.retention.clean_forcibly_ratio();
+            if urgent
+                || now_ms.saturating_sub(self.last_retention_ms)
+                    >= self.config.clean_resource_interval_ms
+            {
+                self.last_retention_ms = now_ms;
+                self.plan_retention(now_ms);
+            }
         }
+        self.run_retention_step()?;
         Ok(())
     }
 
     fn check_space(&mut self) {
         match self.disk.space(&self.config.root) {
             Ok(space) if space.total_bytes > 0 => {
-                let used = space.total_bytes.saturating_sub(space.available_bytes) as f64;
-                let ratio = used / space.total_bytes as f64;
-                self.disk_full = (ratio > self.config.disk_full_ratio).then_some(ratio);
+                let ratio = space.used_ratio();
+                self.disk_usage_ratio = ratio;
+                let limit = self
+                    .config
+                    .disk_full_ratio
+                    .min(self.config.retention.warning_level_ratio());
+                let full = (ratio > limit).then_some(ratio);
+                match (self.disk_full.is_some(), full.is_some()) {
+                    (false, true) => tracing::warn!(
+                        used_ratio = ratio,
+                        limit,
+                        "disk nearly full: appends are refused until retention frees space"
+                    ),
+                    (true, false) => tracing::info!(
+                        used_ratio = ratio,
+                        "disk space is back: appends accepted again"
+                    ),
+                    _ => {}
+                }
+                self.disk_full = full;
             }
-            Ok(_) => self.disk_full = None,
+            Ok(_) => {
+                self.disk_usage_ratio = 0.0;
+                self.disk_full = None;
+            }
             Err(error) => tracing::warn!(%error, "statvfs of the store root failed"),
         }
+    }
+
+    /// Decides which CommitLog segments go now ([`RetentionConfig::plan`]).
+    fn plan_retention(&mut self, now_ms: u64) {
+        let segments = self.commit_log.retention_segments();
+        let hour = self.config.hour_of_day(now_ms);
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let plan = self
+            .config
+            .retention
+            .plan(now, hour, self.disk_usage_ratio, &segments);
+        self.retention_stats.runs += 1;
+        if !plan.delete.is_empty() {
+            tracing::info!(
+                reason = ?plan.reason,
+                segments = plan.delete.len(),
+                first = plan.delete[0],
+                "retention deletes commit log segments"
+            );
+            self.retention_queue = plan.delete.into_iter().collect();
+        }
+    }
+
+    /// One bounded step of retention per turn: removes one planned segment
+    /// (its unlink runs in the background), or cleans a few ConsumeQueues,
+    /// then the index, below the new CommitLog min offset.
+    fn run_retention_step(&mut self) -> Result<(), StorageError> {
+        if let Some(&base) = self.retention_queue.front() {
+            match self.commit_log.remove_segment(&mut self.disk, base)? {
+                SegmentRemoval::Removed => {
+                    self.retention_queue.pop_front();
+                    self.retention_stats.segments_removed += 1;
+                    self.retention_cursor = Some(0);
+                }
+                // Its last fdatasync is still to come: the next turn.
+                SegmentRemoval::NotYetDurable => {}
+                // Gone or in use: the next run plans again.
+                SegmentRemoval::NotRemovable => self.retention_queue.clear(),
+            }
+            return Ok(());
+        }
+        let Some(from) = self.retention_cursor else {
+            return Ok(());
+        };
+        let log_min = self.commit_log.min_offset();
+        let mut disk = BackgroundRemovals {
+            disk: &mut self.disk,
+            removed: 0,
+        };
+        let to = (from + RETENTION_QUEUES_PER_TURN_MAX).min(self.queues.len());
+        for index in from..to {
+            self.queues
+                .queue_at_mut(index)
+                .delete_below_commit_log_offset(&mut disk, log_min)?;
+        }
+        if to < self.queues.len() {
+            self.retention_cursor = Some(to);
+        } else {
+            self.index
+                .delete_below_commit_log_offset(&mut disk, log_min)?;
+            self.retention_cursor = None;
+        }
+        self.retention_stats.files_removed += disk.removed;
+        Ok(())
+    }
+
+    /// What retention has done so far.
+    pub fn retention_stats(&self) -> RetentionStats {
+        self.retention_stats
+    }
+
+    /// Used over total space of the store's file system at the last check.
+    pub fn disk_usage_ratio(&self) -> f64 {
+        self.disk_usage_ratio
     }
 
     fn current_checkpoint(&self) -> Checkpoint {
@@ -884,6 +1048,11 @@ impl<D: Disk> Store<D> {
             }
             Some(OpTag::ConsumeQueue) => self.queues.on_completion(&mut self.disk, completion),
             Some(OpTag::IndexFile) => self.index.on_completion(&mut self.disk, completion),
+            Some(OpTag::Retention) => {
+                if let Err(error) = &completion.result {
+                    tracing::warn!(%error, "removing an expired file failed");
+                }
+            }
             Some(OpTag::Checkpoint) => {
                 if let Err(error) = &completion.result {
                     tracing::warn!(%error, "checkpoint write failed; recovery will scan further back");
@@ -1220,6 +1389,112 @@ impl<D: Disk> Store<D> {
     }
 }
 
+/// Counters of retention.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetentionStats {
+    /// Retention runs (plans made).
+    pub runs: u64,
+    /// CommitLog segments removed.
+    pub segments_removed: u64,
+    /// ConsumeQueue and index files removed.
+    pub files_removed: u64,
+}
+
+/// A view of a disk whose `remove` runs in the background
+/// ([`Disk::submit_remove`], which also fsyncs the directory, so `sync_dir`
+/// has nothing left to do): retention removes ConsumeQueue and index files
+/// through it without a blocking unlink in the shard's loop.
+struct BackgroundRemovals<'a, D: Disk> {
+    disk: &'a mut D,
+    removed: u64,
+}
+
+impl<D: Disk> Disk for BackgroundRemovals<'_, D> {
+    fn open(
+        &mut self,
+        path: &std::path::Path,
+        options: crate::disk::OpenOptions,
+    ) -> Result<FileId, crate::disk::DiskError> {
+        self.disk.open(path, options)
+    }
+    fn close(&mut self, file: FileId) -> Result<(), crate::disk::DiskError> {
+        self.disk.close(file)
+    }
+    fn file_size(&self, file: FileId) -> Result<u64, crate::disk::DiskError> {
+        self.disk.file_size(file)
+    }
+    fn remove(&mut self, path: &std::path::Path) -> Result<(), crate::disk::DiskError> {
+        self.removed += 1;
+        self.disk
+            .submit_remove(OpId::new(OpTag::Retention, self.removed), path)
+    }
+    fn set_len(&mut self, file: FileId, len: u64) -> Result<(), crate::disk::DiskError> {
+        self.disk.set_len(file, len)
+    }
+    fn create_dir_all(&mut self, dir: &std::path::Path) -> Result<(), crate::disk::DiskError> {
+        self.disk.create_dir_all(dir)
+    }
+    fn list_dir(&mut self, dir: &std::path::Path) -> Result<Vec<String>, crate::disk::DiskError> {
+        self.disk.list_dir(dir)
+    }
+    fn sync_dir(&mut self, _dir: &std::path::Path) -> Result<(), crate::disk::DiskError> {
+        Ok(())
+    }
+    fn rename(
+        &mut self,
+        from: &std::path::Path,
+        to: &std::path::Path,
+    ) -> Result<(), crate::disk::DiskError> {
+        self.disk.rename(from, to)
+    }
+    fn space(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<crate::disk::SpaceInfo, crate::disk::DiskError> {
+        self.disk.space(path)
+    }
+    fn submit(
+        &mut self,
+        op_id: OpId,
+        op: DiskOp,
+        link_next: bool,
+    ) -> Result<(), (crate::disk::DiskError, DiskOp)> {
+        self.disk.submit(op_id, op, link_next)
+    }
+    fn submit_create(
+        &mut self,
+        op_id: OpId,
+        path: &std::path::Path,
+        options: crate::disk::OpenOptions,
+    ) -> Result<(), crate::disk::DiskError> {
+        self.disk.submit_create(op_id, path, options)
+    }
+    fn submit_remove(
+        &mut self,
+        op_id: OpId,
+        path: &std::path::Path,
+    ) -> Result<(), crate::disk::DiskError> {
+        self.disk.submit_remove(op_id, path)
+    }
+    fn poll(
+        &mut self,
+        out: &mut Vec<DiskCompletion>,
+        max: usize,
+        wait: Wait,
+    ) -> Result<usize, crate::disk::DiskError> {
+        self.disk.poll(out, max, wait)
+    }
+    fn in_flight(&self) -> usize {
+        self.disk.in_flight()
+    }
+    fn buffer(&mut self, capacity: usize) -> crate::aligned::AlignedBuf {
+        self.disk.buffer(capacity)
+    }
+    fn recycle(&mut self, buf: crate::aligned::AlignedBuf) {
+        self.disk.recycle(buf);
+    }
+}
+
 /// The properties a record's dispatch needs (ConsumeQueue tags code, index
 /// keys), found in one pass over the properties string.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -1268,6 +1543,55 @@ impl<'a> DispatchProperties<'a> {
     }
 }
 
+/// For each ConsumeQueue on disk, the queue offset after its entries that
+/// point below the CommitLog's first segment (records retention removed), if
+/// any: `(topic, queue id, offset)`. Best effort: a queue that cannot be read
+/// is left out (it is rebuilt from the CommitLog as before).
+fn removed_queue_floors(disk: &mut impl Disk, config: &StoreConfig) -> Vec<(String, u32, u64)> {
+    let log_min_local = match disk.list_dir(&config.commit_log_dir()) {
+        Ok(names) => names
+            .iter()
+            .filter_map(|name| commit_log::segment::parse_segment_file_name(name))
+            .min(),
+        Err(error) => {
+            tracing::warn!(%error, "listing the commit log for queue offsets failed");
+            None
+        }
+    };
+    let Some(log_min_local) = log_min_local.filter(|min| *min > 0) else {
+        return Vec::new();
+    };
+    let log_min = shard_offset(config.shard_id, log_min_local);
+    let queues = match ConsumeQueueSet::load_all(disk, &config.consume_queue_root) {
+        Ok(queues) => queues,
+        Err(error) => {
+            tracing::warn!(%error, "loading consume queues for their offsets failed");
+            return Vec::new();
+        }
+    };
+    let mut floors = Vec::new();
+    for queue in queues.iter() {
+        // Entries are in CommitLog order: binary search for the first one
+        // still backed by the CommitLog.
+        let (mut low, mut high) = (queue.min_offset(), queue.max_offset());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match queue.entry(mid) {
+                Some(entry) if entry.commit_log_offset < log_min => low = mid + 1,
+                _ => high = mid,
+            }
+        }
+        if low > 0 {
+            floors.push((queue.topic().to_string(), queue.queue_id(), low));
+        }
+    }
+    let mut queues = queues;
+    if let Err(error) = queues.close_all(disk) {
+        tracing::warn!(%error, "closing consume queues read for their offsets failed");
+    }
+    floors
+}
+
 /// Removes every file directly in `dir`.
 fn remove_files_in(disk: &mut impl Disk, dir: &std::path::Path) -> Result<(), StorageError> {
     let names = disk.list_dir(dir)?;
@@ -1305,7 +1629,7 @@ fn remove_consume_queue_files(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::disk::sim::{SimConfig, SimDisk};
+    use crate::disk::sim::{CrashKind, SimConfig, SimDisk};
     use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
     fn config(mode: FlushMode) -> StoreConfig {
@@ -1520,6 +1844,246 @@ mod tests {
         let error = store.append(&message(b"x"), 1).unwrap_err();
         assert!(matches!(error, StorageError::DiskFull { .. }), "{error}");
         assert!(error.is_retriable());
+    }
+
+    const HOUR_MS: u64 = 3_600_000;
+    /// Day 1000 of the epoch, 01:00 UTC.
+    const T0: u64 = 1_000 * 24 * HOUR_MS + HOUR_MS;
+
+    fn retention_config() -> StoreConfig {
+        let mut config = config(FlushMode::Async);
+        config.retention.file_reserved_time_hours = 1;
+        config.clean_resource_interval_ms = 1_000;
+        config.index_geometry = IndexGeometry {
+            hash_slot_count: 64,
+            entry_count_max: 100,
+        };
+        config
+    }
+
+    /// Appends 1 KiB messages at `now_ms` until the CommitLog has
+    /// `segments` segments in use, then lets everything become durable.
+    fn fill_segments(store: &mut Store<SimDisk>, segments: u64, now_ms: u64) -> Vec<AppendTicket> {
+        let body = vec![7u8; 1_000];
+        let mut acks = Vec::new();
+        let mut tickets = Vec::new();
+        let size = store.config().segment_size_bytes;
+        let mut at_ms = now_ms;
+        while store.commit_log().encoded_offset() < (segments - 1) * size + size / 4 {
+            let keys = format!("TAGS\x01A\x02KEYS\x01k{}\x02", tickets.len());
+            let mut m = message(&body);
+            m.properties = keys.as_bytes();
+            tickets.push(store.append(&m, at_ms).unwrap());
+            store.poll(at_ms, &mut acks).unwrap();
+            at_ms += 1;
+        }
+        settle(store, at_ms, &mut acks);
+        tickets
+    }
+
+    /// Polls `turns` times at `now_ms`, and once a second of fake time
+    /// later so that space checks and retention runs are due.
+    fn turns(store: &mut Store<SimDisk>, now_ms: u64, turns: usize) {
+        let mut acks = Vec::new();
+        for _ in 0..turns {
+            store.poll(now_ms, &mut acks).unwrap();
+        }
+        settle(store, now_ms, &mut acks);
+    }
+
+    #[test]
+    fn expired_segments_go_at_delete_when_and_never_the_active_one() {
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(21)), retention_config(), T0).unwrap();
+        let tickets = fill_segments(&mut store, 5, T0);
+        let size = store.config().segment_size_bytes;
+        let segments_before = store.commit_log().segments().segments().len();
+        assert!(segments_before >= 5);
+        // Expired (reserved 1 h) at 03:00, but deleteWhen is 04.
+        turns(&mut store, T0 + 2 * HOUR_MS, 50);
+        assert_eq!(
+            store.commit_log_min_offset(),
+            0,
+            "nothing goes before deleteWhen"
+        );
+        assert_eq!(store.retention_stats().segments_removed, 0);
+        // 04:00: every segment before the active one goes.
+        turns(&mut store, T0 + 3 * HOUR_MS, 50);
+        let active = store.commit_log().encoded_offset() / size * size;
+        assert_eq!(store.commit_log_min_offset(), active);
+        assert_eq!(store.retention_stats().segments_removed, active / size);
+        let image = store.disk().snapshot();
+        let dir = PathBuf::from("/s/commitlog/0");
+        for base in (0..active).step_by(size as usize) {
+            assert!(
+                !image
+                    .files
+                    .contains_key(&dir.join(commit_log::segment::segment_file_name(base))),
+                "segment {base} still on disk"
+            );
+        }
+        assert!(
+            image
+                .files
+                .contains_key(&dir.join(commit_log::segment::segment_file_name(active)))
+        );
+        // Reads below the min: the ConsumeQueue min moved past the removed
+        // records (OFFSET_TOO_SMALL), records above it are still found.
+        let queue_min = store.queue_min_offset("T", 0);
+        let first_kept = tickets
+            .iter()
+            .find(|t| t.commit_log_offset >= active)
+            .unwrap();
+        assert_eq!(queue_min, first_kept.queue_offset);
+        let below = store.get_messages("T", 0, 0, 8, 1 << 20, None).unwrap();
+        assert_eq!(below.status, GetMessageStatus::OffsetTooSmall);
+        assert_eq!(below.next_begin_offset, queue_min);
+        let kept = store
+            .get_messages("T", 0, queue_min, 1, 1 << 20, None)
+            .unwrap();
+        assert_eq!(kept.status, GetMessageStatus::Found);
+        assert_eq!(
+            store.read_record(tickets[0].commit_log_offset).unwrap(),
+            None
+        );
+        // Index files wholly below the new min are gone too.
+        assert!(
+            store.retention_stats().files_removed > 0,
+            "{:?}",
+            store.retention_stats()
+        );
+        assert!(
+            store
+                .query_message("T", "k0", 10, 0, i64::MAX)
+                .phy_offsets
+                .is_empty()
+        );
+        let last_key = format!("k{}", tickets.len() - 1);
+        let found = store.query_message("T", &last_key, 10, 0, i64::MAX);
+        assert_eq!(
+            found.phy_offsets,
+            vec![tickets[tickets.len() - 1].commit_log_offset]
+        );
+    }
+
+    #[test]
+    fn a_restart_after_deletion_recovers_with_the_new_min_offsets() {
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(22)), retention_config(), T0).unwrap();
+        fill_segments(&mut store, 4, T0);
+        turns(&mut store, T0 + 3 * HOUR_MS, 50);
+        let log_min = store.commit_log_min_offset();
+        let queue_min = store.queue_min_offset("T", 0);
+        let queue_max = store.queue_max_offset("T", 0);
+        assert!(log_min > 0 && queue_min > 0);
+        let mut acks = Vec::new();
+        let disk = store.shutdown(T0 + 3 * HOUR_MS, &mut acks).unwrap();
+        let (mut store, report) = Store::open(disk, retention_config(), T0 + 4 * HOUR_MS).unwrap();
+        assert!(!report.abnormal);
+        assert_eq!(store.commit_log_min_offset(), log_min);
+        assert_eq!(store.queue_min_offset("T", 0), queue_min);
+        assert_eq!(store.queue_max_offset("T", 0), queue_max);
+        // After a crash (abnormal recovery rebuilds the queues from the
+        // CommitLog that is left) the same.
+        let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+        let (mut store, report) = Store::open(disk, retention_config(), T0 + 5 * HOUR_MS).unwrap();
+        assert!(report.abnormal);
+        assert_eq!(store.commit_log_min_offset(), log_min);
+        assert_eq!(store.queue_min_offset("T", 0), queue_min);
+        assert_eq!(store.queue_max_offset("T", 0), queue_max);
+        let below = store
+            .get_messages("T", 0, queue_min - 1, 8, 1 << 20, None)
+            .unwrap();
+        assert_eq!(below.status, GetMessageStatus::OffsetTooSmall);
+        let kept = store
+            .get_messages("T", 0, queue_min, 8, 1 << 20, None)
+            .unwrap();
+        assert_eq!(kept.status, GetMessageStatus::Found);
+    }
+
+    #[test]
+    fn a_queue_whose_records_were_all_removed_keeps_its_offsets_through_a_crash() {
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(24)), retention_config(), T0).unwrap();
+        let body = vec![5u8; 100];
+        let mut early = message(&body);
+        early.queue_id = 1;
+        for i in 0..5 {
+            store.append(&early, T0 + i).unwrap();
+        }
+        fill_segments(&mut store, 4, T0 + 10);
+        turns(&mut store, T0 + 3 * HOUR_MS, 50);
+        assert!(store.commit_log_min_offset() > 0);
+        assert_eq!(
+            store.queue_min_offset("T", 1),
+            5,
+            "all of queue 1 is removed"
+        );
+        assert_eq!(store.queue_max_offset("T", 1), 5);
+        let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+        let (mut store, report) = Store::open(disk, retention_config(), T0 + 4 * HOUR_MS).unwrap();
+        assert!(report.abnormal);
+        assert_eq!(store.queue_max_offset("T", 1), 5);
+        let ticket = store.append(&early, T0 + 4 * HOUR_MS).unwrap();
+        assert_eq!(ticket.queue_offset, 5, "queue offsets never go back");
+        let mut acks = Vec::new();
+        settle(&mut store, T0 + 4 * HOUR_MS, &mut acks);
+        // And through a clean restart after that.
+        let disk = store.shutdown(T0 + 4 * HOUR_MS, &mut acks).unwrap();
+        let (store, _) = Store::open(disk, retention_config(), T0 + 5 * HOUR_MS).unwrap();
+        assert_eq!(store.queue_max_offset("T", 1), 6);
+    }
+
+    #[test]
+    fn a_nearly_full_disk_refuses_appends_cleans_forcibly_and_accepts_again() {
+        let mut sim = SimConfig::new(23);
+        // Room for about ten segments with everything else.
+        sim.capacity_bytes = 10 * COMMIT_LOG_SEGMENT_SIZE_MIN + 64 * 1024;
+        let mut config = retention_config();
+        config.retention.file_reserved_time_hours = 72;
+        let (mut store, _) = Store::open(SimDisk::new(sim), config, T0).unwrap();
+        let body = vec![3u8; 1_000];
+        let mut acks = Vec::new();
+        let mut now_ms = T0;
+        let mut refused = None;
+        for _ in 0..2_000 {
+            now_ms += 100;
+            match store.append(&message(&body), now_ms) {
+                Ok(_) => {}
+                Err(error) => {
+                    refused = Some(error);
+                    break;
+                }
+            }
+            store.poll(now_ms, &mut acks).unwrap();
+        }
+        let refused = refused.expect("appends are refused once the disk is nearly full");
+        assert!(
+            matches!(refused, StorageError::DiskFull { .. }),
+            "{refused}"
+        );
+        assert!(refused.is_retriable());
+        assert!(store.disk_usage_ratio() > 0.85);
+        // Segments are young (72 h reserved) and it is not 04:00: only the
+        // forced cleaning can free space.
+        let min_before = store.commit_log_min_offset();
+        for _ in 0..20 {
+            now_ms += 1_000;
+            turns(&mut store, now_ms, 20);
+        }
+        assert!(
+            store.commit_log_min_offset() > min_before,
+            "forced cleaning removed segments"
+        );
+        assert!(
+            store.disk_usage_ratio() <= 0.85,
+            "{}",
+            store.disk_usage_ratio()
+        );
+        store
+            .append(&message(&body), now_ms)
+            .expect("appends are accepted again");
+        settle(&mut store, now_ms, &mut acks);
     }
 
     #[test]

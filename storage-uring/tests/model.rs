@@ -383,7 +383,10 @@ impl Model {
     }
 }
 
-fn run_seed(seed: u64) {
+/// Runs one seed; returns the roll-overs into segments created ahead of
+/// need.
+fn run_seed(seed: u64) -> u64 {
+    let mut rollovers_precreated = 0;
     let mut rng = SimRng::new(seed ^ 0xA5A5);
     let mode = if rng.below(2) == 0 {
         FlushMode::Sync
@@ -410,6 +413,7 @@ fn run_seed(seed: u64) {
                 _ => model.read_by_offset(&mut store),
             }
         }
+        rollovers_precreated += store.commit_log().segment_stats().rollovers_ready;
         if model.rng.below(3) == 0 {
             let mut acks = Vec::new();
             disk = store.shutdown(model.now_ms, &mut acks).unwrap();
@@ -435,14 +439,26 @@ fn run_seed(seed: u64) {
             // Abandoned again right after recovery: the next open is abnormal too.
         }
     }
+    rollovers_precreated
 }
 
 #[test]
 fn store_matches_the_in_memory_model_through_restarts_and_crashes() {
-    for seed in common::seeds(SEEDS_DEFAULT) {
-        if let Err(panic) = std::panic::catch_unwind(|| run_seed(seed)) {
-            eprintln!("failing seed: {seed} (replay with RINGMQ_SEED={seed})");
-            std::panic::resume_unwind(panic);
+    let seeds = common::seeds(SEEDS_DEFAULT);
+    let mut rollovers_precreated = 0;
+    for &seed in &seeds {
+        match std::panic::catch_unwind(|| run_seed(seed)) {
+            Ok(rollovers) => rollovers_precreated += rollovers,
+            Err(panic) => {
+                eprintln!("failing seed: {seed} (replay with RINGMQ_SEED={seed})");
+                std::panic::resume_unwind(panic);
+            }
         }
+    }
+    if seeds.len() >= SEEDS_DEFAULT as usize {
+        assert!(
+            rollovers_precreated > 0,
+            "no roll-over into a segment created ahead of need"
+        );
     }
 }

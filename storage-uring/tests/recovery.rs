@@ -300,6 +300,10 @@ struct Coverage {
     torn_tails: usize,
     fenced: usize,
     power_losses: usize,
+    /// Roll-overs into a segment created ahead of need, in the background.
+    rollovers_precreated: u64,
+    /// Crashes while the next segment's creation was in flight.
+    crashes_mid_creation: usize,
 }
 
 fn run_seed(seed: u64, coverage: &mut Coverage) {
@@ -353,6 +357,8 @@ fn run_seed(seed: u64, coverage: &mut Coverage) {
             _ => CrashKind::ProcessKill,
         };
         coverage.power_losses += usize::from(kind == CrashKind::PowerLoss);
+        coverage.rollovers_precreated += store.commit_log().segment_stats().rollovers_ready;
+        coverage.crashes_mid_creation += usize::from(store.commit_log().is_creating_segment());
         disk = store.disk_mut().crash(kind);
     }
 }
@@ -387,6 +393,14 @@ fn acknowledged_records_survive_the_crashes_their_flush_mode_promises() {
         assert!(
             coverage.power_losses > 0,
             "no power loss was simulated: {coverage:?}"
+        );
+        assert!(
+            coverage.rollovers_precreated > 0,
+            "no roll-over into a segment created ahead of need: {coverage:?}"
+        );
+        assert!(
+            coverage.crashes_mid_creation > 0,
+            "no crash between the steps of a segment creation: {coverage:?}"
         );
     }
 }

@@ -1155,3 +1155,52 @@ fn a_later_socket_completion_on_a_notifying_ring_wakes_the_sleeping_ring() {
     assert_eq!(completions[0].token, 9);
     assert_eq!(completions[0].result.as_ref().ok(), Some(&4));
 }
+
+#[test]
+fn background_create_and_remove_run_through_the_ring() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("background-create");
+    let path = dir.path("segment");
+    let len = 4 << 20;
+    disk.submit_create(id(1), &path, OpenOptions::create_direct(len))
+        .unwrap();
+    assert_eq!(disk.in_flight(), 1, "the creation counts as in flight");
+    let done = wait_for(&mut disk, 1);
+    assert_eq!(done[0].op_id, id(1));
+    let file = ringmq_storage::disk::created_file_id(*done[0].result.as_ref().unwrap());
+    assert_eq!(disk.file_size(file).unwrap(), len);
+    assert!(disk.is_o_direct(file).unwrap() || small_disk_config().allow_buffered_fallback);
+    // The new file takes O_DIRECT writes at once.
+    let data = pattern(BLOCK_SIZE, 33);
+    let write = DiskOp::Write {
+        file,
+        file_offset: 0,
+        buf: filled_buf(&data),
+        buf_range: 0..BLOCK_SIZE,
+    };
+    disk.submit(id(2), write, false).unwrap();
+    assert!(wait_for(&mut disk, 1)[0].result.is_ok());
+    let mut on_disk = vec![0u8; BLOCK_SIZE];
+    std::fs::File::open(&path)
+        .unwrap()
+        .read_exact(&mut on_disk)
+        .unwrap();
+    assert_eq!(on_disk, data);
+    disk.close(file).unwrap();
+
+    disk.submit_remove(id(3), &path).unwrap();
+    let removed = wait_for(&mut disk, 1);
+    assert_eq!(removed[0].op_id, id(3));
+    assert!(removed[0].result.is_ok());
+    assert!(!path.exists());
+    // Removing what is not there fails with the errno, through the ring.
+    disk.submit_remove(id(4), &path).unwrap();
+    let missing = wait_for(&mut disk, 1);
+    assert_eq!(
+        missing[0].result.as_ref().unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(disk.in_flight(), 0);
+}

@@ -20,7 +20,9 @@
 //!    `--appends-per-turn` appends followed by a ring turn (non-blocking
 //!    while more may be appended, waiting otherwise), as a shard loop runs;
 //!    latency from `append` to its ack. `records_per_commit` counts
-//!    CommitLog commits only.
+//!    CommitLog commits only; `segments_created_ahead` and
+//!    `rollovers_waited` count background segment creations and roll-overs
+//!    that had to wait for one.
 //! 3. Recover (`--recover`): marks the store as not shut down (abort file)
 //!    and times the abnormal recovery of `Store::open`.
 //!
@@ -561,6 +563,9 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report.int("record_bytes", record_bytes);
     report.int("flush_timeouts", flush_timeouts);
     report.int("ring_stalls", stats.stalls - stats_before.stalls);
+    let segments = store.commit_log().segment_stats();
+    report.int("segments_created_ahead", segments.created_ahead);
+    report.int("rollovers_waited", segments.rollovers_waited);
     if args.recover {
         drop(store);
     } else {

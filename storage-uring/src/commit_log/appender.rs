@@ -111,6 +111,11 @@ const SEQ_COMMIT_FSYNC: u64 = 2;
 const SEQ_FLUSH_FSYNC: u64 = 3;
 /// Kind of a CommitLog op used for synchronous reads (reader side).
 pub(crate) const SEQ_READ: u64 = 4;
+/// Kind of the background creation of the next segment (counter: its base
+/// over the segment size).
+pub(crate) const SEQ_SEGMENT_CREATE: u64 = 5;
+/// Kind of the background removal of a segment (retention).
+pub(crate) const SEQ_SEGMENT_REMOVE: u64 = 6;
 
 /// An OpId of kind `kind` with a counter.
 pub(crate) fn commit_log_op_id(kind: u64, counter: u64) -> OpId {

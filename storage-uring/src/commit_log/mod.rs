@@ -34,15 +34,19 @@ use std::path::PathBuf;
 
 use ringmq_protocol::message::{RecordSpec, RecordView, encode_blank};
 
-use self::appender::{Appender, FlushMode, Progress, SEQ_READ, commit_log_op_id};
+use self::appender::{
+    Appender, FlushMode, Progress, SEQ_READ, SEQ_SEGMENT_CREATE, SEQ_SEGMENT_REMOVE,
+    commit_log_op_id, op_kind,
+};
 use self::reader::TailCache;
 use self::recovery::{ScanOutcome, ScanStop, scan};
 use self::segment::SegmentSet;
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up};
-use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, Wait};
+use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpenOptions, Wait, created_file_id};
 use crate::error::StorageError;
 use crate::limits::{
-    COMPLETIONS_PER_TURN_MAX, PENDING_WRITE_BYTES_MAX, RECORD_SIZE_MAX,
+    COMPLETIONS_PER_TURN_MAX, PENDING_WRITE_BYTES_MAX, RECORD_CRC_COMBINE_BODY_SIZE_MIN,
+    RECORD_SIZE_MAX, SEGMENT_CREATE_RETRY_MS, SEGMENT_CREATE_WAIT_MAX,
     SEGMENT_PREALLOCATE_THRESHOLD_PERCENT, SHARD_ID_BITS, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE,
 };
 
@@ -102,6 +106,33 @@ pub struct RecoveryReport {
     pub segments_removed: usize,
 }
 
+/// The outcome of [`CommitLog::remove_segment`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentRemoval {
+    /// Detached; its file is being removed in the background.
+    Removed,
+    /// Not all of it is durable yet: ask again later.
+    NotYetDurable,
+    /// Not the oldest segment, or the active one (or after it).
+    NotRemovable,
+}
+
+/// Counters of segment creation ahead of need.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentStats {
+    /// Segments created in the background.
+    pub created_ahead: u64,
+    /// Roll-overs into a segment that was ready.
+    pub rollovers_ready: u64,
+    /// Roll-overs that had to wait for the next segment's creation (appends
+    /// outran it).
+    pub rollovers_waited: u64,
+    /// Background creations that failed (retried).
+    pub create_failures: u64,
+    /// Segments removed by retention.
+    pub removed: u64,
+}
+
 /// One shard's CommitLog (see the module doc).
 #[derive(Debug)]
 pub struct CommitLog {
@@ -119,6 +150,18 @@ pub struct CommitLog {
     /// Reused property buffers (each record's properties plus the CRC
     /// trailer).
     properties_scratch: Vec<Vec<u8>>,
+    /// Base of the segment being created in the background, if one is.
+    creating: Option<u64>,
+    /// No background creation starts before this time (after a failure).
+    create_retry_at_ms: u64,
+    /// A background creation failed since the last turn.
+    create_failed: bool,
+    /// Store timestamp of the first record of each segment (by base), where
+    /// known: retention's age of the segment before it.
+    first_store_timestamps: std::collections::BTreeMap<u64, i64>,
+    /// Segment removals in flight (retention).
+    removing: usize,
+    stats: SegmentStats,
 }
 
 impl CommitLog {
@@ -204,6 +247,15 @@ impl CommitLog {
             buffer_size,
         );
         let min_offset = segments.segments().first().map_or(0, |s| s.base);
+        let mut first_store_timestamps = std::collections::BTreeMap::new();
+        for segment in segments.segments() {
+            if segment.base >= append_from {
+                break;
+            }
+            if let Some(ts) = read_first_store_timestamp(disk, segment.file)? {
+                first_store_timestamps.insert(segment.base, ts);
+            }
+        }
         let report = RecoveryReport {
             scan: outcome,
             append_from,
@@ -220,6 +272,12 @@ impl CommitLog {
             stash: Vec::new(),
             min_offset,
             properties_scratch: Vec::new(),
+            creating: None,
+            create_retry_at_ms: 0,
+            create_failed: false,
+            first_store_timestamps,
+            removing: 0,
+            stats: SegmentStats::default(),
         };
         Ok((log, report))
     }
@@ -372,8 +430,17 @@ impl CommitLog {
             self.appender.seal_active(disk, None);
         }
         let first = pos;
+        if pos.is_multiple_of(size) {
+            self.first_store_timestamps
+                .insert(pos, records[0].store_timestamp_ms);
+        }
         for spec in records.iter_mut() {
             spec.commit_log_offset = shard_offset(self.config.shard_id, pos) as i64;
+            // BODYCRC, computed once here; for a large body it also yields
+            // the record CRC by combination instead of a second pass (for a
+            // small one the combination costs more than the pass).
+            let body_crc_raw = crc32fast::hash(spec.body);
+            spec.body_crc = Some(body_crc_raw);
             let active = self.appender.active();
             let at = (active.data_end - active.base) as usize;
             let n = spec
@@ -383,7 +450,12 @@ impl CommitLog {
                     reason: error.to_string(),
                 })?;
             let record = &mut active.buf.as_full_mut_slice()[at..at + n];
-            record_crc::seal(record);
+            if spec.body.len() >= RECORD_CRC_COMBINE_BODY_SIZE_MIN {
+                let body = body_range(record, spec);
+                record_crc::seal_with_body_crc(record, body, body_crc_raw);
+            } else {
+                record_crc::seal(record);
+            }
             self.tail.push(pos, record);
             self.appender.advance(n, None);
             pos += n as u64;
@@ -401,8 +473,14 @@ impl CommitLog {
         segment_end: u64,
     ) -> Result<(), StorageError> {
         let next = match self.segments.get(segment_end) {
-            Some(segment) => segment.file,
-            None => self.segments.create(disk, segment_end)?.file,
+            Some(segment) => {
+                self.stats.rollovers_ready += 1;
+                segment.file
+            }
+            None => {
+                self.stats.rollovers_waited += 1;
+                self.wait_for_segment(disk, segment_end)?
+            }
         };
         if self.appender.active().free_bytes() < BLANK_SIZE {
             self.appender.seal_active(disk, None);
@@ -440,7 +518,7 @@ impl CommitLog {
         {
             self.last_flush_ms = now_ms;
         }
-        self.prepare_next_segment(disk)?;
+        self.prepare_next_segment(disk, now_ms);
         self.tail.evict(self.appender.written());
         Ok(())
     }
@@ -455,21 +533,222 @@ impl CommitLog {
         Ok(())
     }
 
-    fn prepare_next_segment(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+    /// Starts creating the segment after the active one in the background
+    /// once the active one is [`SEGMENT_PREALLOCATE_THRESHOLD_PERCENT`] full.
+    fn prepare_next_segment(&mut self, disk: &mut impl Disk, now_ms: u64) {
+        if self.create_failed {
+            self.create_failed = false;
+            self.create_retry_at_ms = now_ms + SEGMENT_CREATE_RETRY_MS;
+        }
         let size = self.config.segment_size_bytes;
         let base = self.appender.active_segment_base();
         let used = self.appender.encoded() - base;
         let last_base = self.segments.last().map_or(0, |s| s.base);
-        if used * 100 >= size * SEGMENT_PREALLOCATE_THRESHOLD_PERCENT && last_base == base {
-            self.segments.create(disk, base + size)?;
+        if used * 100 >= size * SEGMENT_PREALLOCATE_THRESHOLD_PERCENT
+            && last_base == base
+            && self.creating.is_none()
+            && now_ms >= self.create_retry_at_ms
+            && let Err(error) = self.start_create(disk, base + size)
+        {
+            tracing::warn!(%error, "could not start creating the next commit log segment");
+            self.create_retry_at_ms = now_ms + SEGMENT_CREATE_RETRY_MS;
         }
+    }
+
+    /// Submits the background creation of the segment at `base`.
+    fn start_create(&mut self, disk: &mut impl Disk, base: u64) -> Result<(), StorageError> {
+        assert!(self.creating.is_none(), "one segment creation at a time");
+        let size = self.config.segment_size_bytes;
+        let path = self.segments.dir().join(segment::segment_file_name(base));
+        disk.submit_create(
+            commit_log_op_id(SEQ_SEGMENT_CREATE, base / size),
+            &path,
+            OpenOptions::create_direct(size),
+        )?;
+        self.creating = Some(base);
         Ok(())
+    }
+
+    /// Handles the completion of a background creation; gives its error
+    /// back (after the bookkeeping) for a caller that waits for it.
+    fn on_created(
+        &mut self,
+        result: Result<usize, crate::disk::DiskError>,
+    ) -> Result<(), crate::disk::DiskError> {
+        let base = self
+            .creating
+            .take()
+            .expect("a creation completion while one is in flight");
+        match result {
+            Ok(id) => {
+                let path = self.segments.dir().join(segment::segment_file_name(base));
+                self.segments.push_created(base, created_file_id(id), path);
+                self.stats.created_ahead += 1;
+                Ok(())
+            }
+            Err(error) => {
+                self.stats.create_failures += 1;
+                tracing::warn!(%error, base, "creating the next commit log segment failed; retrying");
+                // Retried by prepare_next_segment after a backoff that
+                // starts at the next turn (no clock here).
+                self.create_failed = true;
+                Err(error)
+            }
+        }
+    }
+
+    /// Waits for the segment at `base` (appends outran its creation):
+    /// starts its creation if none runs, then polls the disk until it is
+    /// there; completions of other operations reaped meanwhile are stashed.
+    fn wait_for_segment(
+        &mut self,
+        disk: &mut impl Disk,
+        base: u64,
+    ) -> Result<FileId, StorageError> {
+        tracing::warn!(
+            base,
+            in_flight = self.creating.is_some(),
+            "appends outran the creation of the next commit log segment; waiting for it"
+        );
+        // A synchronous read may have stashed the creation's completion.
+        if let Some(at) = self
+            .stash
+            .iter()
+            .position(|completion| is_segment_create(completion.op_id))
+        {
+            let completion = self.stash.remove(at);
+            // A failure is retried below.
+            let _ = self.on_created(completion.result);
+        }
+        let mut attempts = 0;
+        loop {
+            if let Some(segment) = self.segments.get(base) {
+                return Ok(segment.file);
+            }
+            if self.creating.is_none() {
+                attempts += 1;
+                self.start_create(disk, base)?;
+            }
+            let mut reaped = Vec::new();
+            disk.poll(
+                &mut reaped,
+                COMPLETIONS_PER_TURN_MAX,
+                Wait::AtLeastOne(std::time::Duration::from_millis(100)),
+            )?;
+            let mut failure = None;
+            for completion in reaped {
+                if is_segment_create(completion.op_id) {
+                    if let Err(error) = self.on_created(completion.result)
+                        && attempts >= SEGMENT_CREATE_WAIT_MAX
+                    {
+                        failure = Some(error);
+                    }
+                } else {
+                    self.stash.push(completion);
+                }
+            }
+            if let Some(error) = failure {
+                tracing::error!(%error, base, "the next commit log segment could not be created");
+                return Err(error.into());
+            }
+        }
     }
 
     /// Handles a completion tagged [`crate::disk::OpTag::CommitLog`].
     pub fn on_completion(&mut self, disk: &mut impl Disk, completion: DiskCompletion) -> Progress {
-        self.appender
-            .on_completion(disk, completion.op_id, completion.result, completion.buf)
+        match op_kind(completion.op_id) {
+            SEQ_SEGMENT_CREATE => {
+                // A failure is logged and retried after a backoff.
+                let _ = self.on_created(completion.result);
+                Progress::default()
+            }
+            SEQ_SEGMENT_REMOVE => {
+                self.removing -= 1;
+                if let Err(error) = completion.result {
+                    tracing::warn!(%error, "removing an expired commit log segment failed");
+                }
+                Progress::default()
+            }
+            _ => self.appender.on_completion(
+                disk,
+                completion.op_id,
+                completion.result,
+                completion.buf,
+            ),
+        }
+    }
+
+    /// Counters of segment creation and removal.
+    pub fn segment_stats(&self) -> SegmentStats {
+        self.stats
+    }
+
+    /// Whether the next segment is being created in the background.
+    pub fn is_creating_segment(&self) -> bool {
+        self.creating.is_some()
+    }
+
+    /// Segment removals still in flight.
+    pub fn removals_in_flight(&self) -> usize {
+        self.removing
+    }
+
+    /// The segments up to the active one, as retention sees them: each
+    /// with the store timestamp after its last record (the first record of
+    /// the next segment), or `i64::MAX` when not known yet (never expires).
+    /// Segments created ahead of need are left out, so the active segment is
+    /// the last one.
+    pub fn retention_segments(&self) -> Vec<crate::retention::SegmentInfo> {
+        let active = self.appender.active_segment_base();
+        let size = self.config.segment_size_bytes;
+        self.segments
+            .segments()
+            .iter()
+            .take_while(|s| s.base <= active)
+            .map(|s| crate::retention::SegmentInfo {
+                base_offset: s.base,
+                last_modified_ms: self
+                    .first_store_timestamps
+                    .get(&(s.base + size))
+                    .copied()
+                    .unwrap_or(i64::MAX),
+            })
+            .collect()
+    }
+
+    /// Retention: detaches the oldest segment if it is at `base`, is not the
+    /// active one, and all of it is durable, and starts removing its file in
+    /// the background; the min offset moves past it at once (reads below it
+    /// answer None).
+    ///
+    /// # Errors
+    /// Disk errors closing the file or queueing the removal.
+    pub fn remove_segment(
+        &mut self,
+        disk: &mut impl Disk,
+        base: u64,
+    ) -> Result<SegmentRemoval, StorageError> {
+        let size = self.config.segment_size_bytes;
+        let Some(first) = self.segments.segments().first() else {
+            return Ok(SegmentRemoval::NotRemovable);
+        };
+        if first.base != base || base + size > self.appender.active_segment_base() {
+            return Ok(SegmentRemoval::NotRemovable);
+        }
+        if base + size > self.appender.durable() {
+            return Ok(SegmentRemoval::NotYetDurable);
+        }
+        let segment = self.segments.take_oldest().expect("checked above");
+        disk.close(segment.file)?;
+        self.min_offset = base + size;
+        self.first_store_timestamps.remove(&base);
+        disk.submit_remove(
+            commit_log_op_id(SEQ_SEGMENT_REMOVE, base / size),
+            &segment.path,
+        )?;
+        self.removing += 1;
+        self.stats.removed += 1;
+        Ok(SegmentRemoval::Removed)
     }
 
     /// Completions reaped during synchronous reads, for the caller's loop.
@@ -630,6 +909,71 @@ pub(crate) fn run_sync(
             return Ok((n, completion.buf));
         }
     }
+}
+
+/// Where `spec`'s body lies in `record`, its encoding: found from the end
+/// (`[body][topic length][topic][properties length: 2][properties]`, the
+/// topic length 1 byte in V1 records, 2 in V2) and checked against the
+/// BODYLENGTH field before it.
+///
+/// # Panics
+/// If the record is not `spec`'s encoding.
+fn body_range(record: &[u8], spec: &RecordSpec<'_>) -> std::ops::Range<usize> {
+    use ringmq_protocol::message::layout::{MAGIC_CODE_POSITION, MAGIC_CODE_V2};
+    let magic = u32::from_be_bytes(
+        record[MAGIC_CODE_POSITION..MAGIC_CODE_POSITION + 4]
+            .try_into()
+            .expect("4 bytes"),
+    );
+    let topic_length_size = if magic == MAGIC_CODE_V2 { 2 } else { 1 };
+    let tail = topic_length_size + spec.topic.len() + 2 + spec.properties.len();
+    let end = record.len() - tail;
+    let start = end - spec.body.len();
+    let declared = u32::from_be_bytes(record[start - 4..start].try_into().expect("4 bytes"));
+    assert_eq!(
+        declared as usize,
+        spec.body.len(),
+        "BODYLENGTH does not match the body's place in the record"
+    );
+    start..end
+}
+
+/// Whether `op_id` is a CommitLog segment creation.
+fn is_segment_create(op_id: OpId) -> bool {
+    op_id.tag() == Some(crate::disk::OpTag::CommitLog) && op_kind(op_id) == SEQ_SEGMENT_CREATE
+}
+
+/// The store timestamp of the record at the start of `file`, if one is
+/// there (a zeroed or BLANK start reads as None).
+fn read_first_store_timestamp(
+    disk: &mut impl Disk,
+    file: FileId,
+) -> Result<Option<i64>, StorageError> {
+    use ringmq_protocol::message::layout::{
+        HOST_SIZE_IPV4, HOST_SIZE_IPV6, MAGIC_CODE_POSITION, MAGIC_CODE_V1, MAGIC_CODE_V2,
+        STORE_TIMESTAMP_POSITION_IPV4, SYS_FLAG_BORN_HOST_V6, SYS_FLAG_POSITION,
+    };
+    let mut stash = Vec::new();
+    let buf = sync_read(disk, file, 0, BLOCK_SIZE, &mut stash)?;
+    assert!(stash.is_empty(), "no other operation runs during recovery");
+    let bytes = buf.as_slice();
+    let be_u32 = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let magic = be_u32(MAGIC_CODE_POSITION);
+    let found = if magic == MAGIC_CODE_V1 || magic == MAGIC_CODE_V2 {
+        let sys_flag = be_u32(SYS_FLAG_POSITION) as i32;
+        let at = if sys_flag & SYS_FLAG_BORN_HOST_V6 != 0 {
+            STORE_TIMESTAMP_POSITION_IPV4 - HOST_SIZE_IPV4 + HOST_SIZE_IPV6
+        } else {
+            STORE_TIMESTAMP_POSITION_IPV4
+        };
+        Some(i64::from_be_bytes(
+            bytes[at..at + 8].try_into().expect("8 bytes"),
+        ))
+    } else {
+        None
+    };
+    disk.recycle(buf);
+    Ok(found)
 }
 
 /// Writes a durable BLANK marker at local `end` (mid-segment), fencing off

@@ -49,7 +49,41 @@ fn digits_range(record: &[u8]) -> std::ops::Range<usize> {
 /// If the record does not end with a trailer.
 pub fn seal(record: &mut [u8]) {
     assert!(has_trailer(record), "record without a CRC trailer");
-    let mut crc = body_crc(&record[..record.len() - PROP_CRC_TRAILER_SIZE]);
+    let crc = body_crc(&record[..record.len() - PROP_CRC_TRAILER_SIZE]);
+    write_digits(record, crc);
+}
+
+/// As [`seal`], in one pass over the bytes around the body: the body's
+/// CRC-32 (`body_crc_raw`, unmasked, as `crc32fast::hash(body)`) is already
+/// known from BODYCRC, so only the bytes before `body` and between its end
+/// and the trailer are read, and the three CRCs are combined (CRC-32 is
+/// linear). `body` is the body's place in `record`.
+///
+/// # Panics
+/// If the record does not end with a trailer, or `body` is not inside the
+/// part the CRC covers.
+pub fn seal_with_body_crc(record: &mut [u8], body: std::ops::Range<usize>, body_crc_raw: u32) {
+    assert!(has_trailer(record), "record without a CRC trailer");
+    let covered = record.len() - PROP_CRC_TRAILER_SIZE;
+    assert!(
+        body.start <= body.end && body.end <= covered,
+        "body {body:?} outside the {covered} covered bytes"
+    );
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&record[..body.start]);
+    hasher.combine(&crc32fast::Hasher::new_with_initial_len(
+        body_crc_raw,
+        body.len() as u64,
+    ));
+    hasher.update(&record[body.end..covered]);
+    write_digits(record, hasher.finalize() & BODY_CRC_MASK);
+}
+
+/// BODYCRC and the record CRC are both masked to 31 bits, as Java's
+/// `UtilAll.crc32`.
+const BODY_CRC_MASK: u32 = 0x7FFF_FFFF;
+
+fn write_digits(record: &mut [u8], mut crc: u32) {
     let range = digits_range(record);
     for digit in &mut record[range] {
         *digit = b'0' + (crc % 10) as u8;
@@ -116,5 +150,24 @@ mod tests {
         let mut props = Vec::new();
         with_crc_placeholder(b"A\x01B", &mut props);
         assert!(props.starts_with(b"A\x01B\x02__CRC32#\x01"));
+    }
+
+    #[test]
+    fn sealing_with_the_body_crc_gives_the_same_digits_as_a_full_pass() {
+        let mut props = Vec::new();
+        with_crc_placeholder(b"KEYS\x01k\x02", &mut props);
+        for body_len in [0usize, 1, 7, 893, 4_096] {
+            let mut record: Vec<u8> = (0..88u8).collect();
+            let body: Vec<u8> = (0..body_len).map(|i| (i * 31 % 251) as u8).collect();
+            record.extend_from_slice(&body);
+            record.extend_from_slice(b"\x05Topic\x00\x1e");
+            record.extend_from_slice(&props);
+            let mut full = record.clone();
+            seal(&mut full);
+            let mut fused = record;
+            seal_with_body_crc(&mut fused, 88..88 + body_len, crc32fast::hash(&body));
+            assert_eq!(fused, full, "body of {body_len} bytes");
+            assert_eq!(verify(&fused), Ok(()));
+        }
     }
 }

@@ -9,6 +9,9 @@
 //! - Segment bases are multiples of the segment size and strictly increase
 //!   in `segments`, without gaps.
 //! - Every segment in the set is open and exactly `segment_size` bytes long.
+//! - A segment joins the set only once its creation (open, fallocate, fsync
+//!   of the file and of the directory) is complete; so only the newest file
+//!   can be a creation cut short by a crash, and it never holds data.
 
 use std::path::{Path, PathBuf};
 
@@ -64,6 +67,21 @@ impl SegmentSet {
             .filter_map(|name| parse_segment_file_name(name))
             .collect();
         bases.sort_unstable();
+        // A crash during a background creation (open, then fallocate) can
+        // leave the newest file empty: it never held data, since a segment
+        // is used only once its creation is complete.
+        if let Some(&newest) = bases.last() {
+            let path = dir.join(segment_file_name(newest));
+            let file = disk.open(&path, OpenOptions::read_only())?;
+            let size = disk.file_size(file)?;
+            disk.close(file)?;
+            if size == 0 {
+                tracing::warn!(path = %path.display(), "removing an empty segment left by an interrupted creation");
+                disk.remove(&path)?;
+                disk.sync_dir(dir)?;
+                bases.pop();
+            }
+        }
         let mut set = SegmentSet {
             dir: dir.to_path_buf(),
             segment_size,
@@ -161,6 +179,30 @@ impl SegmentSet {
         Ok(self.segments.last().expect("just pushed"))
     }
 
+    /// Adds the segment at `base`, created in the background
+    /// ([`Disk::submit_create`]) and open as `file`; it must follow the
+    /// newest.
+    pub fn push_created(&mut self, base: u64, file: FileId, path: PathBuf) {
+        assert!(
+            base.is_multiple_of(self.segment_size),
+            "segment base {base} unaligned"
+        );
+        if let Some(last) = self.segments.last() {
+            assert!(
+                last.base + self.segment_size == base,
+                "segment {base} does not follow {}",
+                last.base
+            );
+        }
+        self.segments.push(Segment { base, file, path });
+    }
+
+    /// Takes the oldest segment out of the set (still open; the caller
+    /// closes and removes it).
+    pub fn take_oldest(&mut self) -> Option<Segment> {
+        (!self.segments.is_empty()).then(|| self.segments.remove(0))
+    }
+
     /// Re-creates the newest segment zero-filled (recovery found nothing
     /// valid in it).
     ///
@@ -255,5 +297,27 @@ mod tests {
             SegmentSet::open(&mut disk, dir, 65536),
             Err(StorageError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn open_removes_an_empty_newest_segment_left_by_an_interrupted_creation() {
+        let mut disk = SimDisk::new(SimConfig::new(2));
+        let dir = Path::new("/s/commitlog/0");
+        let mut set = SegmentSet::open(&mut disk, dir, 65536).unwrap();
+        set.create(&mut disk, 0).unwrap();
+        set.close_all(&mut disk).unwrap();
+        let mut image = disk.snapshot();
+        image
+            .files
+            .insert(dir.join(segment_file_name(65536)), Vec::new());
+        let mut disk = SimDisk::from_image(image, SimConfig::new(3));
+        let set = SegmentSet::open(&mut disk, dir, 65536).unwrap();
+        assert_eq!(set.segments().len(), 1);
+        assert!(
+            !disk
+                .snapshot()
+                .files
+                .contains_key(&dir.join(segment_file_name(65536)))
+        );
     }
 }

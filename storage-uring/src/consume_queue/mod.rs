@@ -413,6 +413,37 @@ impl ConsumeQueue {
         self.max_physical_offset = entry.end_offset();
     }
 
+    /// Closes the queue's open files (a queue loaded only to be read).
+    ///
+    /// # Errors
+    /// The disk's error closing a file.
+    ///
+    /// # Panics
+    /// If a file has an operation in flight.
+    pub fn close_files<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<(), StorageError> {
+        for file in &mut self.files {
+            assert!(
+                file.in_flight.is_none(),
+                "closing a CQ file with an operation in flight"
+            );
+            if let Some(id) = file.file.take() {
+                disk.close(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives a queue without files its next queue offset: abnormal recovery
+    /// rebuilds queues from the CommitLog, and a queue whose records
+    /// retention removed would otherwise start again at 0. The first file
+    /// holds fillers up to `queue_offset`, so the offset survives restarts
+    /// once it is flushed. Does nothing to a queue that has files.
+    pub fn start_at(&mut self, queue_offset: u64) {
+        if self.files.is_empty() && queue_offset > self.max_offset() {
+            self.recreate_at(queue_offset);
+        }
+    }
+
     /// Starts the queue's first file at the file boundary below `queue_offset`
     /// and fills it with fillers up to `queue_offset`.
     fn recreate_at(&mut self, queue_offset: u64) {

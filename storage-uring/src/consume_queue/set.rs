@@ -159,6 +159,27 @@ impl ConsumeQueueSet {
             .append(queue_offset, entry)
     }
 
+    /// Closes every queue's open files (queues loaded only to be read).
+    ///
+    /// # Errors
+    /// The first disk error.
+    pub fn close_all<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<(), StorageError> {
+        for queue in &mut self.queues {
+            queue.close_files(disk)?;
+        }
+        Ok(())
+    }
+
+    /// Number of queues.
+    pub fn len(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Whether there is no queue.
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
     /// All queues, in creation order.
     pub fn iter(&self) -> impl Iterator<Item = &ConsumeQueue> {
         self.queues.iter()

@@ -14,8 +14,11 @@
 //! Data-path operations are asynchronous and batched: `submit` only queues;
 //! [`Disk::poll`] submits everything queued in one go and reaps what has
 //! completed. Metadata operations (open, create, remove, list, statvfs) are
-//! synchronous: they run at startup, in recovery and when a segment is created
-//! ahead of need, never once per append.
+//! synchronous and run at startup and in recovery; while the store runs, a
+//! file is created ([`Disk::submit_create`]: open, fallocate, fsync of the
+//! file and of its directory) and removed ([`Disk::submit_remove`]: unlink,
+//! fsync of the directory) in the background, step by step through the same
+//! queue, so neither ever stalls the loop.
 //!
 //! # Invariants
 //! - A buffer handed to `submit` belongs to the operation until its
@@ -68,6 +71,8 @@ pub enum OpTag {
     Recovery = 5,
     /// Anything else (benchmarks, tools, tests).
     Other = 6,
+    /// Background removals of ConsumeQueue and index files (retention).
+    Retention = 7,
 }
 
 impl OpId {
@@ -87,6 +92,7 @@ impl OpId {
             4 => OpTag::Checkpoint,
             5 => OpTag::Recovery,
             6 => OpTag::Other,
+            7 => OpTag::Retention,
             _ => return None,
         })
     }
@@ -210,8 +216,26 @@ impl OpenOptions {
 pub struct SpaceInfo {
     /// Total bytes.
     pub total_bytes: u64,
-    /// Bytes available to this process.
+    /// Bytes available to this process (`f_bavail`).
     pub available_bytes: u64,
+    /// Bytes not allocated, including those reserved for root (`f_bfree`).
+    pub free_bytes: u64,
+}
+
+impl SpaceInfo {
+    /// Used space as RocketMQ measures it (`UtilAll.
+    /// getDiskPartitionSpaceUsedPercent`, as `df`): used over used plus
+    /// available, where used is total minus free; 0.0 for an empty file
+    /// system.
+    pub fn used_ratio(&self) -> f64 {
+        let used = self.total_bytes.saturating_sub(self.free_bytes);
+        let entire = used + self.available_bytes;
+        if entire == 0 {
+            0.0
+        } else {
+            used as f64 / entire as f64
+        }
+    }
 }
 
 /// Errors of disk operations; each keeps the operation, the file and the
@@ -259,6 +283,14 @@ impl DiskError {
     pub fn is_no_space(&self) -> bool {
         matches!(self.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
     }
+}
+
+/// The file id carried by a successful [`Disk::submit_create`] completion.
+///
+/// # Panics
+/// If `result` cannot be a file id (the disk broke its contract).
+pub fn created_file_id(result: usize) -> FileId {
+    FileId(u32::try_from(result).expect("a created file's id fits u32"))
 }
 
 /// The seam: everything the store needs from a disk.
@@ -351,6 +383,30 @@ pub trait Disk {
         wait: Wait,
     ) -> Result<usize, DiskError>;
 
+    /// Starts creating `path` in the background as [`Disk::open`] with
+    /// `options` would (`options.create_preallocated` must be `Some`): open
+    /// with `O_CREAT | O_TRUNC`, fallocate, fsync the file, fsync its
+    /// directory. Its completion (from `poll`, with `op_id`, no buffer)
+    /// carries the new file's id as `Ok(id)`; read it with
+    /// [`created_file_id`]. On error the file may exist, empty or partly
+    /// allocated, and is not open.
+    ///
+    /// # Errors
+    /// [`DiskError::QueueFull`]; a path the disk cannot name.
+    fn submit_create(
+        &mut self,
+        op_id: OpId,
+        path: &Path,
+        options: OpenOptions,
+    ) -> Result<(), DiskError>;
+
+    /// Starts removing `path` (which must not be open) in the background:
+    /// unlink, then fsync of its directory. Completes with `Ok(0)`.
+    ///
+    /// # Errors
+    /// [`DiskError::QueueFull`]; a path the disk cannot name.
+    fn submit_remove(&mut self, op_id: OpId, path: &Path) -> Result<(), DiskError>;
+
     /// Operations submitted and not yet returned by `poll`.
     fn in_flight(&self) -> usize;
 
@@ -370,6 +426,22 @@ pub trait Disk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn used_ratio_counts_root_reserved_space_as_rocketmq_and_df_do() {
+        let space = SpaceInfo {
+            total_bytes: 264,
+            available_bytes: 40,
+            free_bytes: 209,
+        };
+        assert!((space.used_ratio() - 55.0 / 95.0).abs() < 1e-9);
+        let empty = SpaceInfo {
+            total_bytes: 0,
+            available_bytes: 0,
+            free_bytes: 0,
+        };
+        assert_eq!(empty.used_ratio(), 0.0);
+    }
 
     #[test]
     fn op_id_keeps_tag_and_sequence_apart() {

@@ -28,9 +28,18 @@
 //! linked ahead of it completed): a write merely in flight beside an
 //! unlinked fdatasync is not covered, as with a real kernel.
 //!
-//! Metadata (create, preallocate, set_len, remove, rename, mkdir) is modelled
-//! as durable at once; `sync_dir` is accepted and does nothing. File sizes
-//! grown by writes follow the write's durability.
+//! Synchronous metadata calls (create, preallocate, set_len, remove, rename,
+//! mkdir) are modelled as durable at once; `sync_dir` is accepted and does
+//! nothing. File sizes grown by writes follow the write's durability.
+//!
+//! Background creates and removes ([`Disk::submit_create`],
+//! [`Disk::submit_remove`]) run step by step, one step per seeded chance at
+//! each `poll` (a blocking poll with nothing else to complete finishes one):
+//! a create makes an empty file, then gives it its length, fsyncs it, then
+//! fsyncs the directory; a remove unlinks, then fsyncs the directory. A crash
+//! keeps the steps done so far; a power loss before the directory fsync may
+//! also undo the creation (the file is gone) or the unlink (the file is back
+//! with its durable bytes), by seeded choice.
 //!
 //! Fault knobs ([`SimFaults`]): EIO on the nth write, fdatasync or read;
 //! ENOSPC once a number of written bytes is exceeded, or when allocation
@@ -255,6 +264,31 @@ struct OpenFile {
     options: OpenOptions,
 }
 
+/// A background create or remove in progress.
+#[derive(Debug)]
+struct MetaJob {
+    op_id: OpId,
+    path: PathBuf,
+    /// `Some(len)` for a create.
+    create_len: Option<u64>,
+    /// Steps done (create: open, allocate, fsync, directory fsync; remove:
+    /// unlink, directory fsync).
+    steps_done: u8,
+    /// A remove's unlinked file, until the directory fsync makes it final.
+    removed: Option<FileContent>,
+}
+
+impl MetaJob {
+    fn step_count(&self) -> u8 {
+        if self.create_len.is_some() { 4 } else { 2 }
+    }
+
+    /// The directory entry is not durable yet.
+    fn dir_unsynced(&self) -> bool {
+        self.steps_done > 0 && self.steps_done < self.step_count()
+    }
+}
+
 #[derive(Debug)]
 struct InFlight {
     op_id: OpId,
@@ -293,6 +327,8 @@ pub struct SimDisk {
     written_bytes: u64,
     link_pending: Option<u64>,
     pool: Vec<AlignedBuf>,
+    /// Background creates and removes, in submission order.
+    meta: Vec<MetaJob>,
 }
 
 fn io_err(op: &'static str, path: &Path, errno: i32) -> DiskError {
@@ -356,6 +392,7 @@ impl SimDisk {
             written_bytes: 0,
             link_pending: None,
             pool: Vec::new(),
+            meta: Vec::new(),
         }
     }
 
@@ -425,6 +462,21 @@ impl SimDisk {
                 }
             }
             contents.insert(path.clone(), bytes);
+        }
+        if kind == CrashKind::PowerLoss {
+            for job in self.meta.iter().filter(|job| job.dir_unsynced()) {
+                if !self.rng.chance(50) {
+                    continue;
+                }
+                match &job.removed {
+                    Some(content) => {
+                        contents.insert(job.path.clone(), content.clone());
+                    }
+                    None => {
+                        contents.remove(&job.path);
+                    }
+                }
+            }
         }
         // In-flight writes, in submission order: the kernel may have done
         // any part of them.
@@ -680,6 +732,123 @@ impl SimDisk {
         Ok(0)
     }
 
+    /// Does the next step of meta job `index`; returns true when the job is
+    /// over (removed from `meta`, its completion in `ready`).
+    fn meta_step(&mut self, index: usize) -> bool {
+        let (path, create_len, step) = {
+            let job = &self.meta[index];
+            (job.path.clone(), job.create_len, job.steps_done)
+        };
+        let outcome: Result<bool, DiskError> = match (create_len, step) {
+            (Some(_), 0) => {
+                let parent = path.parent().unwrap_or(Path::new("/"));
+                if !self.dirs.contains(parent) {
+                    Err(io_err("open", &path, libc::ENOENT))
+                } else if self.files.get(&path).is_some_and(|f| f.open_count > 0) {
+                    // O_TRUNC of an open file would pull bytes from under it.
+                    Err(io_err("open", &path, libc::ETXTBSY))
+                } else {
+                    let file = self.files.entry(path.clone()).or_default();
+                    file.volatile = FileContent::zeroed(0);
+                    file.durable = FileContent::zeroed(0);
+                    file.unsynced.clear();
+                    Ok(false)
+                }
+            }
+            (Some(len), 1) => self.check_space(&path, 0, len).map(|()| {
+                let file = self.files.get_mut(&path).expect("created at step 0");
+                file.volatile = FileContent::zeroed(len);
+                file.durable = FileContent::zeroed(len);
+                false
+            }),
+            (Some(_), 2) => Ok(false),
+            (Some(_), _) => Ok(true),
+            (None, 0) => match self.files.get(&path) {
+                None => Err(io_err("unlink", &path, libc::ENOENT)),
+                Some(f) if f.open_count > 0 => Err(io_err("unlink", &path, libc::EBUSY)),
+                Some(_) => {
+                    let file = self.files.remove(&path).expect("checked above");
+                    self.meta[index].removed = Some(file.durable);
+                    Ok(false)
+                }
+            },
+            (None, _) => Ok(true),
+        };
+        self.meta[index].steps_done += 1;
+        match outcome {
+            Ok(false) => false,
+            Ok(true) => {
+                let job = self.meta.remove(index);
+                let result = match job.create_len {
+                    Some(len) => {
+                        let options = OpenOptions {
+                            create_preallocated: None,
+                            ..OpenOptions::create_direct(len)
+                        };
+                        let id = self.insert_open(&job.path, options);
+                        Ok(id.0 as usize)
+                    }
+                    None => Ok(0),
+                };
+                self.finish_meta(job.op_id, result);
+                true
+            }
+            Err(error) => {
+                let job = self.meta.remove(index);
+                self.finish_meta(job.op_id, Err(error));
+                true
+            }
+        }
+    }
+
+    fn finish_meta(&mut self, op_id: OpId, result: Result<usize, DiskError>) {
+        self.completion_seq += 1;
+        self.ready.push_back(DiskCompletion {
+            op_id,
+            result,
+            buf: None,
+        });
+    }
+
+    /// Advances the background creates and removes: each takes steps while
+    /// a seeded chance says so; with `force`, the first one runs to its end.
+    /// Returns whether one finished.
+    fn advance_meta(&mut self, force: bool) -> bool {
+        let mut finished = false;
+        let mut index = 0;
+        while index < self.meta.len() {
+            let forced = force && !finished && index == 0;
+            let mut done = false;
+            while forced || self.rng.chance(self.config.complete_percent) {
+                if self.meta_step(index) {
+                    done = true;
+                    break;
+                }
+            }
+            if done {
+                finished = true;
+            } else {
+                index += 1;
+            }
+        }
+        finished
+    }
+
+    fn insert_open(&mut self, path: &Path, options: OpenOptions) -> FileId {
+        let file = self.files.get_mut(path).expect("the file exists");
+        file.open_count += 1;
+        let id = self.next_file_id;
+        self.next_file_id += 1;
+        self.open.insert(
+            id,
+            OpenFile {
+                path: path.to_path_buf(),
+                options,
+            },
+        );
+        FileId(id)
+    }
+
     fn assert_no_overlapping_direct_write(&self, op: &DiskOp) {
         let DiskOp::Write {
             file,
@@ -743,6 +912,23 @@ fn apply_partially(rng: &mut SimRng, bytes: &mut FileContent, offset: u64, data:
     }
 }
 
+impl SimDisk {
+    fn submit_meta(&mut self, job: MetaJob) -> Result<(), DiskError> {
+        if self.queued.len() + self.in_flight.len() + self.meta.len() >= self.config.queue_depth {
+            return Err(DiskError::QueueFull {
+                capacity: self.config.queue_depth,
+            });
+        }
+        self.meta.push(job);
+        Ok(())
+    }
+
+    /// Background creates and removes not yet finished.
+    pub fn metadata_jobs_in_flight(&self) -> usize {
+        self.meta.len()
+    }
+}
+
 impl Disk for SimDisk {
     fn open(&mut self, path: &Path, options: OpenOptions) -> Result<FileId, DiskError> {
         let parent = path.parent().unwrap_or(Path::new("/"));
@@ -767,18 +953,7 @@ impl Disk for SimDisk {
                 }
             }
         }
-        let file = self.files.get_mut(path).expect("created or checked above");
-        file.open_count += 1;
-        let id = self.next_file_id;
-        self.next_file_id += 1;
-        self.open.insert(
-            id,
-            OpenFile {
-                path: path.to_path_buf(),
-                options,
-            },
-        );
-        Ok(FileId(id))
+        Ok(self.insert_open(path, options))
     }
 
     fn close(&mut self, file: FileId) -> Result<(), DiskError> {
@@ -888,6 +1063,7 @@ impl Disk for SimDisk {
         Ok(SpaceInfo {
             total_bytes: total,
             available_bytes: total.saturating_sub(self.used_bytes()),
+            free_bytes: total.saturating_sub(self.used_bytes()),
         })
     }
 
@@ -986,6 +1162,8 @@ impl Disk for SimDisk {
             self.complete(pick);
             completed_any = true;
         }
+        let force_meta = must_complete && !completed_any;
+        self.advance_meta(force_meta);
         let mut n = 0;
         while n < max {
             let Some(c) = self.ready.pop_front() else {
@@ -997,8 +1175,36 @@ impl Disk for SimDisk {
         Ok(n)
     }
 
+    fn submit_create(
+        &mut self,
+        op_id: OpId,
+        path: &Path,
+        options: OpenOptions,
+    ) -> Result<(), DiskError> {
+        let len = options
+            .create_preallocated
+            .expect("submit_create creates a file");
+        self.submit_meta(MetaJob {
+            op_id,
+            path: path.to_path_buf(),
+            create_len: Some(len),
+            steps_done: 0,
+            removed: None,
+        })
+    }
+
+    fn submit_remove(&mut self, op_id: OpId, path: &Path) -> Result<(), DiskError> {
+        self.submit_meta(MetaJob {
+            op_id,
+            path: path.to_path_buf(),
+            create_len: None,
+            steps_done: 0,
+            removed: None,
+        })
+    }
+
     fn in_flight(&self) -> usize {
-        self.queued.len() + self.in_flight.len() + self.ready.len()
+        self.queued.len() + self.in_flight.len() + self.ready.len() + self.meta.len()
     }
 
     fn buffer(&mut self, capacity: usize) -> AlignedBuf {
@@ -1065,6 +1271,87 @@ mod tests {
         };
         disk.submit(OpId::new(OpTag::Other, offset), op, link)
             .unwrap();
+    }
+
+    #[test]
+    fn a_crash_between_the_steps_of_a_background_create_leaves_no_data_behind() {
+        let (mut lengths, mut missing) = (BTreeSet::new(), 0);
+        for seed in 0..64 {
+            let mut disk = SimDisk::new(SimConfig::new(seed));
+            disk.create_dir_all(Path::new("/d")).unwrap();
+            let path = PathBuf::from("/d/next");
+            let len = 4 * BLOCK_SIZE as u64;
+            disk.submit_create(
+                OpId::new(OpTag::Other, 1),
+                &path,
+                OpenOptions::create_direct(len),
+            )
+            .unwrap();
+            let polls = seed % 4;
+            let mut out = Vec::new();
+            for _ in 0..polls {
+                disk.poll(&mut out, 8, Wait::No).unwrap();
+            }
+            let kind = if seed % 2 == 0 {
+                CrashKind::PowerLoss
+            } else {
+                CrashKind::ProcessKill
+            };
+            let image = disk.crash_image(kind);
+            match image.files.get(&path) {
+                Some(bytes) => {
+                    assert!(bytes.iter().all(|b| *b == 0), "seed {seed}");
+                    lengths.insert(bytes.len() as u64);
+                }
+                None => missing += 1,
+            }
+            // Without a crash the creation ends with the file open.
+            while disk.in_flight() > 0 {
+                disk.poll(&mut out, 8, Wait::AtLeastOne(std::time::Duration::ZERO))
+                    .unwrap();
+            }
+            let id = super::super::created_file_id(*out[0].result.as_ref().unwrap());
+            assert_eq!(disk.file_size(id).unwrap(), len);
+        }
+        assert!(
+            lengths.contains(&0),
+            "some crash fell between open and fallocate"
+        );
+        assert!(lengths.contains(&(4 * BLOCK_SIZE as u64)));
+        assert!(
+            missing > 0,
+            "some crash came before the creation started or was undone"
+        );
+    }
+
+    #[test]
+    fn a_background_remove_unlinks_and_a_power_loss_before_the_directory_sync_may_undo_it() {
+        let mut undone = 0;
+        for seed in 0..32 {
+            let (mut disk, file, path) = setup(seed);
+            write(&mut disk, file, 0, 4, true);
+            disk.submit(
+                OpId::new(OpTag::Other, 9),
+                DiskOp::Fdatasync { file },
+                false,
+            )
+            .unwrap();
+            drain(&mut disk);
+            disk.close(file).unwrap();
+            disk.submit_remove(OpId::new(OpTag::Other, 10), &path)
+                .unwrap();
+            let mut out = Vec::new();
+            disk.poll(&mut out, 8, Wait::No).unwrap();
+            let image = disk.crash_image(CrashKind::PowerLoss);
+            if let Some(bytes) = image.files.get(&path) {
+                assert!(bytes[..BLOCK_SIZE].iter().all(|b| *b == 4), "seed {seed}");
+                undone += 1;
+            }
+            let done = drain(&mut disk);
+            assert!(out.iter().chain(&done).all(|c| c.result.is_ok()));
+            assert!(!disk.snapshot().files.contains_key(&path));
+        }
+        assert!(undone > 0);
     }
 
     #[test]

@@ -5,8 +5,11 @@
 //! otherwise, `Read` likewise, `Fdatasync` is `IORING_OP_FSYNC` with
 //! `DATASYNC`, and `link_next` sets `IOSQE_IO_LINK` (so a write and the
 //! fdatasync after it go down in one submission and stay ordered). Metadata
-//! operations are synchronous system calls; they run at startup, in recovery
-//! and when a segment is created ahead of need.
+//! operations are synchronous system calls that run at startup and in
+//! recovery; [`Disk::submit_create`] and [`Disk::submit_remove`] run the same
+//! steps in the background instead, one ring operation per step (openat,
+//! fallocate, fsync, openat of the directory, fsync, close; or unlinkat and
+//! the directory's three), the next submitted when the previous completes.
 //!
 //! Creating a file (`create_preallocated: Some(len)`): open with
 //! `O_CREAT | O_TRUNC`, `fallocate(len)`, fsync the file and its directory;
@@ -61,7 +64,9 @@
 //!   returned (directly or through `ready`), and counts in its file's
 //!   `in_flight`; a file is closed only when that count is 0.
 //! - Ring tokens are `ops` keys; tokens with [`INTERNAL_TOKEN_BIT`] belong to
-//!   the disk's own operations (zero fill, fallocate, fsync at create).
+//!   the disk's own operations (zero fill, fallocate, fsync at create, and
+//!   with [`METADATA_TOKEN_BIT`] the steps of background creates and removes,
+//!   which count in `in_flight` until their one caller completion).
 //! - On direct files, offsets, buffer ranges and lengths are multiples of
 //!   [`BLOCK_SIZE`] (asserted at submission).
 //! - No caller write is submitted while a zero write it overlaps is in
@@ -86,6 +91,9 @@ use crate::ring::{
 
 /// Ring tokens with this bit are the disk's own operations.
 pub const INTERNAL_TOKEN_BIT: u64 = 1 << 63;
+/// Ring tokens with this bit (and [`INTERNAL_TOKEN_BIT`]) are steps of a
+/// background create or remove; the low 32 bits are the job's key.
+pub const METADATA_TOKEN_BIT: u64 = 1 << 61;
 /// Ring tokens with this bit (and [`INTERNAL_TOKEN_BIT`]) are background
 /// zero-fill operations; the low 32 bits are the file's slot.
 pub const BACKGROUND_TOKEN_BIT: u64 = 1 << 62;
@@ -170,6 +178,46 @@ struct PendingOp {
     file: FileId,
 }
 
+/// The step a background create or remove waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MetaStep {
+    /// `openat(O_CREAT | O_TRUNC)` of the file.
+    Open,
+    /// `fallocate` of its length.
+    Fallocate,
+    /// `fsync` of the file.
+    SyncFile,
+    /// `unlinkat` of the file.
+    Unlink,
+    /// `openat(O_DIRECTORY)` of the parent.
+    OpenDir,
+    /// `fsync` of the parent.
+    SyncDir,
+    /// `close` of the parent's descriptor.
+    CloseDir,
+}
+
+/// A background create ([`Disk::submit_create`]) or remove
+/// ([`Disk::submit_remove`]), one ring operation per step.
+#[derive(Debug)]
+struct MetaJob {
+    op_id: OpId,
+    path: PathBuf,
+    /// `Some` for a create: the options it was asked with.
+    create: Option<OpenOptions>,
+    /// O_DIRECT is requested at open (cleared by a buffered fallback).
+    o_direct: bool,
+    step: MetaStep,
+    /// The created file, once open.
+    fd: Option<OwnedFd>,
+    /// The parent directory, while open.
+    dir_fd: Option<OwnedFd>,
+    /// The first error; the job still closes what it opened.
+    error: Option<DiskError>,
+    /// The next step's op, when the ring was full at the previous attempt.
+    blocked: Option<Op>,
+}
+
 /// The io_uring disk.
 #[derive(Debug)]
 pub struct UringDisk {
@@ -190,6 +238,8 @@ pub struct UringDisk {
     filling: Vec<FileId>,
     /// Zero buffers of the fills (never written into, so they stay zero).
     zero_bufs: Vec<AlignedBuf>,
+    /// Background creates and removes.
+    meta: Slab<MetaJob>,
 }
 
 impl UringDisk {
@@ -231,6 +281,7 @@ impl UringDisk {
             next_internal: 0,
             filling: Vec::new(),
             zero_bufs: Vec::new(),
+            meta: Slab::new(),
         })
     }
 
@@ -296,6 +347,10 @@ impl UringDisk {
         for completion in completions.drain(..) {
             if completion.token & BACKGROUND_TOKEN_BIT != 0 {
                 self.on_fill_completion(completion);
+                continue;
+            }
+            if completion.token & METADATA_TOKEN_BIT != 0 {
+                added += self.on_meta_completion(completion);
                 continue;
             }
             if completion.token & INTERNAL_TOKEN_BIT != 0 {
@@ -564,6 +619,180 @@ impl UringDisk {
             }
             self.drive(Some(Duration::from_millis(100)), COMPLETIONS_PER_TURN_MAX)?;
         }
+    }
+
+    /// Submits the op of job `key`'s current step (kept for a retry when
+    /// the ring is full).
+    fn submit_meta_step(&mut self, key: usize) {
+        let job = &mut self.meta[key];
+        let op = match job.blocked.take() {
+            Some(op) => op,
+            None => match meta_step_op(job) {
+                Ok(op) => op,
+                Err(error) => {
+                    job.error.get_or_insert(error);
+                    self.finish_meta(key);
+                    return;
+                }
+            },
+        };
+        let token = INTERNAL_TOKEN_BIT | METADATA_TOKEN_BIT | key as u64;
+        if let Err((_, op)) = self.ring.submit(token, op, false) {
+            self.meta[key].blocked = Some(op);
+        }
+    }
+
+    /// Retries the steps the ring had no room for.
+    fn retry_blocked_meta(&mut self) {
+        let blocked: Vec<usize> = self
+            .meta
+            .iter()
+            .filter(|(_, job)| job.blocked.is_some())
+            .map(|(key, _)| key)
+            .collect();
+        for key in blocked {
+            self.submit_meta_step(key);
+        }
+    }
+
+    /// Advances a background create or remove; returns 1 when it finished
+    /// (its completion is in `ready`), else 0.
+    fn on_meta_completion(&mut self, completion: Completion) -> usize {
+        let key = (completion.token & u64::from(u32::MAX)) as usize;
+        let op = completion.op.expect("metadata ops are single-shot");
+        let allow_fallback = self.config.allow_buffered_fallback;
+        let job = self
+            .meta
+            .get_mut(key)
+            .expect("a metadata completion belongs to a job");
+        let failed = |job: &mut MetaJob, source: io::Error| {
+            job.error.get_or_insert(DiskError::Io {
+                op: op.name(),
+                path: job.path.clone(),
+                source,
+            });
+        };
+        match (job.step, completion.result) {
+            (MetaStep::Open, Ok(fd)) => {
+                let fd = i32::try_from(fd).expect("openat returns a descriptor");
+                // SAFETY: the kernel just returned this descriptor; nothing
+                // else owns it.
+                job.fd = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+                let len = job
+                    .create
+                    .and_then(|options| options.create_preallocated)
+                    .unwrap_or(0);
+                job.step = if len > 0 {
+                    MetaStep::Fallocate
+                } else {
+                    MetaStep::SyncFile
+                };
+            }
+            (MetaStep::Open, Err(source))
+                if source.raw_os_error() == Some(libc::EINVAL)
+                    && job.o_direct
+                    && allow_fallback =>
+            {
+                tracing::warn!(
+                    path = %job.path.display(),
+                    "O_DIRECT unsupported here; opening buffered (development fallback)"
+                );
+                job.o_direct = false;
+            }
+            (MetaStep::Open, Err(source))
+                if source.raw_os_error() == Some(libc::EINVAL) && job.o_direct =>
+            {
+                job.error = Some(DiskError::Io {
+                    op: "open with O_DIRECT (this file system does not support O_DIRECT; \
+                         put the store on ext4 or xfs, or enable the development flag \
+                         allow_buffered_fallback)",
+                    path: job.path.clone(),
+                    source,
+                });
+                return self.finish_meta(key);
+            }
+            (MetaStep::Fallocate, Ok(_)) => job.step = MetaStep::SyncFile,
+            (MetaStep::SyncFile | MetaStep::Unlink, Ok(_)) => job.step = MetaStep::OpenDir,
+            (MetaStep::OpenDir, Ok(fd)) => {
+                let fd = i32::try_from(fd).expect("openat returns a descriptor");
+                // SAFETY: as for the file above.
+                job.dir_fd = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+                job.step = MetaStep::SyncDir;
+            }
+            (MetaStep::SyncDir, result) => {
+                if let Err(source) = result {
+                    failed(job, source);
+                }
+                job.step = MetaStep::CloseDir;
+            }
+            (MetaStep::CloseDir, result) => {
+                if let Err(source) = result {
+                    failed(job, source);
+                }
+                return self.finish_meta(key);
+            }
+            (_, Err(source)) => {
+                failed(job, source);
+                return self.finish_meta(key);
+            }
+        }
+        self.submit_meta_step(key);
+        0
+    }
+
+    /// Ends job `key`: a created file joins the file table (its zero fill
+    /// starts), and the caller's completion goes to `ready`.
+    fn finish_meta(&mut self, key: usize) -> usize {
+        let job = self.meta.remove(key);
+        let result = match (job.error, job.create, job.fd) {
+            (Some(error), _, _) => Err(error),
+            (None, Some(options), Some(fd)) => {
+                let len = options.create_preallocated.unwrap_or(0);
+                let fill = (len > 0 && self.config.zero_fill_on_create).then_some(ZeroFill {
+                    next_offset: 0,
+                    len,
+                    in_flight: 0,
+                    syncing: false,
+                    failed: false,
+                });
+                let filling = fill.is_some();
+                let file = self.insert_file(OpenFile {
+                    fd,
+                    path: job.path,
+                    direct: options.direct,
+                    o_direct: job.o_direct,
+                    in_flight: 0,
+                    fill,
+                });
+                if filling {
+                    self.filling.push(file);
+                }
+                Ok(file.0 as usize)
+            }
+            (None, Some(_), None) => unreachable!("a create finishes with its file open"),
+            (None, None, _) => Ok(0),
+        };
+        self.ready.push_back(DiskCompletion {
+            op_id: job.op_id,
+            result,
+            buf: None,
+        });
+        1
+    }
+
+    fn start_meta(&mut self, job: MetaJob) -> Result<(), DiskError> {
+        if self.meta.len() >= self.ring.capacity() {
+            return Err(DiskError::QueueFull {
+                capacity: self.ring.capacity(),
+            });
+        }
+        let key = self.meta.insert(job);
+        assert!(
+            key <= u32::MAX as usize,
+            "metadata job key {key} overflows u32"
+        );
+        self.submit_meta_step(key);
+        Ok(())
     }
 
     fn internal_token(&mut self) -> u64 {
@@ -961,6 +1190,7 @@ impl Disk for UringDisk {
         Ok(SpaceInfo {
             total_bytes: stat.f_blocks as u64 * fragment,
             available_bytes: stat.f_bavail as u64 * fragment,
+            free_bytes: stat.f_bfree as u64 * fragment,
         })
     }
 
@@ -1042,6 +1272,7 @@ impl Disk for UringDisk {
                 return Ok(appended);
             }
             self.advance_fills();
+            self.retry_blocked_meta();
             self.drive(wait_now, (max - appended).max(1))?;
             submitted = true;
             if self.ready.is_empty() && wait_now.is_none() {
@@ -1050,8 +1281,50 @@ impl Disk for UringDisk {
         }
     }
 
+    fn submit_create(
+        &mut self,
+        op_id: OpId,
+        path: &Path,
+        options: OpenOptions,
+    ) -> Result<(), DiskError> {
+        let len = options
+            .create_preallocated
+            .expect("submit_create creates a file");
+        if options.direct {
+            assert!(
+                len.is_multiple_of(BLOCK_SIZE as u64),
+                "direct file length {len} is not block-aligned"
+            );
+        }
+        self.start_meta(MetaJob {
+            op_id,
+            path: path.to_path_buf(),
+            create: Some(options),
+            o_direct: options.direct,
+            step: MetaStep::Open,
+            fd: None,
+            dir_fd: None,
+            error: None,
+            blocked: None,
+        })
+    }
+
+    fn submit_remove(&mut self, op_id: OpId, path: &Path) -> Result<(), DiskError> {
+        self.start_meta(MetaJob {
+            op_id,
+            path: path.to_path_buf(),
+            create: None,
+            o_direct: false,
+            step: MetaStep::Unlink,
+            fd: None,
+            dir_fd: None,
+            error: None,
+            blocked: None,
+        })
+    }
+
     fn in_flight(&self) -> usize {
-        self.ops.len() + self.ready.len()
+        self.ops.len() + self.ready.len() + self.meta.len()
     }
 
     fn buffer(&mut self, capacity: usize) -> AlignedBuf {
@@ -1080,6 +1353,67 @@ impl Disk for UringDisk {
         }
         // Otherwise dropped: freed if plain, leaked if registered elsewhere.
     }
+}
+
+/// The ring op of `job`'s current step.
+fn meta_step_op(job: &mut MetaJob) -> Result<Op, DiskError> {
+    Ok(match job.step {
+        MetaStep::Open => {
+            let mut flags = libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC;
+            let writable = job.create.is_none_or(|options| options.writable);
+            if !writable {
+                flags = libc::O_RDONLY | libc::O_CREAT | libc::O_TRUNC;
+            }
+            if job.o_direct {
+                flags |= libc::O_DIRECT;
+            }
+            Op::OpenAt {
+                dir_fd: libc::AT_FDCWD,
+                path: c_path(&job.path)?,
+                flags,
+                mode: 0o644,
+            }
+        }
+        MetaStep::Fallocate => Op::Fallocate {
+            fd: job.fd.as_ref().expect("open before fallocate").as_raw_fd(),
+            file_offset: 0,
+            len: job
+                .create
+                .and_then(|options| options.create_preallocated)
+                .unwrap_or(0),
+            mode: 0,
+        },
+        MetaStep::SyncFile => Op::Fsync {
+            fd: job.fd.as_ref().expect("open before fsync").as_raw_fd(),
+            datasync: false,
+        },
+        MetaStep::Unlink => Op::UnlinkAt {
+            dir_fd: libc::AT_FDCWD,
+            path: c_path(&job.path)?,
+            flags: 0,
+        },
+        MetaStep::OpenDir => Op::OpenAt {
+            dir_fd: libc::AT_FDCWD,
+            path: c_path(parent_dir(&job.path))?,
+            flags: libc::O_RDONLY | libc::O_DIRECTORY,
+            mode: 0,
+        },
+        MetaStep::SyncDir => Op::Fsync {
+            fd: job.dir_fd.as_ref().expect("open before fsync").as_raw_fd(),
+            datasync: false,
+        },
+        MetaStep::CloseDir => Op::Close {
+            // The ring's close takes the descriptor over.
+            fd: job.dir_fd.take().expect("open before close").into_raw_fd(),
+        },
+    })
+}
+
+/// The directory holding `path` (`.` for a bare name).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 fn back_to_disk_op(file: FileId, op: Op) -> DiskOp {

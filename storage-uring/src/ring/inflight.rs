@@ -221,6 +221,13 @@ pub(super) fn build_entry(
             .mode(*mode)
             .build(),
         Op::Close { fd } => opcode::Close::new(Fd(*fd)).build(),
+        Op::UnlinkAt {
+            dir_fd,
+            path,
+            flags,
+        } => opcode::UnlinkAt::new(Fd(*dir_fd), path.as_ptr())
+            .flags(*flags)
+            .build(),
         Op::Splice {
             fd_in,
             off_in,

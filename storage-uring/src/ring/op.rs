@@ -101,6 +101,15 @@ pub enum Op {
         /// File descriptor.
         fd: RawFd,
     },
+    /// `unlinkat(dir_fd, path, flags)`; completes with 0.
+    UnlinkAt {
+        /// Directory descriptor (`libc::AT_FDCWD` for the working directory).
+        dir_fd: RawFd,
+        /// Path, kept alive by the op.
+        path: CString,
+        /// `unlinkat(2)` flags (`libc::AT_REMOVEDIR` for a directory).
+        flags: i32,
+    },
     /// `splice(fd_in, off_in, fd_out, off_out, len, flags)`; one side must be
     /// a pipe (its offset `None`). Completes with the bytes moved, which may
     /// be fewer than `len` (not continued: the caller drains the pipe).
@@ -168,6 +177,7 @@ impl Op {
             Op::Fallocate { .. } => "fallocate",
             Op::OpenAt { .. } => "openat",
             Op::Close { .. } => "close",
+            Op::UnlinkAt { .. } => "unlinkat",
             Op::Splice { .. } => "splice",
             Op::Timeout { .. } => "timeout",
             Op::Accept { .. } => "accept",
