@@ -393,6 +393,13 @@ impl ClientRegistry {
         self.consumers.get(group)
     }
 
+    /// Every consumer group with at least one channel, by name.
+    pub fn consumer_groups(&self) -> impl Iterator<Item = (&str, &ConsumerGroup)> {
+        self.consumers
+            .iter()
+            .map(|(name, group)| (name.as_str(), group))
+    }
+
     /// Consumer groups subscribing `topic`, sorted.
     pub fn groups_subscribing(&self, topic: &str) -> Vec<&str> {
         self.consumers

@@ -5,8 +5,7 @@
 //! - `ringmq broker [-c FILE] [-n ADDR] [--print-config] [--KEY=VALUE ...]`
 //!   (also plain `ringmq ...`) loads the broker configuration as `mqbroker`
 //!   does. With `--print-config` it prints the effective configuration;
-//!   without, it stops with an error, because the broker's data path does
-//!   not exist yet.
+//!   without, it runs the broker (`shard::runtime`) until SIGTERM/SIGINT.
 //!
 //! `--KEY=VALUE` arguments whose key is not one of the flags above are
 //! configuration overrides in RocketMQ's spelling (`--listenPort=10911`);
@@ -198,11 +197,7 @@ fn run_broker(args: &BrokerArgs, overrides: &[String]) -> anyhow::Result<()> {
             .context("printing the configuration")?;
         return Ok(());
     }
-    anyhow::bail!(
-        "the broker's data path (send, pull, offsets) is not implemented yet, so `ringmq broker` \
-         cannot serve clients. The configuration loaded fine (--print-config shows it); \
-         `ringmq namesrv` runs the name server"
-    )
+    ringmq_broker::shard::runtime::run(config).context("running the broker")
 }
 
 fn config_environment() -> ConfigEnvironment {

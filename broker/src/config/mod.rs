@@ -345,7 +345,8 @@ impl BrokerConfig {
             "brokerId" => self.broker_id = v.int(0, i64::from(i32::MAX))?,
             "brokerIP1" => self.broker_ip1 = v.ip()?,
             "brokerIP2" => self.broker_ip2 = (!value.is_empty()).then(|| v.ip()).transpose()?,
-            "listenPort" => self.listen_port = v.port()?,
+            // 0: the kernel picks the port (tests); the boot line says which.
+            "listenPort" => self.listen_port = v.int(0, 65535)? as u16,
             "haListenPort" => {
                 self.ha_listen_port = match v.int(0, 65535)? {
                     0 => None,
@@ -353,7 +354,7 @@ impl BrokerConfig {
                 }
             }
             "namesrvAddr" => self.namesrv_addrs = v.addr_list()?,
-            "namesrvListenPort" => self.namesrv_listen_port = v.port()?,
+            "namesrvListenPort" => self.namesrv_listen_port = v.int(0, 65535)? as u16,
             "storePathRootDir" => self.store_path_root_dir = PathBuf::from(v.name()?),
             "flushDiskType" => {
                 self.flush_disk_type = v.choice(&[
@@ -416,7 +417,10 @@ impl BrokerConfig {
     /// [`ConfigError::Inconsistent`] naming the keys, values and rule.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let fail = |message: String| Err(ConfigError::Inconsistent { message });
-        if self.listen_port <= 2 {
+        // listenPort=0 (the kernel picks one at startup) has no fixed fast or
+        // HA port to clash with.
+        let picked = self.listen_port == 0;
+        if !picked && self.listen_port <= 2 {
             return fail(format!(
                 "listenPort={} must be above 2: the fast port is listenPort-2",
                 self.listen_port
@@ -434,6 +438,9 @@ impl BrokerConfig {
             ("haListenPort", self.effective_ha_listen_port()),
         ];
         for (index, (name, port)) in ports.iter().enumerate() {
+            if picked || (self.namesrv_addrs.is_none() && self.namesrv_listen_port == 0) {
+                break;
+            }
             for (other, other_port) in &ports[index + 1..] {
                 if port == other_port {
                     return fail(format!("{name} and {other} are both {port}"));
@@ -688,10 +695,6 @@ impl Value<'_> {
         }
     }
 
-    fn port(&self) -> Result<u16, ConfigError> {
-        Ok(self.int(1, 65535)? as u16)
-    }
-
     fn power_of_two(&self, min: u32, max: u32) -> Result<u32, ConfigError> {
         let allowed = || self.invalid(format!("a power of two from {min} to {max}"));
         let n = self
@@ -939,7 +942,7 @@ mod tests {
         let cases = [
             (
                 "listenPort=abc",
-                "broker.conf:1: invalid value `abc` for `listenPort`: expected an integer from 1 to 65535",
+                "broker.conf:1: invalid value `abc` for `listenPort`: expected an integer from 0 to 65535",
             ),
             (
                 "flushDiskType=async_flush",

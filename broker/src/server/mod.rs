@@ -1,19 +1,27 @@
 //! The remoting server: one listening socket and its connections on one
-//! io_uring [`Ring`], one thread. A shard will run one instance (the
-//! listener has SO_REUSEPORT, so every shard can listen on the same port);
-//! today `ringmq namesrv` runs one with the name server as its
-//! [`RequestHandler`].
+//! io_uring [`Ring`], one thread. Every broker shard runs one instance (the
+//! listener has SO_REUSEPORT, so every shard listens on the same port), and
+//! `ringmq namesrv` runs one with the name server as its [`RequestHandler`].
 //!
 //! ```text
 //!            ┌──────────── one loop turn ─────────────────────────────────────┐
+//!  outbound: handler.take_outbound ─▶ out_queues (deferred answers, pushes)
 //!  flush: dirty connections ─▶ Send(out_queue) (one per connection, ≤ 1 in flight)
-//!  ring.turn ─▶ completions:  accept ─▶ new Connection ─▶ Recv
+//!  ring.turn (wait ≤ handler.wait_bound) ─▶ completions:
+//!                             accept ─▶ new Connection ─▶ Recv
 //!                             recv   ─▶ take_requests ─▶ handler.handle ─▶ out_queue
 //!                             send   ─▶ next Send / resume reading
 //!              timers: tick ─▶ handler.on_tick       woken ─▶ shutdown requested?
 //!  backlog: connections with complete frames left ─▶ take_requests (bounded)
+//!  handler.on_turn (poll other reactors, inboxes, deadlines)
 //!            └────────────────────────────────────────────────────────────────┘
 //! ```
+//!
+//! A handler may answer later: `handle` returns `None` and the finished
+//! command (opaque and flags set by the handler) comes back through
+//! [`RequestHandler::take_outbound`], as do requests the handler pushes to
+//! clients. The ring's waker ([`Server::waker`]) lets other threads, and
+//! other rings through `notify_eventfd`, end the wait.
 //!
 //! Framing errors (a length word over [`FRAME_SIZE_MAX`] or below 4, an
 //! unknown serialize type, a header longer than its frame, a header that
@@ -31,7 +39,9 @@
 //!
 //! Stopping ([`ShutdownHandle::request`], from the SIGTERM/SIGINT thread of
 //! [`signal`]): the listener is shut down (its accept completes), no more
-//! reads are armed, queued responses are flushed (at most
+//! reads are armed, the handler is told ([`RequestHandler::on_stop`]),
+//! queued responses are flushed and the handler's owed answers awaited
+//! ([`RequestHandler::has_pending`]; together at most
 //! [`STOP_FLUSH_TIMEOUT`]), then every connection is shut down and `run`
 //! returns once their operations have completed.
 //!
@@ -66,7 +76,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_storage::ring::{
     COMPLETIONS_PER_TURN_MAX, Completion, Op, Ring, RingConfig, RingError, TimerId, Token,
-    TurnOutput,
+    TurnOutput, Waker,
 };
 use slab::Slab;
 
@@ -121,18 +131,28 @@ fn token(kind: Token, key: usize) -> Token {
     TOKEN_TAG | kind << KIND_SHIFT | key as Token
 }
 
-/// Names a connection for the handler; unique over the server's life (a
-/// serial number in the high 32 bits, the table slot in the low 32).
+/// Names a connection for the handler; unique over the server's life and,
+/// when every server of a process has its own [`ServerConfig::connection_tag`],
+/// over the process: the tag in the top 8 bits, a 24-bit serial number, the
+/// table slot in the low 32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnectionId(pub u64);
 
+/// Bits of a [`ConnectionId`] the serial number keeps.
+const SERIAL_MASK: u64 = 0xFF_FFFF;
+
 impl ConnectionId {
-    fn new(serial: u32, key: usize) -> Self {
-        ConnectionId(u64::from(serial) << 32 | key as u64)
+    fn new(tag: u8, serial: u32, key: usize) -> Self {
+        ConnectionId(u64::from(tag) << 56 | (u64::from(serial) & SERIAL_MASK) << 32 | key as u64)
     }
 
     fn key(self) -> usize {
         (self.0 & KEY_MASK) as usize
+    }
+
+    /// The [`ServerConfig::connection_tag`] of the server that accepted it.
+    pub fn tag(self) -> u8 {
+        (self.0 >> 56) as u8
     }
 }
 
@@ -167,6 +187,36 @@ pub trait RequestHandler {
     fn take_close_requests(&mut self, out: &mut Vec<ConnectionId>) {
         let _ = out;
     }
+
+    /// Moves finished commands for any connection into `out`: deferred
+    /// answers (the handler sets their opaque and response flag) and
+    /// requests to clients. The server asks every turn; commands for
+    /// connections already gone are dropped.
+    fn take_outbound(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand)>) {
+        let _ = out;
+    }
+
+    /// Called once every loop turn, after the completions (poll other
+    /// reactors without waiting, drain inboxes, expire deadlines).
+    fn on_turn(&mut self, now_ms: i64) {
+        let _ = now_ms;
+    }
+
+    /// The longest the next wait may last (None: [`IDLE_WAIT`]).
+    fn wait_bound(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether answers are still owed; a stop waits (at most
+    /// [`STOP_FLUSH_TIMEOUT`]) until there are none.
+    fn has_pending(&self) -> bool {
+        false
+    }
+
+    /// A stop began: answer what can be answered at once (held requests).
+    fn on_stop(&mut self, now_ms: i64) {
+        let _ = now_ms;
+    }
 }
 
 /// How a server is set up.
@@ -178,6 +228,9 @@ pub struct ServerConfig {
     /// connection by itself where the kernel refuses it; false forces that
     /// fallback (tests).
     pub multishot_accept: bool,
+    /// The top byte of every [`ConnectionId`] this server hands out (a
+    /// shard's id, so that ids are unique across the shards of a process).
+    pub connection_tag: u8,
 }
 
 impl ServerConfig {
@@ -186,6 +239,7 @@ impl ServerConfig {
         ServerConfig {
             listen_addr,
             multishot_accept: true,
+            connection_tag: 0,
         }
     }
 }
@@ -243,6 +297,8 @@ pub struct Server<H: RequestHandler> {
     dirty: Vec<usize>,
     backlog: Vec<usize>,
     close_requests: Vec<ConnectionId>,
+    outbound: Vec<(ConnectionId, RemotingCommand)>,
+    connection_tag: u8,
     shutdown: ShutdownHandle,
     phase: Phase,
     stop_timer: Option<TimerId>,
@@ -301,6 +357,8 @@ impl<H: RequestHandler> Server<H> {
             dirty: Vec::new(),
             backlog: Vec::new(),
             close_requests: Vec::new(),
+            outbound: Vec::new(),
+            connection_tag: config.connection_tag,
             shutdown,
             phase: Phase::Running,
             stop_timer: None,
@@ -317,6 +375,23 @@ impl<H: RequestHandler> Server<H> {
         self.shutdown.clone()
     }
 
+    /// A handle that wakes the server's ring from any thread (the turn then
+    /// runs [`RequestHandler::on_turn`]); its eventfd can also be given to
+    /// another ring's `notify_eventfd`.
+    pub fn waker(&self) -> Waker {
+        self.ring.waker()
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// The handler, mutable (set-up before [`Server::run`]).
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.handler
+    }
+
     /// Serves until a stop is requested and finished, then returns the
     /// handler.
     ///
@@ -327,16 +402,19 @@ impl<H: RequestHandler> Server<H> {
         let _ = self.arm_timer(KIND_TICK, self.handler.tick_interval());
         let mut out = TurnOutput::new();
         loop {
+            self.drain_outbound();
             self.flush_dirty();
             if self.phase == Phase::Closing && self.connections.is_empty() {
                 break;
             }
-            if self.phase == Phase::Flushing && self.is_flushed() {
+            if self.phase == Phase::Flushing && self.is_flushed() && !self.handler.has_pending() {
                 self.close_all();
                 continue;
             }
             let wait = if self.backlog.is_empty() {
-                IDLE_WAIT
+                self.handler
+                    .wait_bound()
+                    .map_or(IDLE_WAIT, |bound| bound.min(IDLE_WAIT))
             } else {
                 Duration::ZERO
             };
@@ -355,8 +433,11 @@ impl<H: RequestHandler> Server<H> {
             }
             if self.phase == Phase::Running && self.shutdown.is_requested() {
                 self.begin_stop();
+                self.handler.on_stop(now_ms);
             }
             self.process_backlog(now_ms);
+            self.handler.on_turn(now_ms);
+            self.handler.take_close_requests(&mut self.close_requests);
             self.apply_close_requests();
         }
         tracing::info!(addr = %self.local_addr, "server stopped");
@@ -518,7 +599,7 @@ impl<H: RequestHandler> Server<H> {
         }
         self.next_serial = self.next_serial.wrapping_add(1);
         let entry = self.connections.vacant_entry();
-        let id = ConnectionId::new(self.next_serial, entry.key());
+        let id = ConnectionId::new(self.connection_tag, self.next_serial, entry.key());
         let key = entry.key();
         entry.insert(Connection::new(id, fd, peer));
         tracing::debug!(%peer, connection = id.0, "connection accepted");
@@ -539,6 +620,38 @@ impl<H: RequestHandler> Server<H> {
             tracing::debug!(%error, "shutting the listener down failed");
         }
         self.arm_stop_deadline(STOP_FLUSH_TIMEOUT);
+    }
+
+    /// Writes the handler's outbound commands into their connections'
+    /// output queues.
+    fn drain_outbound(&mut self) {
+        self.handler.take_outbound(&mut self.outbound);
+        let mut outbound = std::mem::take(&mut self.outbound);
+        for (id, command) in outbound.drain(..) {
+            let key = id.key();
+            let Some(conn) = self.connections.get_mut(key) else {
+                continue;
+            };
+            if conn.id != id || conn.closing {
+                continue;
+            }
+            connection::write_response(&mut conn.out_queue, &command);
+            if conn.out_queue.len() > OUTPUT_QUEUE_SIZE_MAX {
+                tracing::warn!(
+                    peer = %conn.peer,
+                    queued = conn.out_queue.len(),
+                    max = OUTPUT_QUEUE_SIZE_MAX,
+                    "closing a connection that does not read its responses"
+                );
+                self.close(key);
+                continue;
+            }
+            if !conn.dirty {
+                conn.dirty = true;
+                self.dirty.push(key);
+            }
+        }
+        self.outbound = outbound;
     }
 
     fn is_flushed(&self) -> bool {
@@ -772,6 +885,107 @@ mod tests {
             assert!(read_response(client).is_none(), "closed on stop");
         }
         assert!(TcpStream::connect(addr).is_err(), "no longer listening");
+    }
+
+    /// Answers nothing at once; every turn, answers what it received
+    /// before through `take_outbound`, with the opaque it set itself.
+    #[derive(Default)]
+    struct Deferring {
+        owed: Vec<(ConnectionId, i32)>,
+        ready: Vec<(ConnectionId, RemotingCommand)>,
+    }
+
+    impl RequestHandler for Deferring {
+        fn handle(
+            &mut self,
+            conn: ConnectionId,
+            _peer: SocketAddr,
+            cmd: RemotingCommand,
+            _now_ms: i64,
+        ) -> Option<RemotingCommand> {
+            self.owed.push((conn, cmd.opaque));
+            None
+        }
+
+        fn on_closed(&mut self, _conn: ConnectionId) {}
+
+        fn on_tick(&mut self, _now_ms: i64) {}
+
+        fn on_turn(&mut self, _now_ms: i64) {
+            for (conn, opaque) in self.owed.drain(..) {
+                self.ready.push((
+                    conn,
+                    RemotingCommand::new_response(0, opaque, Some("later".into())),
+                ));
+            }
+        }
+
+        fn wait_bound(&self) -> Option<Duration> {
+            (!self.owed.is_empty()).then_some(Duration::ZERO)
+        }
+
+        fn has_pending(&self) -> bool {
+            !self.owed.is_empty()
+        }
+
+        fn take_outbound(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand)>) {
+            out.append(&mut self.ready);
+        }
+    }
+
+    #[test]
+    fn deferred_answers_reach_their_connection_with_the_handlers_opaque() {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let config = ServerConfig {
+                connection_tag: 7,
+                ..ServerConfig::new("127.0.0.1:0".parse().unwrap())
+            };
+            let server = match Server::bind(config, Deferring::default()) {
+                Ok(server) => server,
+                Err(error) => {
+                    ready_tx.send(Err(format!("{error:?}"))).unwrap();
+                    return;
+                }
+            };
+            ready_tx
+                .send(Ok((server.local_addr(), server.shutdown_handle())))
+                .unwrap();
+            server.run().unwrap();
+        });
+        let (addr, stop) = match ready_rx.recv_timeout(TIMEOUT).unwrap() {
+            Ok(started) => started,
+            Err(error) if error.contains("Unavailable") => {
+                eprintln!("SKIPPED: io_uring is unavailable: {error}");
+                return;
+            }
+            Err(error) => panic!("server did not start: {error}"),
+        };
+        let mut first = connect(addr);
+        let mut second = connect(addr);
+        send(&mut first, 105, 11);
+        send(&mut second, 105, 22);
+        let answer = read_response(&mut second).expect("an answer");
+        assert_eq!(
+            (answer.opaque, answer.remark.as_deref()),
+            (22, Some("later"))
+        );
+        let answer = read_response(&mut first).expect("an answer");
+        assert_eq!(answer.opaque, 11);
+        stop.request();
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn connection_ids_carry_the_servers_tag() {
+        let id = ConnectionId::new(9, 0x1234_5678, 42);
+        assert_eq!(id.tag(), 9);
+        assert_eq!(id.key(), 42);
+        assert_eq!(
+            ConnectionId::new(9, 0x1FF_FFFF, 1).tag(),
+            9,
+            "the serial wraps below the tag"
+        );
     }
 
     #[test]

@@ -93,6 +93,18 @@ pub fn block_termination_signals() -> io::Result<()> {
 /// # Errors
 /// The thread could not be spawned.
 pub fn spawn_signal_thread(handle: ShutdownHandle) -> io::Result<JoinHandle<()>> {
+    spawn_signal_thread_with(move || handle.request())
+}
+
+/// Starts the thread that runs `on_first` at the first SIGTERM/SIGINT (a
+/// process with several servers stops them all) and exits at the second.
+///
+/// # Errors
+/// The thread could not be spawned.
+pub fn spawn_signal_thread_with(
+    on_first: impl FnOnce() + Send + 'static,
+) -> io::Result<JoinHandle<()>> {
+    let mut on_first = Some(on_first);
     std::thread::Builder::new()
         .name("ringmq-signals".into())
         .spawn(move || {
@@ -112,7 +124,9 @@ pub fn spawn_signal_thread(handle: ShutdownHandle) -> io::Result<JoinHandle<()>>
                 seen += 1;
                 if seen == 1 {
                     tracing::info!(signal, "termination signal: stopping gracefully");
-                    handle.request();
+                    if let Some(on_first) = on_first.take() {
+                        on_first();
+                    }
                 } else {
                     tracing::warn!(signal, "second termination signal: exiting now");
                     std::process::exit(FORCED_EXIT_STATUS);

@@ -1,0 +1,370 @@
+//! The control plane, owned by shard 0: topic configs, subscription groups,
+//! the client registry and queue locks. Every change is published to the
+//! other shards as a new `Arc` snapshot (through their inboxes, ahead of any
+//! request forwarded after it), handed to the registrar (topics) and to the
+//! persister (`topics.json`, `subscriptionGroup.json`).
+//!
+//! ```text
+//!  HEART_BEAT ─▶ registry ─▶ actions (create group, %RETRY% topic) ─▶ tables ─▶ publish
+//!                         └▶ notifications (NOTIFY_CONSUMER_IDS_CHANGED) ─▶ the members' shards
+//!  connection closed (any shard) ─▶ Closed ─▶ registry ─▶ notifications, new subscriptions
+//! ```
+//!
+//! # Invariants
+//! - Shard 0's own snapshots are replaced in the same call that changes a
+//!   table, so a request shard 0 executes next sees the change.
+//! - A subscription snapshot is published only when it differs from the
+//!   last one published.
+
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+
+use bytes::Bytes;
+use ringmq_protocol::code::{request_code, response_code};
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::header::SendMessageRequestHeader;
+
+use super::link::{Request, ShardMsg};
+use super::subs::SubscriptionSnapshot;
+use super::{ShardHandler, response};
+use crate::client_registry::{
+    CHANNEL_SCAN_INTERVAL_MS, ChannelId, ClientRegistry, ControlView, Notification, Peer,
+};
+use crate::persist::{ConfigFile, PersisterHandle};
+use crate::queue_lock::QueueLockTable;
+use crate::runtime_info::{RuntimeStats, runtime_info_body};
+use crate::server::ConnectionId;
+use crate::subscription_group::{GroupTableChange, SubscriptionGroupTable};
+use crate::topic_config::{TopicConfigSnapshot, TopicConfigTable, TopicTableChange};
+
+/// A GET_BROKER_RUNTIME_INFO waiting for the other shards.
+#[derive(Debug)]
+pub(crate) struct RuntimeQuery {
+    reply: super::link::ReplyTo,
+    merged: RuntimeStats,
+    missing: u16,
+}
+
+/// How often expired queue locks are dropped.
+pub const LOCK_SCAN_INTERVAL_MS: i64 = 10_000;
+
+/// Shard 0's tables.
+#[derive(Debug)]
+pub struct ControlPlane {
+    /// Topic configs.
+    pub topics: TopicConfigTable,
+    /// Subscription groups.
+    pub groups: SubscriptionGroupTable,
+    /// Producers and consumers.
+    pub clients: ClientRegistry,
+    /// Orderly consumers' queue locks.
+    pub locks: QueueLockTable,
+    registrar: Option<Sender<Arc<TopicConfigSnapshot>>>,
+    last_client_scan_ms: i64,
+    last_lock_scan_ms: i64,
+}
+
+impl ControlPlane {
+    /// The control plane over loaded tables; `registrar` receives every new
+    /// topic snapshot (to register with the name servers at once).
+    pub fn new(
+        topics: TopicConfigTable,
+        groups: SubscriptionGroupTable,
+        clients: ClientRegistry,
+        registrar: Option<Sender<Arc<TopicConfigSnapshot>>>,
+        now_ms: i64,
+    ) -> Self {
+        ControlPlane {
+            topics,
+            groups,
+            clients,
+            locks: QueueLockTable::new(),
+            registrar,
+            last_client_scan_ms: now_ms,
+            last_lock_scan_ms: now_ms,
+        }
+    }
+
+    /// Hands both config files to the persister.
+    pub fn persist_all(&self, persister: &PersisterHandle) {
+        persister.write(ConfigFile::Topics, self.topics.encode_file());
+        persister.write(ConfigFile::SubscriptionGroups, self.groups.encode_file());
+    }
+}
+
+fn peer_of(request: &Request) -> Peer {
+    Peer {
+        channel: ChannelId(request.reply.conn.0),
+        addr: request.peer.to_string(),
+    }
+}
+
+impl ShardHandler {
+    fn control(&mut self) -> &mut ControlPlane {
+        self.control
+            .as_mut()
+            .expect("control requests are routed to shard 0")
+    }
+
+    /// Publishes the tables after a change.
+    fn publish_topics(&mut self, change: &TopicTableChange) {
+        if change.is_empty() {
+            return;
+        }
+        let snapshot = self.control().topics.snapshot();
+        self.topics = snapshot.clone();
+        if let Some(links) = &mut self.links {
+            links.broadcast(|| ShardMsg::Topics(snapshot.clone()));
+            for topic in &change.deleted {
+                links.broadcast(|| ShardMsg::TopicDeleted(topic.clone()));
+            }
+        }
+        for topic in &change.deleted {
+            self.offsets.remove_topic(topic);
+        }
+        let control = self.control.as_ref().expect("shard 0");
+        if let Some(registrar) = &control.registrar {
+            let _ = registrar.send(snapshot);
+        }
+        if let Some(persister) = &self.persister {
+            persister.write(ConfigFile::Topics, control.topics.encode_file());
+        }
+    }
+
+    fn publish_groups(&mut self, change: &GroupTableChange) {
+        if change.updated.is_empty()
+            && change.deleted.is_empty()
+            && change.clean_offsets_of.is_empty()
+        {
+            return;
+        }
+        let snapshot = self.control().groups.snapshot();
+        self.groups = snapshot.clone();
+        if let Some(links) = &mut self.links {
+            links.broadcast(|| ShardMsg::Groups(snapshot.clone()));
+            for group in &change.clean_offsets_of {
+                links.broadcast(|| ShardMsg::GroupOffsetsDeleted(group.clone()));
+            }
+        }
+        for group in &change.clean_offsets_of {
+            self.offsets.remove_group(group);
+        }
+        let control = self.control.as_ref().expect("shard 0");
+        if let Some(persister) = &self.persister {
+            persister.write(ConfigFile::SubscriptionGroups, control.groups.encode_file());
+        }
+    }
+
+    fn publish_subscriptions(&mut self, now_ms: i64) {
+        let snapshot = SubscriptionSnapshot::of(&self.control().clients);
+        if *self.subs == snapshot {
+            return;
+        }
+        let snapshot = Arc::new(snapshot);
+        self.subs = snapshot.clone();
+        if let Some(links) = &mut self.links {
+            links.broadcast(|| ShardMsg::Subscriptions(snapshot.clone()));
+        }
+        self.retry_held_after_snapshot(now_ms);
+    }
+
+    fn notify(&mut self, notifications: Vec<Notification>) {
+        for notification in notifications {
+            self.push_to_client(ConnectionId(notification.channel.0), notification.command);
+        }
+    }
+
+    /// A client or admin command on shard 0.
+    pub(crate) fn control_request(&mut self, request: Box<Request>, now_ms: i64) {
+        let cmd = &request.cmd;
+        let answer = match cmd.code {
+            request_code::HEART_BEAT
+            | request_code::UNREGISTER_CLIENT
+            | request_code::GET_CONSUMER_LIST_BY_GROUP
+            | request_code::GET_CONSUMER_CONNECTION_LIST
+            | request_code::GET_PRODUCER_CONNECTION_LIST => {
+                let peer = peer_of(&request);
+                let topics = self.topics.clone();
+                let groups = self.groups.clone();
+                let view = ControlView {
+                    topics: &topics,
+                    groups: &groups,
+                };
+                let control = self.control();
+                let Some(outcome) = control.clients.handle(cmd, &peer, view, now_ms) else {
+                    unreachable!("the registry serves the codes routed to it");
+                };
+                let mut topic_change = TopicTableChange::default();
+                let mut group_change = GroupTableChange::default();
+                for action in &outcome.actions {
+                    let change = action.apply(&mut control.topics, &mut control.groups, now_ms);
+                    topic_change.merge(change.topics);
+                    group_change.updated.extend(change.groups.updated);
+                    group_change.deleted.extend(change.groups.deleted);
+                }
+                self.publish_topics(&topic_change);
+                self.publish_groups(&group_change);
+                self.notify(outcome.notifications);
+                self.publish_subscriptions(now_ms);
+                outcome.response
+            }
+            request_code::LOCK_BATCH_MQ | request_code::UNLOCK_BATCH_MQ => {
+                let control = self.control();
+                control
+                    .locks
+                    .handle(cmd, now_ms)
+                    .unwrap_or_else(|| response(response_code::SYSTEM_ERROR, "lock"))
+            }
+            request_code::UPDATE_AND_CREATE_TOPIC
+            | request_code::UPDATE_AND_CREATE_TOPIC_LIST
+            | request_code::DELETE_TOPIC_IN_BROKER
+            | request_code::GET_ALL_TOPIC_CONFIG => {
+                let Some(outcome) = self.control().topics.handle(cmd, now_ms) else {
+                    unreachable!("the topic table serves the codes routed to it");
+                };
+                self.publish_topics(&outcome.change);
+                outcome.response
+            }
+            request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+            | request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+            | request_code::DELETE_SUBSCRIPTIONGROUP => {
+                let Some(outcome) = self.control().groups.handle(cmd, now_ms) else {
+                    unreachable!("the group table serves the codes routed to it");
+                };
+                self.publish_groups(&outcome.change);
+                outcome.response
+            }
+            request_code::GET_BROKER_RUNTIME_INFO => return self.runtime_info(request, now_ms),
+            code => response(
+                response_code::REQUEST_CODE_NOT_SUPPORTED,
+                format!(" request type {code} not supported"),
+            ),
+        };
+        let reply = request.reply;
+        self.reply(reply, answer);
+    }
+
+    /// GET_BROKER_RUNTIME_INFO: this shard's counters now, the others'
+    /// when they answer (scatter-gather over the links).
+    fn runtime_info(&mut self, request: Box<Request>, now_ms: i64) {
+        let stats = self.current_stats();
+        let missing = self.settings.shard_count - 1;
+        if missing == 0 {
+            let answer = self.runtime_answer(&stats, now_ms);
+            return self.reply(request.reply, answer);
+        }
+        self.next_query += 1;
+        let query = self.next_query;
+        self.runtime_queries.insert(
+            query,
+            RuntimeQuery {
+                reply: request.reply,
+                merged: stats,
+                missing,
+            },
+        );
+        if let Some(links) = &mut self.links {
+            links.broadcast(|| ShardMsg::StatsRequest(query));
+        }
+    }
+
+    fn runtime_answer(&self, stats: &RuntimeStats, now_ms: i64) -> RemotingCommand {
+        let body = runtime_info_body(stats, &self.settings.broker_config, now_ms);
+        super::success().with_body(Bytes::from(body))
+    }
+
+    /// Another shard's counters for a pending GET_BROKER_RUNTIME_INFO.
+    pub(crate) fn on_shard_stats(&mut self, query: u64, stats: &RuntimeStats, now_ms: i64) {
+        let Some(pending) = self.runtime_queries.get_mut(&query) else {
+            return;
+        };
+        pending.merged.merge(stats);
+        pending.missing -= 1;
+        if pending.missing > 0 {
+            return;
+        }
+        let Some(done) = self.runtime_queries.remove(&query) else {
+            return;
+        };
+        let answer = self.runtime_answer(&done.merged, now_ms);
+        self.reply(done.reply, answer);
+    }
+
+    /// A send's topic is missing from the snapshots: create it as Java's
+    /// `msgCheck` does (TBW102 template, retry and DLQ topics).
+    pub(crate) fn control_resolve_send_topic(
+        &mut self,
+        header: &SendMessageRequestHeader,
+        now_ms: i64,
+    ) -> Result<(), (i32, String)> {
+        let control = self.control();
+        let change = if super::send::is_dlq_topic(&header.topic) {
+            let group = &header.topic[crate::topic_config::DLQ_GROUP_TOPIC_PREFIX.len()..];
+            control.topics.ensure_dlq_topic(group, now_ms).1
+        } else {
+            let default_topic = if header.default_topic.is_empty() {
+                crate::topic_config::AUTO_CREATE_TOPIC_KEY_TOPIC
+            } else {
+                header.default_topic.as_str()
+            };
+            match control.topics.resolve_for_send(
+                &header.topic,
+                default_topic,
+                header.default_topic_queue_nums,
+                header.unit_mode.unwrap_or(false),
+                now_ms,
+            ) {
+                Ok(resolved) => resolved.change,
+                Err(refusal) => return Err((refusal.code, refusal.remark)),
+            }
+        };
+        if !change.is_empty() {
+            tracing::info!(topic = %header.topic, "topic created by a send");
+        }
+        self.publish_topics(&change);
+        Ok(())
+    }
+
+    /// A connection closed (on any shard).
+    pub(crate) fn control_connection_closed(&mut self, conn: ConnectionId, now_ms: i64) {
+        let Some(control) = self.control.as_mut() else {
+            return;
+        };
+        let notifications = control.clients.channel_closed(ChannelId(conn.0));
+        self.notify(notifications);
+        self.publish_subscriptions(now_ms);
+    }
+
+    /// A pull named a group that does not exist: create it if allowed.
+    pub(crate) fn control_ensure_group(&mut self, group: &str, now_ms: i64) {
+        let Some(control) = self.control.as_mut() else {
+            return;
+        };
+        let change = control.groups.find_or_create(group, now_ms).1;
+        self.publish_groups(&change);
+    }
+
+    /// Periodic control-plane work (client expiry, lock expiry).
+    pub(crate) fn control_tick(&mut self, now_ms: i64) {
+        let Some(control) = self.control.as_mut() else {
+            return;
+        };
+        if now_ms - control.last_lock_scan_ms >= LOCK_SCAN_INTERVAL_MS {
+            control.last_lock_scan_ms = now_ms;
+            control.locks.remove_expired(now_ms);
+        }
+        if now_ms - control.last_client_scan_ms < CHANNEL_SCAN_INTERVAL_MS {
+            return;
+        }
+        control.last_client_scan_ms = now_ms;
+        let outcome = control.clients.scan(now_ms);
+        for channel in &outcome.expired_channels {
+            tracing::info!(channel = channel.0, "client channel expired: closing it");
+        }
+        for channel in outcome.expired_channels {
+            self.close_connection(ConnectionId(channel.0));
+        }
+        self.notify(outcome.notifications);
+        self.publish_subscriptions(now_ms);
+    }
+}

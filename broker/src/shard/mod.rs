@@ -1,0 +1,682 @@
+//! A broker shard: one thread, one remoting [`Server`](crate::server::Server)
+//! ring, one [`Store`] with its own disk ring, the queues whose
+//! `queue_id % shard_count` is this shard's id, their consumer offsets and
+//! their held pulls. Shard 0 also owns the control plane ([`control`]).
+//!
+//! ```text
+//!  request on shard a ─ route ─▶ owner == a ─▶ execute ─▶ answer now | later (ack, held pull)
+//!                              └▶ owner b   ─▶ link(b) ─▶ b executes ─▶ Outbound ─▶ a writes it
+//!  every turn: inbox ─▶ store.poll ─▶ acks ─▶ answers + wake held pulls ─▶ expiries ─▶ links.flush
+//! ```
+//!
+//! Routing (design: one owner per queue, control plane on shard 0):
+//! SEND*/PULL/offset and queue-offset requests go to the owner of their
+//! `queueId`; a send to a topic this shard's snapshot lacks goes to shard 0,
+//! which creates it (TBW102 rules), publishes the snapshot and forwards the
+//! send to the owner behind it; CONSUMER_SEND_MSG_BACK goes to the shard in
+//! the top byte of its CommitLog offset (VIEW_MESSAGE_BY_ID too); client
+//! and admin commands go to shard 0; QUERY_MESSAGE and
+//! GET_BROKER_RUNTIME_INFO gather a part from every shard; anything else is
+//! answered where it arrived (REQUEST_CODE_NOT_SUPPORTED for unknown codes).
+//!
+//! # Invariants
+//! - Every request that is not one-way gets exactly one answer, written by
+//!   the shard whose server holds its connection (unless the connection
+//!   closed first).
+//! - A shard appends only to queues it owns: `queue_id % shard_count == id`.
+//! - The data path takes no lock: snapshots are `Arc`s replaced by
+//!   messages, never mutated; the only shared structures are the channels
+//!   a request crosses to reach another shard.
+
+pub mod control;
+pub mod link;
+mod offsets;
+mod pull;
+pub mod query;
+pub mod runtime;
+mod send;
+pub mod subs;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringmq_protocol::code::{flag, request_code, response_code};
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_storage::disk::uring::UringDisk;
+use ringmq_storage::store::{AppendAck, Store};
+
+use crate::consumer_offset::ConsumerOffsetTable;
+use crate::persist::PersisterHandle;
+use crate::route::Router;
+use crate::runtime_info::RuntimeStats;
+use crate::server::{ConnectionId, RequestHandler};
+use crate::subscription_group::SubscriptionGroupSnapshot;
+use crate::topic_config::TopicConfigSnapshot;
+
+use control::ControlPlane;
+use link::{Links, ReplyTo, Request, ShardMsg};
+use pull::HeldPull;
+use send::PendingSend;
+use subs::SubscriptionSnapshot;
+
+/// Inbox messages handled per turn at most (the rest wait for the next).
+pub const INBOX_MESSAGES_PER_TURN_MAX: usize = 4096;
+/// Wait bound while appends await their acks (SYNC_FLUSH timeouts are
+/// checked at this granularity).
+pub const PENDING_ACK_POLL: Duration = Duration::from_millis(10);
+/// Wait bound otherwise: the store's periodic work (flush interval,
+/// ConsumeQueue write-behind, checkpoint) runs at least this often.
+pub const STORE_IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// Wait bound while messages for a full inbox wait in a backlog.
+pub const BACKLOG_RETRY: Duration = Duration::from_millis(1);
+
+/// Settings every shard shares.
+#[derive(Debug, Clone)]
+pub struct ShardSettings {
+    /// Number of shards.
+    pub shard_count: u16,
+    /// `brokerClusterName` (the CLUSTER property of stored messages).
+    pub cluster_name: String,
+    /// `brokerName`.
+    pub broker_name: String,
+    /// `brokerId`.
+    pub broker_id: i64,
+    /// `brokerIP1:listenPort`, written into records and message ids.
+    pub store_host: SocketAddr,
+    /// `maxMessageSize`.
+    pub max_message_size: usize,
+    /// Master role (commits piggybacked on pulls are stored).
+    pub is_master: bool,
+    /// The whole configuration (GET_BROKER_RUNTIME_INFO reports from it).
+    pub broker_config: Arc<crate::config::BrokerConfig>,
+}
+
+/// One shard's request handler (see the module doc).
+pub struct ShardHandler {
+    id: u16,
+    settings: Arc<ShardSettings>,
+    router: Router,
+    store: Option<Store<UringDisk>>,
+    topics: Arc<TopicConfigSnapshot>,
+    groups: Arc<SubscriptionGroupSnapshot>,
+    subs: Arc<SubscriptionSnapshot>,
+    control: Option<ControlPlane>,
+    offsets: ConsumerOffsetTable,
+    links: Option<Links>,
+    persister: Option<PersisterHandle>,
+    pending_sends: HashMap<u64, PendingSend>,
+    held: Vec<HeldPull>,
+    outbound: Vec<(ConnectionId, RemotingCommand)>,
+    closes: Vec<ConnectionId>,
+    acks: Vec<AppendAck>,
+    next_opaque: i32,
+    queue_pick: u32,
+    store_failed: bool,
+    stopping: bool,
+    stats: RuntimeStats,
+    /// GET_BROKER_RUNTIME_INFO requests waiting for the other shards'
+    /// counters (shard 0).
+    runtime_queries: HashMap<u64, control::RuntimeQuery>,
+    /// QUERY_MESSAGE requests waiting for the other shards' parts.
+    pending_queries: HashMap<u64, query::PendingQuery>,
+    next_query: u64,
+}
+
+impl std::fmt::Debug for ShardHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardHandler")
+            .field("id", &self.id)
+            .field("pending_sends", &self.pending_sends.len())
+            .field("held", &self.held.len())
+            .finish()
+    }
+}
+
+/// A response with `code` and `remark` (opaque and flags are set on reply).
+pub(crate) fn response(code: i32, remark: impl Into<String>) -> RemotingCommand {
+    RemotingCommand::new_response(code, 0, Some(remark.into()))
+}
+
+/// A SUCCESS response without remark.
+pub(crate) fn success() -> RemotingCommand {
+    RemotingCommand::new_response(response_code::SUCCESS, 0, None)
+}
+
+/// The `pick`-th choice of a queue among `write_queue_nums` for shard `id`
+/// of `shard_count`: round-robin over the queues the shard owns, or over
+/// all of them when it owns none.
+fn pick_queue_for(id: u16, shard_count: u16, write_queue_nums: u32, pick: u32) -> u32 {
+    assert!(write_queue_nums > 0, "a topic without write queues");
+    let (id, count) = (u32::from(id), u32::from(shard_count));
+    if id >= write_queue_nums {
+        return pick % write_queue_nums;
+    }
+    let owned = (write_queue_nums - id).div_ceil(count);
+    id + (pick % owned) * count
+}
+
+/// Where a request is executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Here,
+    Shard(u16),
+}
+
+impl ShardHandler {
+    /// A shard handler over an opened store; `control` is `Some` on shard
+    /// 0 only. The links come later ([`ShardHandler::install_links`]), once
+    /// every shard listens.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: u16,
+        settings: Arc<ShardSettings>,
+        store: Store<UringDisk>,
+        topics: Arc<TopicConfigSnapshot>,
+        groups: Arc<SubscriptionGroupSnapshot>,
+        control: Option<ControlPlane>,
+        offsets: ConsumerOffsetTable,
+        persister: Option<PersisterHandle>,
+    ) -> Self {
+        let router = Router::new(u32::from(settings.shard_count))
+            .expect("the shard count was validated with the configuration");
+        assert!(id < settings.shard_count, "shard {id} out of range");
+        assert_eq!(
+            control.is_some(),
+            id == 0,
+            "the control plane lives on shard 0"
+        );
+        ShardHandler {
+            id,
+            settings,
+            router,
+            store: Some(store),
+            topics,
+            groups,
+            subs: Arc::new(SubscriptionSnapshot::default()),
+            control,
+            offsets,
+            links: None,
+            persister,
+            pending_sends: HashMap::new(),
+            held: Vec::new(),
+            outbound: Vec::new(),
+            closes: Vec::new(),
+            acks: Vec::new(),
+            next_opaque: 0,
+            queue_pick: u32::from(id),
+            store_failed: false,
+            stopping: false,
+            stats: RuntimeStats::new(crate::shard::runtime::wall_clock_ms()),
+            runtime_queries: HashMap::new(),
+            pending_queries: HashMap::new(),
+            next_query: 0,
+        }
+    }
+
+    /// Connects the shard to the others (before [`Server::run`](crate::server::Server::run)).
+    pub fn install_links(&mut self, links: Links) {
+        assert_eq!(links.shard_count(), self.settings.shard_count);
+        self.links = Some(links);
+    }
+
+    /// The store (for set-up: registering the server's eventfd with its ring).
+    pub fn store(&self) -> &Store<UringDisk> {
+        self.store.as_ref().expect("the store is open until finish")
+    }
+
+    fn store_mut(&mut self) -> &mut Store<UringDisk> {
+        self.store.as_mut().expect("the store is open until finish")
+    }
+
+    /// This shard's id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// After the server stopped: answers what is still owed, shuts the store
+    /// down (flush, checkpoint, abort file removed) and hands the final
+    /// consumer offsets (and, on shard 0, configs) to the persister.
+    ///
+    /// # Errors
+    /// The store's shutdown failed (the abort file then stays, and the next
+    /// start recovers as after a crash).
+    pub fn finish(&mut self, now_ms: i64) -> Result<(), ringmq_storage::error::StorageError> {
+        let mut acks = Vec::new();
+        let result = match self.store.take() {
+            Some(store) => store.shutdown(now_ms.max(0) as u64, &mut acks).map(drop),
+            None => Ok(()),
+        };
+        if let Some(persister) = &self.persister {
+            persister.offsets(self.id, self.offsets.to_file());
+            if let Some(control) = &self.control {
+                control.persist_all(persister);
+            }
+        }
+        result
+    }
+
+    // ----- replying -----
+
+    pub(crate) fn reply(&mut self, to: ReplyTo, mut cmd: RemotingCommand) {
+        tracing::trace!(shard = self.id, opaque = to.opaque, code = cmd.code, remark = ?cmd.remark, "answer");
+        if to.oneway {
+            return;
+        }
+        cmd.opaque = to.opaque;
+        cmd.flag = (cmd.flag | flag::RESPONSE) & !flag::ONEWAY;
+        self.deliver(to.shard, to.conn, cmd);
+    }
+
+    /// Sends a finished command to a connection of any shard.
+    pub(crate) fn deliver(&mut self, shard: u16, conn: ConnectionId, cmd: RemotingCommand) {
+        if shard == self.id {
+            self.outbound.push((conn, cmd));
+        } else if let Some(links) = &mut self.links {
+            links.send(shard, ShardMsg::Outbound(conn, cmd));
+        }
+    }
+
+    /// A one-way request to a client connection (NOTIFY_CONSUMER_IDS_CHANGED).
+    pub(crate) fn push_to_client(&mut self, conn: ConnectionId, mut cmd: RemotingCommand) {
+        self.next_opaque = self.next_opaque.wrapping_add(1);
+        cmd.opaque = self.next_opaque;
+        cmd.flag = flag::ONEWAY;
+        self.deliver(conn.tag().into(), conn, cmd);
+    }
+
+    /// Closes a connection of any shard.
+    pub(crate) fn close_connection(&mut self, conn: ConnectionId) {
+        let shard = u16::from(conn.tag());
+        if shard == self.id {
+            self.closes.push(conn);
+        } else if let Some(links) = &mut self.links {
+            links.send(shard, ShardMsg::Close(conn));
+        }
+    }
+
+    // ----- routing -----
+
+    fn owner_of_wire_queue(&self, queue_id: Option<&str>) -> Route {
+        match queue_id.and_then(|text| text.parse::<i32>().ok()) {
+            Some(queue_id) if queue_id >= 0 => {
+                self.shard_route(self.router.shard_of(queue_id as u32).0)
+            }
+            _ => Route::Here,
+        }
+    }
+
+    fn shard_route(&self, shard: u16) -> Route {
+        if shard == self.id {
+            Route::Here
+        } else {
+            Route::Shard(shard)
+        }
+    }
+
+    fn route(&mut self, cmd: &mut RemotingCommand) -> Route {
+        match cmd.code {
+            request_code::SEND_MESSAGE
+            | request_code::SEND_MESSAGE_V2
+            | request_code::SEND_BATCH_MESSAGE => self.route_send(cmd),
+            request_code::PULL_MESSAGE
+            | request_code::LITE_PULL_MESSAGE
+            | request_code::QUERY_CONSUMER_OFFSET
+            | request_code::UPDATE_CONSUMER_OFFSET
+            | request_code::GET_MAX_OFFSET
+            | request_code::GET_MIN_OFFSET
+            | request_code::GET_EARLIEST_MSG_STORETIME
+            | request_code::SEARCH_OFFSET_BY_TIMESTAMP => {
+                self.owner_of_wire_queue(cmd.ext_fields.get("queueId"))
+            }
+            request_code::CONSUMER_SEND_MSG_BACK | request_code::VIEW_MESSAGE_BY_ID => {
+                match cmd
+                    .ext_fields
+                    .get("offset")
+                    .and_then(|t| t.parse::<i64>().ok())
+                {
+                    Some(offset) if offset >= 0 => {
+                        let shard = (offset as u64 >> 56) as u16;
+                        if shard < self.settings.shard_count {
+                            self.shard_route(shard)
+                        } else {
+                            Route::Here
+                        }
+                    }
+                    _ => Route::Here,
+                }
+            }
+            request_code::HEART_BEAT
+            | request_code::UNREGISTER_CLIENT
+            | request_code::GET_CONSUMER_LIST_BY_GROUP
+            | request_code::GET_CONSUMER_CONNECTION_LIST
+            | request_code::GET_PRODUCER_CONNECTION_LIST
+            | request_code::LOCK_BATCH_MQ
+            | request_code::UNLOCK_BATCH_MQ
+            | request_code::UPDATE_AND_CREATE_TOPIC
+            | request_code::UPDATE_AND_CREATE_TOPIC_LIST
+            | request_code::DELETE_TOPIC_IN_BROKER
+            | request_code::GET_ALL_TOPIC_CONFIG
+            | request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+            | request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+            | request_code::DELETE_SUBSCRIPTIONGROUP
+            | request_code::GET_BROKER_RUNTIME_INFO => self.shard_route(0),
+            _ => Route::Here,
+        }
+    }
+
+    /// Routes a send by its queue, picking a queue when the client left it
+    /// to the broker (one this shard owns, when the topic has one).
+    fn route_send(&mut self, cmd: &mut RemotingCommand) -> Route {
+        let (topic_key, queue_key) = if cmd.code == request_code::SEND_MESSAGE {
+            ("topic", "queueId")
+        } else {
+            ("b", "e")
+        };
+        let Some(topic) = cmd.ext_fields.get(topic_key) else {
+            return Route::Here;
+        };
+        let Some(config) = self.topics.get(topic) else {
+            return self.shard_route(0);
+        };
+        let write_queue_nums = config.write_queue_nums.max(0) as u32;
+        let Some(queue_id) = cmd
+            .ext_fields
+            .get(queue_key)
+            .and_then(|t| t.parse::<i32>().ok())
+        else {
+            return Route::Here;
+        };
+        if queue_id >= 0 {
+            return self.owner_of_wire_queue(Some(&queue_id.to_string()));
+        }
+        if write_queue_nums == 0 {
+            return Route::Here;
+        }
+        let picked = self.pick_queue(write_queue_nums);
+        cmd.ext_fields.insert(queue_key, &picked.to_string());
+        self.shard_route(self.router.shard_of(picked).0)
+    }
+
+    /// A queue of `write_queue_nums`, preferring the ones this shard owns.
+    pub(crate) fn pick_queue(&mut self, write_queue_nums: u32) -> u32 {
+        self.queue_pick = self.queue_pick.wrapping_add(1);
+        pick_queue_for(
+            self.id,
+            self.settings.shard_count,
+            write_queue_nums,
+            self.queue_pick,
+        )
+    }
+
+    /// Routes and executes (or forwards) a request.
+    pub(crate) fn dispatch(&mut self, mut request: Box<Request>, now_ms: i64) {
+        let route = self.route(&mut request.cmd);
+        tracing::trace!(
+            shard = self.id,
+            code = request.cmd.code,
+            opaque = request.reply.opaque,
+            ?route,
+            "request"
+        );
+        match route {
+            Route::Here => self.execute(request, now_ms),
+            Route::Shard(to) => self.forward(to, request),
+        }
+    }
+
+    pub(crate) fn forward(&mut self, to: u16, request: Box<Request>) {
+        let Some(links) = &mut self.links else {
+            unreachable!("a single shard never forwards");
+        };
+        if let Err(request) = links.try_request(to, request) {
+            let reply = request.reply;
+            self.reply(
+                reply,
+                response(
+                    response_code::SYSTEM_BUSY,
+                    format!("[REJECTREQUEST]system busy: shard {to} is overloaded, retry later"),
+                ),
+            );
+        }
+    }
+
+    fn execute(&mut self, request: Box<Request>, now_ms: i64) {
+        match request.cmd.code {
+            request_code::SEND_MESSAGE
+            | request_code::SEND_MESSAGE_V2
+            | request_code::SEND_BATCH_MESSAGE => self.send(request, now_ms),
+            request_code::PULL_MESSAGE | request_code::LITE_PULL_MESSAGE => {
+                self.pull(*request, now_ms, true)
+            }
+            request_code::QUERY_CONSUMER_OFFSET
+            | request_code::UPDATE_CONSUMER_OFFSET
+            | request_code::GET_MAX_OFFSET
+            | request_code::GET_MIN_OFFSET
+            | request_code::GET_EARLIEST_MSG_STORETIME
+            | request_code::SEARCH_OFFSET_BY_TIMESTAMP => {
+                let answer = self.queue_query(&request.cmd, now_ms);
+                self.reply(request.reply, answer);
+            }
+            request_code::CONSUMER_SEND_MSG_BACK => self.send_back(request, now_ms),
+            request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),
+            request_code::QUERY_MESSAGE => self.query_message(request),
+            _ if self.id == 0 => self.control_request(request, now_ms),
+            code => {
+                let answer = response(
+                    response_code::REQUEST_CODE_NOT_SUPPORTED,
+                    format!(" request type {code} not supported"),
+                );
+                self.reply(request.reply, answer);
+            }
+        }
+    }
+
+    // ----- inbox -----
+
+    /// Applies what waits in the inbox now. A request that finds a topic or
+    /// group missing calls this before refusing: shard 0 sent the snapshot
+    /// creating it before answering the client's previous request (its
+    /// heartbeat, say), so it is in the inbox by the time the client's next
+    /// request arrives, though maybe not yet applied. The common path reads
+    /// no channel.
+    pub(crate) fn refresh_snapshots(&mut self, now_ms: i64) {
+        self.drain_inbox(now_ms);
+    }
+
+    fn drain_inbox(&mut self, now_ms: i64) {
+        for _ in 0..INBOX_MESSAGES_PER_TURN_MAX {
+            let Some(msg) = self.links.as_mut().and_then(Links::receive) else {
+                return;
+            };
+            match msg {
+                ShardMsg::Request(request) => self.execute(request, now_ms),
+                ShardMsg::Outbound(conn, cmd) => self.outbound.push((conn, cmd)),
+                ShardMsg::Topics(topics) => {
+                    self.topics = topics;
+                    self.retry_held_after_snapshot(now_ms);
+                }
+                ShardMsg::Groups(groups) => self.groups = groups,
+                ShardMsg::Subscriptions(subs) => {
+                    self.subs = subs;
+                    self.retry_held_after_snapshot(now_ms);
+                }
+                ShardMsg::Closed(conn) => self.control_connection_closed(conn, now_ms),
+                ShardMsg::Close(conn) => self.closes.push(conn),
+                ShardMsg::TopicDeleted(topic) => {
+                    self.offsets.remove_topic(&topic);
+                }
+                ShardMsg::GroupOffsetsDeleted(group) => {
+                    self.offsets.remove_group(&group);
+                }
+                ShardMsg::EnsureGroup(group) => self.control_ensure_group(&group, now_ms),
+                ShardMsg::StatsRequest(query) => {
+                    let stats = Box::new(self.current_stats());
+                    if let Some(links) = &mut self.links {
+                        links.send(0, ShardMsg::Stats(query, stats));
+                    }
+                }
+                ShardMsg::Stats(query, stats) => self.on_shard_stats(query, &stats, now_ms),
+                ShardMsg::QueryPart { query, from, cmd } => {
+                    let part = self.query_part(&cmd).unwrap_or_default();
+                    if let Some(links) = &mut self.links {
+                        links.send(from, ShardMsg::QueryResult(query, Box::new(part)));
+                    }
+                }
+                ShardMsg::QueryResult(query, part) => self.on_query_result(query, *part),
+            }
+        }
+    }
+
+    // ----- the store -----
+
+    fn poll_store(&mut self, now_ms: i64) {
+        if self.store.is_none() {
+            return;
+        }
+        let mut acks = std::mem::take(&mut self.acks);
+        let now = now_ms.max(0) as u64;
+        if let Err(error) = self.store_mut().poll(now, &mut acks)
+            && !self.store_failed
+        {
+            tracing::error!(%error, shard = self.id, "the store's disk submission failed");
+            self.store_failed = true;
+        }
+        for ack in acks.drain(..) {
+            self.on_ack(ack, now_ms);
+        }
+        self.acks = acks;
+    }
+
+    /// This shard's counters with the store's current figures.
+    pub(crate) fn current_stats(&self) -> RuntimeStats {
+        let mut stats = self.stats.clone();
+        if let Some(store) = &self.store {
+            stats.commit_log_min_offset = store.commit_log_min_offset() as i64;
+            stats.commit_log_max_offset = store.commit_log_max_offset() as i64;
+            let appender = store.commit_log().appender();
+            stats.flush_behind_bytes = appender.encoded().saturating_sub(appender.durable());
+        }
+        stats.send_queue_size = self.pending_sends.len() as u64;
+        stats.pull_queue_size = self.held.len() as u64;
+        stats
+    }
+
+    fn persist_offsets(&mut self, now_ms: i64) {
+        if let Some(persister) = &self.persister
+            && self.offsets.persist_due(now_ms)
+        {
+            persister.offsets(self.id, self.offsets.to_file());
+            self.offsets.mark_persisted(now_ms);
+        }
+    }
+}
+
+impl RequestHandler for ShardHandler {
+    fn handle(
+        &mut self,
+        conn: ConnectionId,
+        peer: SocketAddr,
+        cmd: RemotingCommand,
+        now_ms: i64,
+    ) -> Option<RemotingCommand> {
+        if cmd.is_response() {
+            // Answers to one-way notifications do not exist; ignore strays.
+            return None;
+        }
+        let reply = ReplyTo {
+            shard: self.id,
+            conn,
+            opaque: cmd.opaque,
+            oneway: cmd.is_oneway(),
+        };
+        self.dispatch(Box::new(Request { cmd, reply, peer }), now_ms);
+        None
+    }
+
+    fn on_closed(&mut self, conn: ConnectionId) {
+        if self.id == 0 {
+            self.control_connection_closed(conn, crate::shard::runtime::wall_clock_ms());
+        } else if let Some(links) = &mut self.links {
+            links.send(0, ShardMsg::Closed(conn));
+        }
+    }
+
+    fn on_tick(&mut self, now_ms: i64) {
+        self.stats.roll_day_if_due(now_ms);
+        self.control_tick(now_ms);
+        self.persist_offsets(now_ms);
+    }
+
+    fn take_close_requests(&mut self, out: &mut Vec<ConnectionId>) {
+        out.append(&mut self.closes);
+    }
+
+    fn take_outbound(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand)>) {
+        out.append(&mut self.outbound);
+    }
+
+    fn on_turn(&mut self, now_ms: i64) {
+        self.drain_inbox(now_ms);
+        self.poll_store(now_ms);
+        self.expire_held(now_ms);
+        if let Some(links) = &mut self.links {
+            links.flush();
+        }
+    }
+
+    fn wait_bound(&self) -> Option<Duration> {
+        let store = self.store.as_ref()?;
+        let appender = store.commit_log().appender();
+        if appender.encoded() > appender.submitted() {
+            // The partial tail block goes out on the next poll.
+            return Some(Duration::ZERO);
+        }
+        if self.links.as_ref().is_some_and(Links::has_backlog) {
+            // Another shard's inbox is full: retry soon, without spinning.
+            return Some(BACKLOG_RETRY);
+        }
+        let mut bound = if self.pending_sends.is_empty() {
+            STORE_IDLE_POLL
+        } else {
+            PENDING_ACK_POLL
+        };
+        if let Some(deadline) = self.held.iter().map(|held| held.deadline_ms).min() {
+            let now = crate::shard::runtime::wall_clock_ms();
+            let until = Duration::from_millis(deadline.saturating_sub(now).max(0) as u64);
+            bound = bound.min(until);
+        }
+        Some(bound)
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.pending_sends.is_empty()
+            || !self.held.is_empty()
+            || self.links.as_ref().is_some_and(Links::has_backlog)
+    }
+
+    fn on_stop(&mut self, now_ms: i64) {
+        self.answer_all_held(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick_queue_for;
+
+    #[test]
+    fn queue_picks_cycle_over_the_queues_the_shard_owns() {
+        // Shard 1 of 3 with 8 queues owns 1, 4 and 7.
+        let picks: Vec<u32> = (0..6).map(|pick| pick_queue_for(1, 3, 8, pick)).collect();
+        assert_eq!(picks, vec![1, 4, 7, 1, 4, 7]);
+    }
+
+    #[test]
+    fn a_shard_owning_no_queue_of_the_topic_picks_among_all() {
+        // Shard 3 of 4, topic with 2 queues: none is shard 3's.
+        let picks: Vec<u32> = (0..4).map(|pick| pick_queue_for(3, 4, 2, pick)).collect();
+        assert_eq!(picks, vec![0, 1, 0, 1]);
+    }
+}

@@ -1,0 +1,166 @@
+//! Offset requests on the queue's owner shard: QUERY_CONSUMER_OFFSET (14),
+//! UPDATE_CONSUMER_OFFSET (15), SEARCH_OFFSET_BY_TIMESTAMP (29),
+//! GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32).
+//!
+//! # Invariants
+//! - Only this shard's queues are read: the router sent the request here.
+
+use ringmq_protocol::code::{request_code, response_code};
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::header::{
+    BoundaryType, GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
+    GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader, SearchOffsetRequestHeader, SearchOffsetResponseHeader,
+};
+use ringmq_protocol::message::{CrcCheck, decode_record};
+
+use super::{ShardHandler, response, success};
+
+impl ShardHandler {
+    pub(crate) fn queue_query(&mut self, cmd: &RemotingCommand, now_ms: i64) -> RemotingCommand {
+        match cmd.code {
+            request_code::QUERY_CONSUMER_OFFSET => {
+                let store = self.store.as_ref().expect("the store is open");
+                self.offsets.query_consumer_offset(cmd, |topic, queue_id| {
+                    queue_id >= 0
+                        && store.queue_min_offset(topic, queue_id as u32) == 0
+                        && store.queue_max_offset(topic, queue_id as u32) > 0
+                })
+            }
+            request_code::UPDATE_CONSUMER_OFFSET => {
+                let known = |handler: &Self| {
+                    cmd.ext_fields
+                        .get("consumerGroup")
+                        .is_some_and(|group| handler.groups.contains(group))
+                        && cmd
+                            .ext_fields
+                            .get("topic")
+                            .is_some_and(|topic| handler.topics.contains(topic))
+                };
+                if !known(self) {
+                    self.refresh_snapshots(now_ms);
+                }
+                self.offsets
+                    .update_consumer_offset(cmd, &self.topics, &self.groups, now_ms)
+            }
+            request_code::GET_MAX_OFFSET => {
+                match cmd.decode_custom_header::<GetMaxOffsetRequestHeader>() {
+                    Ok(header) => {
+                        let offset = self.max_offset(&header.topic, header.queue_id);
+                        success().with_custom_header(&GetMaxOffsetResponseHeader { offset })
+                    }
+                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
+                }
+            }
+            request_code::GET_MIN_OFFSET => {
+                match cmd.decode_custom_header::<GetMinOffsetRequestHeader>() {
+                    Ok(header) => {
+                        let offset = self.min_offset(&header.topic, header.queue_id);
+                        success().with_custom_header(&GetMinOffsetResponseHeader { offset })
+                    }
+                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
+                }
+            }
+            request_code::GET_EARLIEST_MSG_STORETIME => {
+                match cmd.decode_custom_header::<GetEarliestMsgStoretimeRequestHeader>() {
+                    Ok(header) => {
+                        let min = self.min_offset(&header.topic, header.queue_id);
+                        let timestamp = self
+                            .store_time_at(&header.topic, header.queue_id, min)
+                            .unwrap_or(-1);
+                        success().with_custom_header(&GetEarliestMsgStoretimeResponseHeader {
+                            timestamp,
+                        })
+                    }
+                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
+                }
+            }
+            request_code::SEARCH_OFFSET_BY_TIMESTAMP => {
+                match cmd.decode_custom_header::<SearchOffsetRequestHeader>() {
+                    Ok(header) => {
+                        let offset = self.search_offset(
+                            &header.topic,
+                            header.queue_id,
+                            header.timestamp,
+                            header.boundary(),
+                        );
+                        success().with_custom_header(&SearchOffsetResponseHeader { offset })
+                    }
+                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
+                }
+            }
+            code => response(
+                response_code::REQUEST_CODE_NOT_SUPPORTED,
+                format!(" request type {code} not supported"),
+            ),
+        }
+    }
+
+    fn max_offset(&self, topic: &str, queue_id: i32) -> i64 {
+        if queue_id < 0 {
+            return 0;
+        }
+        self.store().queue_max_offset(topic, queue_id as u32) as i64
+    }
+
+    fn min_offset(&self, topic: &str, queue_id: i32) -> i64 {
+        if queue_id < 0 {
+            return 0;
+        }
+        self.store().queue_min_offset(topic, queue_id as u32) as i64
+    }
+
+    /// The store timestamp of the message at `offset`, if it is there.
+    fn store_time_at(&mut self, topic: &str, queue_id: i32, offset: i64) -> Option<i64> {
+        if queue_id < 0 || offset < 0 {
+            return None;
+        }
+        let result = self
+            .store_mut()
+            .get_messages(topic, queue_id as u32, offset as u64, 1, usize::MAX, None)
+            .ok()?;
+        let record = result.records.first()?;
+        let view = decode_record(&result.body[record.range.clone()], CrcCheck::Skip).ok()?;
+        Some(view.store_timestamp_ms())
+    }
+
+    /// SEARCH_OFFSET_BY_TIMESTAMP by binary search over the queue's store
+    /// timestamps: Lower, the first offset stored at or after `timestamp`;
+    /// Upper, the last stored at or before it. Past the end: the max
+    /// offset; before the start: the min offset.
+    fn search_offset(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        timestamp: i64,
+        boundary: BoundaryType,
+    ) -> i64 {
+        let min = self.min_offset(topic, queue_id);
+        let max = self.max_offset(topic, queue_id);
+        if max <= min {
+            return max;
+        }
+        // First offset in [min, max) whose store time is >= timestamp (Lower)
+        // or > timestamp (Upper, then one back).
+        let (mut low, mut high) = (min, max);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let time = self
+                .store_time_at(topic, queue_id, middle)
+                .unwrap_or(i64::MAX);
+            let before = match boundary {
+                BoundaryType::Lower => time < timestamp,
+                BoundaryType::Upper => time <= timestamp,
+            };
+            if before {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        match boundary {
+            BoundaryType::Lower => low,
+            BoundaryType::Upper => (low - 1).max(min),
+        }
+    }
+}

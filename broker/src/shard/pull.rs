@@ -1,0 +1,384 @@
+//! PULL_MESSAGE (11) on the queue's owner shard, as Java's
+//! `PullMessageProcessor`: topic, queue and group checks, the subscription
+//! (the header's, or the registered one from the published snapshot), the
+//! tag filter by tags hash (clients re-check tag strings), the commit offset
+//! piggybacked on the first processing, and long polling.
+//!
+//! A pull that finds nothing new and may be suspended is held, keyed by
+//! (topic, queue), until an append to that queue is acknowledged or its
+//! `suspendTimeoutMillis` passes; it is then executed again without the
+//! right to be held (and without storing its commit offset again), which
+//! answers it. A pull whose group has no registered subscription yet (its
+//! heartbeat may still be on the way to shard 0) is held likewise and
+//! retried when a new snapshot arrives, up to [`SUBSCRIPTION_WAIT_MS`].
+//!
+//! # Invariants
+//! - A held pull is answered exactly once: on wake, at its deadline, or at
+//!   stop.
+
+use bytes::Bytes;
+use ringmq_protocol::code::response_code;
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::header::{PullMessageRequestHeader, PullMessageResponseHeader};
+use ringmq_protocol::json::SubscriptionData;
+/// `ExpressionType.TAG`.
+const EXPRESSION_TYPE_TAG: &str = "TAG";
+use ringmq_protocol::message::java_string_hash_code;
+use ringmq_storage::store::GetMessageStatus;
+
+use super::link::Request;
+use super::{ShardHandler, response};
+use crate::client_registry::PullSubscriptionError;
+use crate::topic_config::perm;
+
+/// Longest a pull waits for its group's subscription to reach this shard.
+pub const SUBSCRIPTION_WAIT_MS: i64 = 1_000;
+/// Bytes one pull returns at most when the client names no limit.
+pub const PULL_BYTES_MAX_DEFAULT: usize = 256 * 1024 * 1024;
+
+/// A pull waiting for messages (or for its subscription).
+#[derive(Debug)]
+pub(crate) struct HeldPull {
+    request: Request,
+    topic: String,
+    queue_id: u32,
+    /// When it is answered at the latest (ms since the epoch).
+    pub(crate) deadline_ms: i64,
+    /// Held for want of a subscription rather than of messages.
+    awaiting_subscription: bool,
+}
+
+/// The tags of an expression (`a || b`); None for everything (`*`, empty).
+fn tag_codes(expression: &str) -> Option<Vec<i32>> {
+    let expression = expression.trim();
+    if expression.is_empty() || expression == "*" {
+        return None;
+    }
+    let codes: Vec<i32> = expression
+        .split("||")
+        .map(str::trim)
+        .filter(|tag| !tag.is_empty())
+        .map(java_string_hash_code)
+        .collect();
+    if codes.is_empty() { None } else { Some(codes) }
+}
+
+enum Subscription {
+    Codes(Option<Vec<i32>>),
+    Wait(PullSubscriptionError),
+}
+
+impl ShardHandler {
+    /// Executes a pull; `first` is Java's `brokerAllowSuspend` (false when a
+    /// held pull is executed again).
+    pub(crate) fn pull(&mut self, request: Request, now_ms: i64, first: bool) {
+        let header: PullMessageRequestHeader = match request.cmd.decode_custom_header() {
+            Ok(header) => header,
+            Err(error) => {
+                return self.reply(
+                    request.reply,
+                    response(response_code::SYSTEM_ERROR, error.to_string()),
+                );
+            }
+        };
+        if !self.topics.contains(&header.topic) {
+            self.refresh_snapshots(now_ms);
+        }
+        let Some(topic) = self.topics.get(&header.topic) else {
+            let remark = format!("topic[{}] not exist, apply first please!", header.topic);
+            return self.reply(
+                request.reply,
+                response(response_code::TOPIC_NOT_EXIST, remark),
+            );
+        };
+        if !perm::is_readable(topic.perm) {
+            let remark = format!("the topic[{}] pulling message is forbidden", header.topic);
+            return self.reply(
+                request.reply,
+                response(response_code::NO_PERMISSION, remark),
+            );
+        }
+        let topic_sys_flag = topic.topic_sys_flag;
+        if header.queue_id < 0 || header.queue_id >= topic.read_queue_nums {
+            let remark = format!(
+                "queueId[{}] is illegal, topic:[{}] topicConfig.readQueueNums:[{}] consumer:[{}]",
+                header.queue_id, header.topic, topic.read_queue_nums, request.peer
+            );
+            return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+        }
+        let (consume_enable, broadcast_enable, group_sys_flag) =
+            match self.groups.get(&header.consumer_group) {
+                Some(group) => (
+                    group.consume_enable,
+                    group.consume_broadcast_enable,
+                    group.group_sys_flag,
+                ),
+                None if self.groups.would_auto_create(&header.consumer_group) => {
+                    self.ensure_group(&header.consumer_group, now_ms);
+                    (true, true, 0)
+                }
+                None => {
+                    let remark = format!(
+                        "subscription group [{}] does not exist, apply first please!",
+                        header.consumer_group
+                    );
+                    return self.reply(
+                        request.reply,
+                        response(response_code::SUBSCRIPTION_GROUP_NOT_EXIST, remark),
+                    );
+                }
+            };
+        if !consume_enable {
+            let remark = format!(
+                "subscription group no permission, {}",
+                header.consumer_group
+            );
+            return self.reply(
+                request.reply,
+                response(response_code::NO_PERMISSION, remark),
+            );
+        }
+        let flags = header.pull_sys_flag();
+        let subscription = if flags.has_subscription() {
+            let expression_type = header
+                .expression_type
+                .as_deref()
+                .unwrap_or(EXPRESSION_TYPE_TAG);
+            if !expression_type.eq_ignore_ascii_case(EXPRESSION_TYPE_TAG) {
+                let remark = format!(
+                    "The broker does not support consumer to filter message by {expression_type}"
+                );
+                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+            }
+            Subscription::Codes(tag_codes(header.subscription.as_deref().unwrap_or("*")))
+        } else {
+            match self.subs.pull_subscription(
+                &header.consumer_group,
+                &header.topic,
+                header.sub_version,
+                broadcast_enable,
+            ) {
+                Ok(data) => Subscription::Codes(codes_of(data)),
+                Err(error) => Subscription::Wait(error),
+            }
+        };
+        let codes = match subscription {
+            Subscription::Codes(codes) => codes,
+            Subscription::Wait(error) => {
+                let waitable = !matches!(error, PullSubscriptionError::BroadcastNotAllowed);
+                let deadline = request
+                    .cmd
+                    .ext_fields
+                    .get(WAIT_SINCE)
+                    .and_then(|t| t.parse::<i64>().ok());
+                let since = deadline.unwrap_or(now_ms);
+                // Only a first processing waits: a held pull executed again
+                // must neither wait again nor, later, store its (by now stale)
+                // commit offset.
+                if first && waitable && now_ms - since < SUBSCRIPTION_WAIT_MS && !self.stopping() {
+                    let mut request = request;
+                    request
+                        .cmd
+                        .ext_fields
+                        .insert(WAIT_SINCE, &since.to_string());
+                    let queue_id = header.queue_id as u32;
+                    self.held.push(HeldPull {
+                        request,
+                        topic: header.topic,
+                        queue_id,
+                        deadline_ms: since + SUBSCRIPTION_WAIT_MS,
+                        awaiting_subscription: true,
+                    });
+                    return;
+                }
+                let answer = response(error.code(), error.remark(&header.consumer_group));
+                return self.reply(request.reply, answer);
+            }
+        };
+        let max_bytes = header
+            .max_msg_bytes
+            .filter(|bytes| *bytes > 0)
+            .map_or(PULL_BYTES_MAX_DEFAULT, |bytes| bytes as usize);
+        let offset = header.queue_offset.max(0) as u64;
+        let queue_id = header.queue_id as u32;
+        let max_count = header.max_msg_nums.max(1) as usize;
+        let result = match self.store_mut().get_messages(
+            &header.topic,
+            queue_id,
+            offset,
+            max_count,
+            max_bytes,
+            codes.as_deref(),
+        ) {
+            Ok(result) => result,
+            Err(error) => {
+                return self.reply(
+                    request.reply,
+                    response(response_code::SYSTEM_ERROR, error.to_string()),
+                );
+            }
+        };
+        let (code, remark) = match result.status {
+            GetMessageStatus::Found => (response_code::SUCCESS, None),
+            GetMessageStatus::MessageWasRemoving | GetMessageStatus::NoMatchedMessage => {
+                (response_code::PULL_RETRY_IMMEDIATELY, None)
+            }
+            GetMessageStatus::NoMatchedLogicQueue | GetMessageStatus::NoMessageInQueue => {
+                if header.queue_offset != 0 {
+                    (response_code::PULL_OFFSET_MOVED, None)
+                } else {
+                    (response_code::PULL_NOT_FOUND, None)
+                }
+            }
+            GetMessageStatus::OffsetOverflowOne => (response_code::PULL_NOT_FOUND, None),
+            GetMessageStatus::OffsetOverflowBadly | GetMessageStatus::OffsetTooSmall => (
+                response_code::PULL_OFFSET_MOVED,
+                Some(format!(
+                    "the request offset {} is out of [{}, {}]",
+                    header.queue_offset, result.min_offset, result.max_offset
+                )),
+            ),
+        };
+        if first && flags.has_commit_offset() && self.settings.is_master {
+            self.offsets.commit_from_pull(
+                &header.consumer_group,
+                &header.topic,
+                header.queue_id,
+                header.commit_offset,
+                now_ms,
+            );
+        }
+        if code == response_code::PULL_NOT_FOUND && first && flags.has_suspend() && !self.stopping()
+        {
+            let hold_ms = header.suspend_timeout_millis.max(0);
+            self.held.push(HeldPull {
+                request,
+                topic: header.topic,
+                queue_id,
+                deadline_ms: now_ms.saturating_add(hold_ms),
+                awaiting_subscription: false,
+            });
+            return;
+        }
+        let response_header = PullMessageResponseHeader {
+            suggest_which_broker_id: 0,
+            next_begin_offset: result.next_begin_offset as i64,
+            min_offset: result.min_offset as i64,
+            max_offset: result.max_offset as i64,
+            offset_delta: None,
+            topic_sys_flag: Some(topic_sys_flag),
+            group_sys_flag: Some(group_sys_flag),
+            forbidden_type: None,
+        };
+        let mut answer =
+            RemotingCommand::new_response(code, 0, remark).with_custom_header(&response_header);
+        if code == response_code::SUCCESS {
+            self.stats.msg_get.add(result.records.len() as u64);
+            answer = answer.with_body(Bytes::from(result.body));
+        }
+        self.reply(request.reply, answer);
+    }
+
+    pub(crate) fn ensure_group(&mut self, group: &str, now_ms: i64) {
+        if self.id == 0 {
+            self.control_ensure_group(group, now_ms);
+        } else if let Some(links) = &mut self.links {
+            links.send(0, super::link::ShardMsg::EnsureGroup(group.to_owned()));
+        }
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// An append to (topic, queue) was acknowledged: answer its held pulls.
+    pub(crate) fn wake_held(&mut self, topic: &str, queue_id: u32, now_ms: i64) {
+        if self.held.is_empty() {
+            return;
+        }
+        let mut woken = Vec::new();
+        let mut index = 0;
+        while index < self.held.len() {
+            let held = &self.held[index];
+            if !held.awaiting_subscription && held.queue_id == queue_id && held.topic == topic {
+                woken.push(self.held.swap_remove(index));
+            } else {
+                index += 1;
+            }
+        }
+        for held in woken {
+            self.pull(held.request, now_ms, false);
+        }
+    }
+
+    /// A new snapshot arrived: retry the pulls that waited for it.
+    pub(crate) fn retry_held_after_snapshot(&mut self, now_ms: i64) {
+        if !self.held.iter().any(|held| held.awaiting_subscription) {
+            return;
+        }
+        let (waiting, rest): (Vec<HeldPull>, Vec<HeldPull>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|held| held.awaiting_subscription);
+        self.held = rest;
+        for held in waiting {
+            self.pull(held.request, now_ms, true);
+        }
+    }
+
+    /// Answers the held pulls whose deadline passed.
+    pub(crate) fn expire_held(&mut self, now_ms: i64) {
+        if !self.held.iter().any(|held| held.deadline_ms <= now_ms) {
+            return;
+        }
+        let (due, rest): (Vec<HeldPull>, Vec<HeldPull>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|held| held.deadline_ms <= now_ms);
+        self.held = rest;
+        for held in due {
+            // A subscription wait past its deadline is answered by `pull`
+            // itself (SUBSCRIPTION_NOT_EXIST); a message wait, not held again.
+            let first = held.awaiting_subscription;
+            self.pull(held.request, now_ms, first);
+        }
+    }
+
+    /// A stop began: answer every held pull now.
+    pub(crate) fn answer_all_held(&mut self, now_ms: i64) {
+        self.stopping = true;
+        let held = std::mem::take(&mut self.held);
+        for held in held {
+            self.pull(held.request, now_ms, false);
+        }
+    }
+}
+
+/// Internal ext field: when a pull started waiting for its subscription.
+const WAIT_SINCE: &str = "ringmqWaitSince";
+
+fn codes_of(data: &SubscriptionData) -> Option<Vec<i32>> {
+    if data.sub_string.trim().is_empty() || data.sub_string.trim() == "*" {
+        None
+    } else if !data.code_set.is_empty() {
+        Some(data.code_set.clone())
+    } else {
+        tag_codes(&data.sub_string)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_expressions_become_java_hash_codes() {
+        assert_eq!(tag_codes("*"), None);
+        assert_eq!(tag_codes(" "), None);
+        assert_eq!(
+            tag_codes("TagA || TagB"),
+            Some(vec![
+                java_string_hash_code("TagA"),
+                java_string_hash_code("TagB")
+            ])
+        );
+    }
+}

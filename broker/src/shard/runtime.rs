@@ -1,0 +1,735 @@
+//! The broker process: `ringmq broker` from a loaded [`BrokerConfig`] to
+//! exit.
+//!
+//! ```text
+//!  lock <root>/lock ─▶ load config/*.json ─▶ persister thread
+//!   ─▶ embedded name server thread (no namesrvAddr) ─▶ shard 0 (store recovery, listen)
+//!   ─▶ shards 1..N on shard 0's port ─▶ links to every shard ─▶ first REGISTER_BROKER
+//!   ─▶ boot line on stdout ─▶ registrar thread (every registerNameServerPeriod, and on
+//!      topic changes) ─▶ SIGTERM/SIGINT: every shard stops (answers owed requests, store
+//!      shutdown, final offsets) ─▶ UNREGISTER_BROKER ─▶ persister flush ─▶ exit 0
+//! ```
+//!
+//! The first registration happens before the boot line (a deviation from
+//! Java, which prints first), so that a client started on the boot line
+//! finds the broker's routes.
+//!
+//! # Invariants
+//! - The lock file stays locked (flock) until the process exits, so two
+//!   brokers never share a store.
+//! - Shard `i` runs on the `i`-th CPU of the process's affinity mask
+//!   (modulo its size).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ringmq_protocol::code::SerializeType;
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::frame;
+use ringmq_protocol::limits::FRAME_SIZE_MAX;
+use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
+use ringmq_storage::ring::{RingConfig, Waker};
+use ringmq_storage::store::{Store, StoreConfig, StoreFlushMode};
+
+use super::control::ControlPlane;
+use super::link::{INBOX_CAPACITY, Links, ShardMsg};
+use super::{ShardHandler, ShardSettings};
+use crate::client_registry::ClientRegistry;
+use crate::config::{BrokerConfig, FlushDiskType};
+use crate::consumer_offset::ConsumerOffsetTable;
+use crate::namesrv::register::{
+    BrokerIdentity, register_broker_request, unregister_broker_request,
+};
+use crate::namesrv::{NameServer, NameServerSettings};
+use crate::persist::{ConfigDir, ConfigFile, PersistError, Persister, PersisterHandle};
+use crate::route::Router;
+use crate::server::{NameServerHandler, Server, ServerConfig, ShutdownHandle, signal};
+use crate::subscription_group::{SubscriptionGroupSnapshot, SubscriptionGroupTable};
+use crate::topic_config::{TopicConfigSettings, TopicConfigSnapshot, TopicConfigTable};
+
+/// Name of the lock file under the store root.
+pub const LOCK_FILE_NAME: &str = "lock";
+/// How long a name server may take to answer one registration.
+pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(3);
+/// Stall threshold of a shard's disk ring (see `run_shard`).
+pub const DISK_RING_STALL_THRESHOLD: Duration = Duration::from_secs(3600);
+/// How long startup waits for one shard to recover its store and listen.
+pub const SHARD_START_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Why the broker could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// The store root or its lock file could not be created.
+    #[error("creating {}", path.display())]
+    Create {
+        /// The path.
+        path: PathBuf,
+        /// The errno.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another broker holds the store's lock.
+    #[error(
+        "another broker is already running on the store {} (its lock file {} is locked)",
+        root.display(),
+        lock.display()
+    )]
+    AlreadyRunning {
+        /// The store root.
+        root: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// A config file could not be read or decoded.
+    #[error("loading {file}: {reason}")]
+    ConfigFile {
+        /// The file name.
+        file: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The persister failed.
+    #[error("persisting the config files")]
+    Persist(#[from] PersistError),
+    /// The embedded name server could not start.
+    #[error("starting the embedded name server: {0}")]
+    NameServer(String),
+    /// A shard could not start.
+    #[error("starting shard {shard}: {reason}")]
+    Shard {
+        /// The shard.
+        shard: u16,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A thread could not be spawned or died.
+    #[error("thread {name}: {reason}")]
+    Thread {
+        /// The thread's name.
+        name: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Writing the boot line failed.
+    #[error("writing the boot line")]
+    BootLine(#[source] std::io::Error),
+}
+
+/// Milliseconds since the Unix epoch (Java's `System.currentTimeMillis`).
+pub fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
+}
+
+/// Takes the store's lock file (flock, exclusive, non-blocking).
+///
+/// # Errors
+/// [`BrokerError::AlreadyRunning`] when another process holds it.
+pub fn lock_store(root: &Path) -> Result<File, BrokerError> {
+    std::fs::create_dir_all(root).map_err(|source| BrokerError::Create {
+        path: root.to_path_buf(),
+        source,
+    })?;
+    let path = root.join(LOCK_FILE_NAME);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| BrokerError::Create {
+            path: path.clone(),
+            source,
+        })?;
+    // SAFETY: flock on a descriptor we own; no pointers.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if locked != 0 {
+        return Err(BrokerError::AlreadyRunning {
+            root: root.to_path_buf(),
+            lock: path,
+        });
+    }
+    Ok(file)
+}
+
+fn load_file(dir: &ConfigDir, file: ConfigFile) -> Result<Option<Vec<u8>>, BrokerError> {
+    dir.load(file).map_err(|error| BrokerError::ConfigFile {
+        file: file.file_name(),
+        reason: error.to_string(),
+    })
+}
+
+/// What a shard thread reports once it listens.
+struct Ready {
+    port: u16,
+    waker: Waker,
+    shutdown: ShutdownHandle,
+}
+
+/// Everything a shard thread needs.
+struct ShardStart {
+    id: u16,
+    config: Arc<BrokerConfig>,
+    settings: Arc<ShardSettings>,
+    port: u16,
+    topics: Arc<TopicConfigSnapshot>,
+    groups: Arc<SubscriptionGroupSnapshot>,
+    control: Option<ControlPlane>,
+    offsets_file: Option<Arc<Vec<u8>>>,
+    persister: PersisterHandle,
+    inbox: Receiver<ShardMsg>,
+    ready: Sender<Result<Ready, String>>,
+    links: Receiver<(Vec<SyncSender<ShardMsg>>, Vec<Waker>)>,
+}
+
+/// Pins the calling thread to the `index`-th CPU of its affinity mask.
+fn pin_to_cpu(index: usize) {
+    // SAFETY: the cpu_set_t is zeroed and filled by the kernel; pid 0 is
+    // the calling thread.
+    unsafe {
+        let mut mask: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut mask) != 0 {
+            return;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|cpu| libc::CPU_ISSET(*cpu, &mask))
+            .collect();
+        if cpus.is_empty() {
+            return;
+        }
+        let cpu = cpus[index % cpus.len()];
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one) != 0 {
+            tracing::warn!(cpu, "pinning a shard thread failed");
+        }
+    }
+}
+
+fn store_config(config: &BrokerConfig, shard: u16, store_host: SocketAddr) -> StoreConfig {
+    let mut store = StoreConfig::new(&config.store_path_root_dir, shard as u8, store_host);
+    store.segment_size_bytes = config.commit_log_segment_size_bytes;
+    store.flush_mode = match config.flush_disk_type {
+        FlushDiskType::AsyncFlush => StoreFlushMode::Async,
+        FlushDiskType::SyncFlush => StoreFlushMode::Sync,
+    };
+    store.flush_interval_ms = config.flush_interval_commit_log_ms;
+    store.sync_flush_timeout_ms = config.sync_flush_timeout_ms;
+    store.tail_cache_bytes = config.tail_cache_size_bytes as usize;
+    // Expired-file deletion (fileReservedTime at deleteWhen, or early above
+    // diskMaxUsedSpaceRatio); the refusal of writes stays at the store's
+    // diskSpaceWarningLevelRatio default.
+    store.retention.file_reserved_time_hours = config.file_reserved_time_hours;
+    store.retention.delete_when_hours = config.delete_when_hours.clone();
+    store.retention.disk_max_used_space_ratio = config.disk_max_used_space_ratio_percent as u8;
+    store
+}
+
+fn run_shard(start: ShardStart) -> Result<(), String> {
+    pin_to_cpu(usize::from(start.id));
+    let id = start.id;
+    let config = &start.config;
+    let disk = UringDisk::new(UringDiskConfig {
+        ring: RingConfig {
+            entries: config.ring_entries,
+            // The disk ring turns once per server-ring turn, and the server
+            // ring sleeps between them: its own stall detector is the one
+            // that means something.
+            stall_threshold: DISK_RING_STALL_THRESHOLD,
+        },
+        ..UringDiskConfig::default()
+    })
+    .map_err(|error| format!("creating the disk ring: {error}"))?;
+    let now = wall_clock_ms();
+    let (store, report) = Store::open(
+        disk,
+        store_config(config, id, start.settings.store_host),
+        now as u64,
+    )
+    .map_err(|error| format!("opening the store: {error:#}"))?;
+    tracing::info!(
+        shard = id,
+        abnormal = report.abnormal,
+        redispatched = report.redispatched,
+        "store recovered"
+    );
+    let router = Router::new(u32::from(start.settings.shard_count)).map_err(|e| e.to_string())?;
+    let mut offsets = ConsumerOffsetTable::new(now);
+    if let Some(content) = &start.offsets_file {
+        offsets
+            .load(content, |queue_id| {
+                queue_id >= 0 && router.shard_of(queue_id as u32).0 == id
+            })
+            .map_err(|error| format!("loading consumerOffset.json: {error}"))?;
+    }
+    let handler = ShardHandler::new(
+        id,
+        start.settings.clone(),
+        store,
+        start.topics,
+        start.groups,
+        start.control,
+        offsets,
+        Some(start.persister.clone()),
+    );
+    let server_config = ServerConfig {
+        connection_tag: id as u8,
+        ..ServerConfig::new(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            start.port,
+        ))
+    };
+    let mut server = Server::bind(server_config, handler).map_err(|error| format!("{error:#}"))?;
+    let waker = server.waker();
+    server
+        .handler()
+        .store()
+        .disk()
+        .ring()
+        .notify_eventfd(waker.as_fd())
+        .map_err(|error| format!("linking the disk ring to the server ring: {error}"))?;
+    let ready = Ready {
+        port: server.local_addr().port(),
+        waker,
+        shutdown: server.shutdown_handle(),
+    };
+    let _ = start.ready.send(Ok(ready));
+    let Ok((senders, wakers)) = start.links.recv() else {
+        return Err("startup was abandoned".to_owned());
+    };
+    server
+        .handler_mut()
+        .install_links(Links::new(id, senders, wakers, start.inbox));
+    let mut handler = server.run().map_err(|error| format!("{error:#}"))?;
+    handler
+        .finish(wall_clock_ms())
+        .map_err(|error| format!("shutting the store down: {error:#}"))?;
+    tracing::info!(shard = id, "shard stopped");
+    Ok(())
+}
+
+fn spawn_shard(start: ShardStart) -> Result<JoinHandle<Result<(), String>>, BrokerError> {
+    let name = format!("ringmq-shard-{}", start.id);
+    let ready = start.ready.clone();
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            let result = run_shard(start);
+            if let Err(reason) = &result {
+                let _ = ready.send(Err(reason.clone()));
+            }
+            result
+        })
+        .map_err(|error| BrokerError::Thread {
+            name,
+            reason: error.to_string(),
+        })
+}
+
+/// Sends one request on `stream` and reads its answer (blocking, bounded by
+/// [`REGISTER_TIMEOUT`]).
+fn call(stream: &mut TcpStream, request: &RemotingCommand) -> std::io::Result<RemotingCommand> {
+    let mut out = Vec::new();
+    request
+        .encode(SerializeType::Json, &mut out)
+        .map_err(|error| std::io::Error::other(error.to_string()))?;
+    stream.write_all(&out)?;
+    loop {
+        let mut length = [0u8; 4];
+        stream.read_exact(&mut length)?;
+        let size = u32::from_be_bytes(length);
+        if size > FRAME_SIZE_MAX {
+            return Err(std::io::Error::other(format!("answer of {size} bytes")));
+        }
+        let mut bytes = length.to_vec();
+        bytes.resize(4 + size as usize, 0);
+        stream.read_exact(&mut bytes[4..])?;
+        let raw = frame::decode_frame(&bytes::Bytes::from(bytes), FRAME_SIZE_MAX)
+            .map_err(|error| std::io::Error::other(error.to_string()))?
+            .ok_or_else(|| std::io::Error::other("truncated answer"))?;
+        let answer = RemotingCommand::from_frame(&raw)
+            .map_err(|error| std::io::Error::other(error.to_string()))?;
+        if answer.is_response() && answer.opaque == request.opaque {
+            return Ok(answer);
+        }
+    }
+}
+
+fn connect(addr: &str) -> std::io::Result<TcpStream> {
+    let target = addr
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to nothing")))?;
+    let stream = TcpStream::connect_timeout(&target, REGISTER_TIMEOUT)?;
+    stream.set_read_timeout(Some(REGISTER_TIMEOUT))?;
+    stream.set_write_timeout(Some(REGISTER_TIMEOUT))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// The broker's connections to its name servers. They stay open between
+/// registrations: a name server drops a broker's routes when the
+/// connection it registered on closes (Java's `BrokerHousekeepingService`).
+struct Registrar {
+    identity: BrokerIdentity,
+    namesrvs: Vec<String>,
+    streams: Vec<Option<TcpStream>>,
+    opaque: i32,
+}
+
+impl Registrar {
+    fn new(identity: BrokerIdentity, namesrvs: Vec<String>) -> Self {
+        let streams = namesrvs.iter().map(|_| None).collect();
+        Registrar {
+            identity,
+            namesrvs,
+            streams,
+            opaque: 0,
+        }
+    }
+
+    fn call(
+        &mut self,
+        index: usize,
+        mut request: RemotingCommand,
+    ) -> std::io::Result<RemotingCommand> {
+        self.opaque = self.opaque.wrapping_add(1);
+        request.opaque = self.opaque;
+        if self.streams[index].is_none() {
+            self.streams[index] = Some(connect(&self.namesrvs[index])?);
+        }
+        let stream = self.streams[index].as_mut().expect("connected above");
+        let result = call(stream, &request);
+        if result.is_err() {
+            self.streams[index] = None;
+        }
+        result
+    }
+
+    /// Registers with every name server; returns how many accepted.
+    fn register_all(&mut self, topics: &TopicConfigSnapshot) -> usize {
+        let table = topics
+            .iter()
+            .map(|(name, config)| (name.to_owned(), config.clone()))
+            .collect();
+        let mut accepted = 0;
+        for index in 0..self.namesrvs.len() {
+            let request = register_broker_request(&self.identity, topics.data_version(), &table);
+            let addr = self.namesrvs[index].clone();
+            match self.call(index, request) {
+                Ok(answer) if answer.code == 0 => accepted += 1,
+                Ok(answer) => tracing::warn!(
+                    namesrv = %addr,
+                    code = answer.code,
+                    remark = ?answer.remark,
+                    "the name server refused the registration"
+                ),
+                Err(error) => tracing::warn!(namesrv = %addr, %error, "registering failed"),
+            }
+        }
+        accepted
+    }
+
+    fn unregister_all(&mut self) {
+        for index in 0..self.namesrvs.len() {
+            let request = unregister_broker_request(&self.identity);
+            if let Err(error) = self.call(index, request) {
+                tracing::warn!(namesrv = %self.namesrvs[index], %error, "unregistering failed");
+            }
+        }
+    }
+}
+
+/// The registrar thread: registers every `period`, and at once when a new
+/// topic snapshot arrives; unregisters when shard 0 drops its sender (stop).
+fn run_registrar(
+    mut registrar: Registrar,
+    mut topics: Arc<TopicConfigSnapshot>,
+    updates: Receiver<Arc<TopicConfigSnapshot>>,
+    period: Duration,
+) {
+    loop {
+        match updates.recv_timeout(period) {
+            Ok(snapshot) => {
+                topics = snapshot;
+                // Coalesce a burst of changes into one registration.
+                while let Ok(newer) = updates.try_recv() {
+                    topics = newer;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        registrar.register_all(&topics);
+    }
+    registrar.unregister_all();
+}
+
+struct EmbeddedNameServer {
+    addr: SocketAddr,
+    shutdown: ShutdownHandle,
+    thread: JoinHandle<()>,
+}
+
+fn start_name_server(port: u16) -> Result<EmbeddedNameServer, BrokerError> {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("ringmq-namesrv".into())
+        .spawn(move || {
+            let handler = NameServerHandler::new(NameServer::new(NameServerSettings::default()));
+            let listen = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
+            match Server::bind(ServerConfig::new(listen), handler) {
+                Ok(server) => {
+                    let _ = tx.send(Ok((server.local_addr(), server.shutdown_handle())));
+                    if let Err(error) = server.run() {
+                        tracing::error!(error = %error, "the embedded name server failed");
+                    }
+                }
+                Err(error) => {
+                    let _ = tx.send(Err(format!("{error:#}")));
+                }
+            }
+        })
+        .map_err(|error| BrokerError::Thread {
+            name: "ringmq-namesrv".into(),
+            reason: error.to_string(),
+        })?;
+    match rx.recv() {
+        Ok(Ok((addr, shutdown))) => Ok(EmbeddedNameServer {
+            addr,
+            shutdown,
+            thread,
+        }),
+        Ok(Err(reason)) => Err(BrokerError::NameServer(reason)),
+        Err(_) => Err(BrokerError::NameServer("its thread died".into())),
+    }
+}
+
+/// Runs the broker until SIGTERM/SIGINT (the signals must already be blocked
+/// in every thread, see [`signal::block_termination_signals`]).
+///
+/// # Errors
+/// A startup step failed (the message names it), or a shard failed.
+pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
+    let root = config.store_path_root_dir.clone();
+    let _lock = lock_store(&root)?;
+    let now = wall_clock_ms();
+    let dir = ConfigDir::under_store_root(&root);
+    let mut topic_table = TopicConfigTable::new(
+        TopicConfigSettings {
+            broker_cluster_name: config.broker_cluster_name.clone(),
+            broker_name: config.broker_name.clone(),
+            auto_create_topic_enable: config.auto_create_topic_enable,
+            default_topic_queue_nums: config.default_topic_queue_nums as i32,
+            ..TopicConfigSettings::default()
+        },
+        now,
+    );
+    if let Some(content) = load_file(&dir, ConfigFile::Topics)? {
+        topic_table
+            .load(&content)
+            .map_err(|error| BrokerError::ConfigFile {
+                file: ConfigFile::Topics.file_name(),
+                reason: error.to_string(),
+            })?;
+    }
+    let mut group_table = SubscriptionGroupTable::new(config.auto_create_subscription_group, now);
+    if let Some(content) = load_file(&dir, ConfigFile::SubscriptionGroups)? {
+        group_table
+            .load(&content)
+            .map_err(|error| BrokerError::ConfigFile {
+                file: ConfigFile::SubscriptionGroups.file_name(),
+                reason: error.to_string(),
+            })?;
+    }
+    let offsets_file = load_file(&dir, ConfigFile::ConsumerOffsets)?.map(Arc::new);
+    let persister = Persister::spawn(dir)?;
+
+    let name_server = match &config.namesrv_addrs {
+        Some(_) => None,
+        None => Some(start_name_server(config.namesrv_listen_port)?),
+    };
+    let namesrvs: Vec<String> = match (&config.namesrv_addrs, &name_server) {
+        (Some(addrs), _) => addrs.clone(),
+        (None, Some(embedded)) => vec![format!("127.0.0.1:{}", embedded.addr.port())],
+        (None, None) => unreachable!("an embedded name server runs without namesrvAddr"),
+    };
+
+    let shard_count = config.shard_count as u16;
+    let mut config = config;
+    // With listenPort=0 the kernel picks the port now, through a placeholder
+    // listener in the same SO_REUSEPORT group, so that every shard (and the
+    // STOREHOST of every record) knows it before the first shard binds. It
+    // closes before the boot line, when nobody has connected yet.
+    let placeholder = if config.listen_port == 0 {
+        let any = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+        let listener = crate::server::socket::bind_listener(any)
+            .and_then(|fd| crate::server::socket::local_addr(fd.as_raw_fd()).map(|addr| (fd, addr)))
+            .map_err(|error| BrokerError::Shard {
+                shard: 0,
+                reason: format!("picking a listen port: {error}"),
+            })?;
+        config.listen_port = listener.1.port();
+        Some(listener.0)
+    } else {
+        None
+    };
+    let port = config.listen_port;
+    let (registrar_tx, registrar_rx) = mpsc::channel();
+    let topics = topic_table.snapshot();
+    let groups = group_table.snapshot();
+    let mut control = Some(ControlPlane::new(
+        topic_table,
+        group_table,
+        ClientRegistry::new(true),
+        Some(registrar_tx),
+        now,
+    ));
+    let mut inboxes = Vec::new();
+    let mut senders = Vec::new();
+    for _ in 0..shard_count {
+        let (tx, rx) = mpsc::sync_channel(INBOX_CAPACITY);
+        senders.push(tx);
+        inboxes.push(Some(rx));
+    }
+    let settings = Arc::new(shard_settings(&config, shard_count, port));
+    let shared_config = Arc::new(config.clone());
+    let mut threads = Vec::new();
+    let mut readies = Vec::new();
+    let mut link_senders = Vec::new();
+    for id in 0..shard_count {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (links_tx, links_rx) = mpsc::channel();
+        let start = ShardStart {
+            id,
+            config: shared_config.clone(),
+            settings: settings.clone(),
+            port,
+            topics: topics.clone(),
+            groups: groups.clone(),
+            control: if id == 0 { control.take() } else { None },
+            offsets_file: offsets_file.clone(),
+            persister: persister.clone(),
+            inbox: inboxes[usize::from(id)]
+                .take()
+                .expect("one inbox per shard"),
+            ready: ready_tx,
+            links: links_rx,
+        };
+        threads.push(spawn_shard(start)?);
+        link_senders.push(links_tx);
+        let ready = match ready_rx.recv_timeout(SHARD_START_TIMEOUT) {
+            Ok(Ok(ready)) => ready,
+            Ok(Err(reason)) => return Err(BrokerError::Shard { shard: id, reason }),
+            Err(_) => {
+                return Err(BrokerError::Shard {
+                    shard: id,
+                    reason: "it did not start in time".into(),
+                });
+            }
+        };
+        assert_eq!(ready.port, port, "every shard listens on the same port");
+        readies.push(ready);
+    }
+    drop(placeholder);
+    let wakers: Vec<Waker> = readies.iter().map(|ready| ready.waker.clone()).collect();
+    for links in &link_senders {
+        let _ = links.send((senders.clone(), wakers.clone()));
+    }
+    drop(senders);
+
+    let mut registrar = Registrar::new(BrokerIdentity::from_config(&config), namesrvs.clone());
+    if registrar.register_all(&topics) == 0 {
+        tracing::warn!("no name server accepted the registration; retrying in the background");
+    }
+    let boot = format!(
+        "The broker[{}, {}:{}] boot success. serializeType=JSON and name server is {}",
+        config.broker_name,
+        config.broker_ip1,
+        port,
+        namesrvs.join(";")
+    );
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{boot}")
+            .and_then(|()| stdout.flush())
+            .map_err(BrokerError::BootLine)?;
+    }
+    tracing::info!("{boot}");
+    let period = Duration::from_millis(config.register_name_server_period_ms.max(1_000));
+    let registrar = {
+        let topics = topics.clone();
+        std::thread::Builder::new()
+            .name("ringmq-registrar".into())
+            .spawn(move || run_registrar(registrar, topics, registrar_rx, period))
+            .map_err(|error| BrokerError::Thread {
+                name: "ringmq-registrar".into(),
+                reason: error.to_string(),
+            })?
+    };
+    let stops: Vec<ShutdownHandle> = readies.iter().map(|ready| ready.shutdown.clone()).collect();
+    signal::spawn_signal_thread_with(move || {
+        for stop in &stops {
+            stop.request();
+        }
+    })
+    .map_err(|error| BrokerError::Thread {
+        name: "ringmq-signals".into(),
+        reason: error.to_string(),
+    })?;
+
+    let mut failure = None;
+    for (id, thread) in threads.into_iter().enumerate() {
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => {
+                tracing::error!(shard = id, %reason, "shard failed");
+                failure.get_or_insert(BrokerError::Shard {
+                    shard: id as u16,
+                    reason,
+                });
+            }
+            Err(_) => {
+                failure.get_or_insert(BrokerError::Thread {
+                    name: format!("ringmq-shard-{id}"),
+                    reason: "panicked".into(),
+                });
+            }
+        }
+        // A shard that stopped on its own (failure) stops the others too.
+        for ready in &readies {
+            ready.shutdown.request();
+        }
+    }
+    let _ = registrar.join();
+    persister.flush_and_stop()?;
+    if let Some(embedded) = name_server {
+        embedded.shutdown.request();
+        let _ = embedded.thread.join();
+    }
+    tracing::info!("broker stopped");
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+fn shard_settings(config: &BrokerConfig, shard_count: u16, port: u16) -> ShardSettings {
+    ShardSettings {
+        shard_count,
+        cluster_name: config.broker_cluster_name.clone(),
+        broker_name: config.broker_name.clone(),
+        broker_id: config.broker_id,
+        store_host: SocketAddr::new(config.broker_ip1, port),
+        max_message_size: config.message_size_max_bytes as usize,
+        is_master: config.broker_role.is_master(),
+        broker_config: Arc::new(config.clone()),
+    }
+}

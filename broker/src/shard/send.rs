@@ -1,0 +1,503 @@
+//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+//! CONSUMER_SEND_MSG_BACK (36) on the queue's owner shard: checks as
+//! Java's `SendMessageProcessor` makes them, the append, and the answer
+//! when the store acknowledges it.
+//!
+//! A send-back reads the original record on the shard in the top byte of
+//! its offset and turns it into an internal SEND_MESSAGE to `%RETRY%<group>`
+//! (or `%DLQ%<group>` past `maxReconsumeTimes`), routed like any send.
+//! Delay levels are not scheduled yet: a retry is delivered at once.
+//!
+//! # Invariants
+//! - Every accepted append has exactly one [`PendingSend`], answered and
+//!   removed when its ack arrives.
+
+use bytes::Bytes;
+use ringmq_protocol::code::{request_code, response_code};
+use ringmq_protocol::command::{ExtFields, RemotingCommand};
+use ringmq_protocol::header::{
+    ConsumerSendMsgBackRequestHeader, CustomHeader, DEFAULT_REGION, SendMessageRequestHeader,
+    SendMessageRequestHeaderV2, SendMessageResponseHeader, ViewMessageRequestHeader,
+};
+use ringmq_protocol::json::SubscriptionGroupConfig;
+use ringmq_protocol::message::properties::rewrite_properties;
+use ringmq_protocol::message::property_key::{CLUSTER, ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY};
+use ringmq_protocol::message::{CrcCheck, Properties, decode_record, iter_batch, offset_msg_id};
+use ringmq_storage::error::StorageError;
+use ringmq_storage::store::{AckStatus, AppendAck, AppendMessage};
+
+use super::link::{ReplyTo, Request};
+use super::{ShardHandler, response};
+use crate::topic_config::{
+    AUTO_CREATE_TOPIC_KEY_TOPIC, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, perm,
+    retry_topic,
+};
+
+/// Largest properties string of one message (Java: `Short.MAX_VALUE`).
+pub const PROPERTIES_SIZE_MAX: usize = i16::MAX as usize;
+/// Internal ext field of a send built by a send-back: the retry-to-DLQ
+/// decision is already made. Never sent to a client.
+const SEND_BACK_MARK: &str = "ringmqSendBack";
+
+/// An append waiting for its ack.
+#[derive(Debug)]
+pub(crate) struct PendingSend {
+    reply: ReplyTo,
+    topic: String,
+    queue_id: u32,
+    msg_ids: String,
+    uniq_key: Option<String>,
+    /// Body bytes and records appended, when (for the runtime counters).
+    body_bytes: u64,
+    records: u32,
+    appended_ms: i64,
+}
+
+fn decode_send_header(cmd: &RemotingCommand) -> Result<SendMessageRequestHeader, String> {
+    if cmd.code == request_code::SEND_MESSAGE {
+        cmd.decode_custom_header::<SendMessageRequestHeader>()
+            .map_err(|error| error.to_string())
+    } else {
+        cmd.decode_custom_header::<SendMessageRequestHeaderV2>()
+            .map(SendMessageRequestHeader::from)
+            .map_err(|error| error.to_string())
+    }
+}
+
+fn illegal_message(max: usize) -> RemotingCommand {
+    response(
+        response_code::MESSAGE_ILLEGAL,
+        format!(
+            "the message is illegal, maybe msg body or properties length not matched. msg body \
+             length limit {max}B, msg properties length limit 32KB."
+        ),
+    )
+}
+
+fn with_cluster(properties: &[u8], cluster: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(properties.len() + cluster.len() + 10);
+    rewrite_properties(properties, &[], &[(CLUSTER, cluster)], &mut out)
+        .map_err(|error| error.to_string())?;
+    Ok(out)
+}
+
+impl ShardHandler {
+    pub(crate) fn send(&mut self, request: Box<Request>, now_ms: i64) {
+        let header = match decode_send_header(&request.cmd) {
+            Ok(header) => header,
+            Err(remark) => {
+                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+            }
+        };
+        if !self.topics.contains(&header.topic) {
+            self.refresh_snapshots(now_ms);
+        }
+        let Some(config) = self.topics.get(&header.topic).cloned() else {
+            if self.id != 0 {
+                return self.forward(0, request);
+            }
+            match self.control_resolve_send_topic(&header, now_ms) {
+                Ok(()) if self.topics.contains(&header.topic) => {
+                    return self.dispatch(request, now_ms);
+                }
+                Ok(()) => {
+                    let remark = format!("topic[{}] not exist, apply first please!", header.topic);
+                    return self.reply(
+                        request.reply,
+                        response(response_code::TOPIC_NOT_EXIST, remark),
+                    );
+                }
+                Err((code, remark)) => return self.reply(request.reply, response(code, remark)),
+            }
+        };
+        if !perm::is_writeable(config.perm) {
+            let remark = format!("the topic[{}] sending message is forbidden", header.topic);
+            return self.reply(
+                request.reply,
+                response(response_code::NO_PERMISSION, remark),
+            );
+        }
+        let valid_ids = config.write_queue_nums.max(config.read_queue_nums);
+        if header.queue_id >= valid_ids || (header.queue_id < 0 && config.write_queue_nums <= 0) {
+            let remark = format!(
+                "request queueId[{}] is illegal, topic:[{}] topicConfig.writeQueueNums:[{}] \
+                 Producer:[{}]",
+                header.queue_id, header.topic, config.write_queue_nums, request.peer
+            );
+            return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+        }
+        let queue_id = if header.queue_id < 0 {
+            self.pick_queue(config.write_queue_nums as u32)
+        } else {
+            header.queue_id as u32
+        };
+        let owner = self.router.shard_of(queue_id).0;
+        if owner != self.id {
+            let mut request = request;
+            let key = if request.cmd.code == request_code::SEND_MESSAGE {
+                "queueId"
+            } else {
+                "e"
+            };
+            request.cmd.ext_fields.insert(key, &queue_id.to_string());
+            return self.forward(owner, request);
+        }
+        if header.topic.starts_with(RETRY_GROUP_TOPIC_PREFIX)
+            && request.cmd.ext_fields.get(SEND_BACK_MARK).is_none()
+            && let Some(redirected) = self.retry_to_dlq(&header, &request)
+        {
+            return match redirected {
+                Ok(request) => self.dispatch(request, now_ms),
+                Err(answer) => self.reply(request.reply, answer),
+            };
+        }
+        let is_batch =
+            request.cmd.code == request_code::SEND_BATCH_MESSAGE || header.batch == Some(true);
+        self.append(&header, queue_id, is_batch, *request, now_ms);
+    }
+
+    /// For a `%RETRY%` send past its group's max reconsume times: the same
+    /// request aimed at the group's DLQ (Java's `handleRetryAndDLQ`).
+    fn retry_to_dlq(
+        &self,
+        header: &SendMessageRequestHeader,
+        request: &Request,
+    ) -> Option<Result<Box<Request>, RemotingCommand>> {
+        let group = header.topic.strip_prefix(RETRY_GROUP_TOPIC_PREFIX)?;
+        let Some(config) = self.groups.get(group) else {
+            return Some(Err(response(
+                response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
+                format!("subscription group not exist, {group}"),
+            )));
+        };
+        let max = header.max_reconsume_times.unwrap_or(config.retry_max_times);
+        let times = header.reconsume_times.unwrap_or(0);
+        if times < max {
+            return None;
+        }
+        let mut request = Box::new(request.clone());
+        let (topic_key, queue_key) = if request.cmd.code == request_code::SEND_MESSAGE {
+            ("topic", "queueId")
+        } else {
+            ("b", "e")
+        };
+        request.cmd.ext_fields.insert(topic_key, &dlq_topic(group));
+        request.cmd.ext_fields.insert(queue_key, "0");
+        Some(Ok(request))
+    }
+
+    fn append(
+        &mut self,
+        header: &SendMessageRequestHeader,
+        queue_id: u32,
+        is_batch: bool,
+        request: Request,
+        now_ms: i64,
+    ) {
+        let max = self.settings.max_message_size;
+        let body = request.cmd.body_bytes();
+        if body.is_empty() || body.len() > max {
+            return self.reply(request.reply, illegal_message(max));
+        }
+        let base_properties = header.properties.as_deref().unwrap_or("").as_bytes();
+        let cluster = self.settings.cluster_name.clone();
+        let reconsume_times = header.reconsume_times.unwrap_or(0);
+        let now = now_ms.max(0) as u64;
+        let result = if is_batch {
+            let mut entries = Vec::new();
+            for entry in iter_batch(body) {
+                match entry {
+                    Ok(entry) => match with_cluster(entry.properties, &cluster) {
+                        Ok(properties) => entries.push((entry.flag, entry.body, properties)),
+                        Err(remark) => {
+                            return self.reply(
+                                request.reply,
+                                response(response_code::MESSAGE_ILLEGAL, remark),
+                            );
+                        }
+                    },
+                    Err(fault) => {
+                        let remark = format!("the batch body is malformed: {fault}");
+                        return self.reply(
+                            request.reply,
+                            response(response_code::MESSAGE_ILLEGAL, remark),
+                        );
+                    }
+                }
+            }
+            if entries.is_empty()
+                || entries
+                    .iter()
+                    .any(|(_, _, p)| p.len() > PROPERTIES_SIZE_MAX)
+            {
+                return self.reply(request.reply, illegal_message(max));
+            }
+            let messages: Vec<AppendMessage<'_>> = entries
+                .iter()
+                .map(|(flag, body, properties)| AppendMessage {
+                    topic: &header.topic,
+                    queue_id,
+                    body,
+                    properties,
+                    flag: *flag,
+                    sys_flag: header.sys_flag,
+                    born_timestamp_ms: header.born_timestamp,
+                    born_host: request.peer,
+                    reconsume_times,
+                    prepared_transaction_offset: 0,
+                })
+                .collect();
+            self.store_mut().append_batch(&messages, now)
+        } else {
+            let properties = match with_cluster(base_properties, &cluster) {
+                Ok(properties) if properties.len() <= PROPERTIES_SIZE_MAX => properties,
+                Ok(_) => return self.reply(request.reply, illegal_message(max)),
+                Err(remark) => {
+                    return self.reply(
+                        request.reply,
+                        response(response_code::MESSAGE_ILLEGAL, remark),
+                    );
+                }
+            };
+            let message = AppendMessage {
+                topic: &header.topic,
+                queue_id,
+                body,
+                properties: &properties,
+                flag: header.flag,
+                sys_flag: header.sys_flag,
+                born_timestamp_ms: header.born_timestamp,
+                born_host: request.peer,
+                reconsume_times,
+                prepared_transaction_offset: 0,
+            };
+            self.store_mut().append(&message, now)
+        };
+        match result {
+            Ok(ticket) => {
+                let host = self.settings.store_host;
+                let msg_ids = if ticket.batch_commit_log_offsets.is_empty() {
+                    offset_msg_id(&host, ticket.commit_log_offset as i64)
+                } else {
+                    ticket
+                        .batch_commit_log_offsets
+                        .iter()
+                        .map(|offset| offset_msg_id(&host, *offset as i64))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                let uniq_key = if is_batch {
+                    None
+                } else {
+                    Properties::new(base_properties)
+                        .get(UNIQ_KEY)
+                        .map(str::to_owned)
+                };
+                self.pending_sends.insert(
+                    ticket.id,
+                    PendingSend {
+                        reply: request.reply,
+                        topic: header.topic.clone(),
+                        queue_id,
+                        msg_ids,
+                        uniq_key,
+                        body_bytes: body.len() as u64,
+                        records: ticket.message_count,
+                        appended_ms: now_ms,
+                    },
+                );
+            }
+            Err(error) => {
+                let answer = match &error {
+                    StorageError::DiskFull { .. } | StorageError::NotWritable { .. } => response(
+                        response_code::SERVICE_NOT_AVAILABLE,
+                        format!("service not available now: {error}"),
+                    ),
+                    StorageError::Busy { .. } => response(
+                        response_code::SYSTEM_BUSY,
+                        format!("[PC_SYNCHRONIZED]broker busy: {error}"),
+                    ),
+                    StorageError::MessageTooLarge { .. }
+                    | StorageError::InvalidArgument(_)
+                    | StorageError::Record { .. } => {
+                        response(response_code::MESSAGE_ILLEGAL, error.to_string())
+                    }
+                    _ => response(response_code::SYSTEM_ERROR, error.to_string()),
+                };
+                self.reply(request.reply, answer);
+            }
+        }
+    }
+
+    pub(crate) fn on_ack(&mut self, ack: AppendAck, now_ms: i64) {
+        let Some(pending) = self.pending_sends.remove(&ack.id) else {
+            tracing::error!(id = ack.id, "an ack without a pending send");
+            return;
+        };
+        let code = match &ack.status {
+            AckStatus::Ok => response_code::SUCCESS,
+            AckStatus::FlushTimeout => response_code::FLUSH_DISK_TIMEOUT,
+            AckStatus::Failed(reason) => {
+                let answer = response(
+                    response_code::SYSTEM_ERROR,
+                    format!("storing the message failed: {reason}"),
+                );
+                self.reply(pending.reply, answer);
+                return;
+            }
+        };
+        let latency_ms = now_ms.saturating_sub(pending.appended_ms);
+        for _ in 0..pending.records.max(1) {
+            let share = pending.body_bytes / u64::from(pending.records.max(1));
+            self.stats.record_put(share, latency_ms);
+        }
+        let mut header = SendMessageResponseHeader {
+            msg_id: pending.msg_ids,
+            queue_id: pending.queue_id as i32,
+            queue_offset: ack.queue_offset as i64,
+            transaction_id: pending.uniq_key,
+            ..SendMessageResponseHeader::default()
+        };
+        header.set_region(DEFAULT_REGION, true);
+        let answer = RemotingCommand::new_response(code, 0, None).with_custom_header(&header);
+        self.reply(pending.reply, answer);
+        self.wake_held(&pending.topic, pending.queue_id, now_ms);
+    }
+
+    /// CONSUMER_SEND_MSG_BACK on the shard holding the original record.
+    pub(crate) fn send_back(&mut self, request: Box<Request>, now_ms: i64) {
+        let header: ConsumerSendMsgBackRequestHeader = match request.cmd.decode_custom_header() {
+            Ok(header) => header,
+            Err(error) => {
+                return self.reply(
+                    request.reply,
+                    response(response_code::SYSTEM_ERROR, error.to_string()),
+                );
+            }
+        };
+        let group = match self.groups.get(&header.group) {
+            Some(group) => group.clone(),
+            // Java's findSubscriptionGroupConfig creates it here too.
+            None if self.groups.would_auto_create(&header.group) => {
+                self.ensure_group(&header.group, now_ms);
+                SubscriptionGroupConfig::new(&header.group)
+            }
+            None => {
+                let remark = format!("subscription group not exist, {}", header.group);
+                return self.reply(
+                    request.reply,
+                    response(response_code::SUBSCRIPTION_GROUP_NOT_EXIST, remark),
+                );
+            }
+        };
+        if group.retry_queue_nums <= 0 {
+            return self.reply(request.reply, super::success());
+        }
+        let record = match self.store_mut().read_record(header.offset as u64) {
+            Ok(Some(record)) => record,
+            Ok(None) | Err(_) => {
+                let remark = format!("look message by offset failed, {}", header.offset);
+                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+            }
+        };
+        let view = match decode_record(&record, CrcCheck::Skip) {
+            Ok(view) => view,
+            Err(error) => {
+                return self.reply(
+                    request.reply,
+                    response(response_code::SYSTEM_ERROR, error.to_string()),
+                );
+            }
+        };
+        let max = header.max_reconsume_times.unwrap_or(group.retry_max_times);
+        let to_dlq = view.reconsume_times() >= max || header.delay_level < 0;
+        let (topic, queue_id) = if to_dlq {
+            (dlq_topic(&header.group), 0)
+        } else {
+            let queue_nums = group.retry_queue_nums.max(1) as u32;
+            (retry_topic(&header.group), self.pick_any_queue(queue_nums))
+        };
+        let mut add: Vec<(&str, String)> = Vec::new();
+        if view.property(RETRY_TOPIC).is_none() {
+            add.push((RETRY_TOPIC, view.topic().to_owned()));
+        }
+        let origin = header
+            .origin_msg_id
+            .clone()
+            .filter(|id| !id.trim().is_empty())
+            .or_else(|| view.property(ORIGIN_MESSAGE_ID).map(str::to_owned))
+            .or_else(|| view.property(UNIQ_KEY).map(str::to_owned))
+            .unwrap_or_else(|| offset_msg_id(&view.store_host(), view.commit_log_offset()));
+        add.push((ORIGIN_MESSAGE_ID, origin));
+        let pairs: Vec<(&str, &str)> = add.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut properties = Vec::new();
+        if let Err(error) =
+            rewrite_properties(view.properties_bytes(), &[], &pairs, &mut properties)
+        {
+            return self.reply(
+                request.reply,
+                response(response_code::SYSTEM_ERROR, error.to_string()),
+            );
+        }
+        let send = SendMessageRequestHeader {
+            producer_group: header.group.clone(),
+            topic,
+            default_topic: AUTO_CREATE_TOPIC_KEY_TOPIC.to_owned(),
+            default_topic_queue_nums: 1,
+            queue_id: queue_id as i32,
+            sys_flag: view.sys_flag(),
+            born_timestamp: view.born_timestamp_ms(),
+            flag: view.flag(),
+            properties: Some(String::from_utf8_lossy(&properties).into_owned()),
+            reconsume_times: Some(view.reconsume_times() + 1),
+            unit_mode: Some(header.unit_mode),
+            batch: None,
+            max_reconsume_times: None,
+            broker_name: None,
+        };
+        let mut ext = ExtFields::new();
+        send.to_ext(&mut ext);
+        ext.insert(SEND_BACK_MARK, "true");
+        let mut cmd = RemotingCommand::new_request(request_code::SEND_MESSAGE, ext);
+        cmd.body = Some(Bytes::copy_from_slice(view.body()));
+        cmd.opaque = request.reply.opaque;
+        let synthetic = Request {
+            cmd,
+            reply: request.reply,
+            peer: view.born_host(),
+        };
+        self.dispatch(Box::new(synthetic), now_ms);
+    }
+
+    /// VIEW_MESSAGE_BY_ID (33) on the shard in the top byte of the offset:
+    /// the stored record as the body.
+    pub(crate) fn view_message(&mut self, request: Box<Request>) {
+        let header: ViewMessageRequestHeader = match request.cmd.decode_custom_header() {
+            Ok(header) => header,
+            Err(error) => {
+                return self.reply(
+                    request.reply,
+                    response(response_code::SYSTEM_ERROR, error.to_string()),
+                );
+            }
+        };
+        let answer = match self.store_mut().read_record(header.offset as u64) {
+            Ok(Some(record)) => super::success().with_body(Bytes::from(record)),
+            Ok(None) | Err(_) => response(
+                response_code::SYSTEM_ERROR,
+                format!("can not find message by the offset, {}", header.offset),
+            ),
+        };
+        self.reply(request.reply, answer);
+    }
+
+    fn pick_any_queue(&mut self, queue_nums: u32) -> u32 {
+        self.queue_pick = self.queue_pick.wrapping_add(1);
+        self.queue_pick % queue_nums
+    }
+}
+
+/// Whether `topic` is a dead-letter topic.
+pub(crate) fn is_dlq_topic(topic: &str) -> bool {
+    topic.starts_with(DLQ_GROUP_TOPIC_PREFIX)
+}
