@@ -74,7 +74,7 @@ class NameServerIT {
 
     @BeforeAll
     static void startNameServerAndRegisterBroker() throws Exception {
-        System.setProperty("rocketmq.client.logRoot", new File("target/rocketmq-logs").getAbsolutePath());
+        ItSupport.configureClientLogging();
         String bin = System.getProperty("ringmq.bin");
         if (bin == null || bin.isEmpty()) {
             fail("system property ringmq.bin (path of the ringmq binary) is not set; "
@@ -83,7 +83,7 @@ class NameServerIT {
         if (!new File(bin).canExecute()) {
             fail("ringmq.bin=" + bin + " is not an executable file");
         }
-        File log = new File("target/ringmq-namesrv.log");
+        File log = new File(ItSupport.targetDir(), "ringmq-namesrv.log");
         namesrv = new ProcessBuilder(bin, "namesrv", "--listen-port", "0", "--bind", "127.0.0.1")
                 .redirectError(log)
                 .start();

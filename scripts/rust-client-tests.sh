@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# End-to-end tests with rocketmq-client-rust 1.0.0 (tests/rust-client, the `rust-e2e` program)
+# against the real `ringmq` binary, or against a broker that is already running.
+#
+#   scripts/rust-client-tests.sh [PATH_TO_RINGMQ] [-- RUST_E2E_ARGS...]
+#   scripts/rust-client-tests.sh --external NAMESRV_HOST:PORT [-- RUST_E2E_ARGS...]
+#
+# - Without a path, the debug ringmq binary is built with cargo (as scripts/java-tests.sh does).
+#   The script starts `ringmq broker` on two free loopback ports in 24000-24999 (listenPort and
+#   namesrvListenPort) with a fresh store, waits for its boot line, runs `rust-e2e all` against
+#   its embedded name server, then `broker-restart-1`, restarts the broker (SIGTERM, exit status
+#   0 expected, same store), `broker-restart-2`, and finally stops it with SIGTERM (exit 0).
+# - With --external, nothing is started: `rust-e2e all` runs against that name server (e.g.
+#   127.0.0.1:9876 for the Apache RocketMQ peer of scripts/peer.sh). Topic and group names carry
+#   a per-run prefix (rust-<time>-<pid>), so a shared broker is safe to use.
+# - RUST_E2E_ARGS replace `all` and the restart phases (e.g. `-- sync retry`); `--namesrv` and
+#   `--prefix` are set here. Against --external the restart phases run without a restart.
+# - Bounded: RINGMQ_RUST_TESTS_TIMEOUT seconds for the scenarios (default 600), 120 s for the
+#   broker to boot, 60 s for it to stop. Logs go to a fresh directory under /tmp (or
+#   $RINGMQ_RUST_TESTS_LOG_DIR), named on failure and removed on success.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+readonly limit="${RINGMQ_RUST_TESTS_TIMEOUT:-600}"
+readonly boot_timeout_s=120
+readonly stop_timeout_s=60
+readonly port_min=24000
+readonly port_max=24999
+
+die() {
+    echo "rust-client-tests.sh: $*" >&2
+    exit 1
+}
+
+external=""
+bin=""
+e2e_args=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --external)
+            [[ $# -ge 2 ]] || die "--external needs HOST:PORT"
+            external="$2"
+            shift 2
+            ;;
+        --)
+            shift
+            e2e_args=("$@")
+            break
+            ;;
+        -*) die "unknown option $1" ;;
+        *)
+            [[ -z "$bin" ]] || die "more than one ringmq path given"
+            bin="$1"
+            shift
+            ;;
+    esac
+done
+explicit_args=""
+[[ ${#e2e_args[@]} -eq 0 ]] || explicit_args=yes
+[[ -z "$external" || -z "$bin" ]] || die "give either a ringmq path or --external, not both"
+
+for tool in cargo timeout python3; do
+    command -v "$tool" >/dev/null 2>&1 || die "'$tool' is not installed"
+done
+
+logs="${RINGMQ_RUST_TESTS_LOG_DIR:-}"
+if [[ -z "$logs" ]]; then
+    logs="$(mktemp -d /tmp/ringmq-rust-tests.XXXXXX)"
+else
+    mkdir -p "$logs"
+fi
+
+echo "==> cargo build (tests/rust-client, rust-e2e)" >&2
+cargo build --manifest-path tests/rust-client/Cargo.toml --bin rust-e2e --locked
+e2e="${CARGO_TARGET_DIR:-$root/tests/rust-client/target}/debug/rust-e2e"
+[[ -x "$e2e" ]] || die "$e2e was not built"
+
+broker_pid=""
+store=""
+cleanup() {
+    if [[ -n "$broker_pid" ]] && kill -0 "$broker_pid" 2>/dev/null; then
+        kill -KILL "$broker_pid" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+
+# Prints two free loopback TCP ports of [port_min, port_max], checked by binding them, with a
+# spare port on either side of the first (RocketMQ-style brokers may use listenPort-2 and +1).
+free_ports() {
+    python3 - "$port_min" "$port_max" <<'PY'
+import random, socket, sys
+low, high = int(sys.argv[1]), int(sys.argv[2])
+def free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+candidates = list(range(low + 2, high - 2, 4))
+random.shuffle(candidates)
+for port in candidates:
+    if all(free(p) for p in (port - 2, port - 1, port, port + 1, port + 2)):
+        print(port, port + 2)
+        sys.exit(0)
+sys.exit(1)
+PY
+}
+
+# start_broker: starts ringmq on $listen_port/$namesrv_port over $store, waits for its boot line.
+start_broker() {
+    echo "==> $bin broker on 127.0.0.1:$listen_port, name server $namesrv, store $store" >&2
+    # Only lines after this one count: after a restart the log already holds a boot line.
+    local skip
+    skip="$(wc -l <"$broker_log")"
+    "$bin" broker "--listenPort=$listen_port" "--namesrvListenPort=$namesrv_port" \
+        "--storePathRootDir=$store" --brokerIP1=127.0.0.1 --mapedFileSizeCommitLog=67108864 >>"$broker_log" 2>&1 &
+    broker_pid=$!
+    for _ in $(seq 1 $((boot_timeout_s * 5))); do
+        if tail -n "+$((skip + 1))" "$broker_log" |
+            grep -m1 "boot success. serializeType=JSON and name server is" >&2; then
+            return 0
+        fi
+        kill -0 "$broker_pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    tail -n 20 "$broker_log" >&2 || true
+    die "ringmq did not print its boot line within ${boot_timeout_s}s (log: $broker_log)"
+}
+
+# stop_broker: SIGTERM, then expects exit status 0 within stop_timeout_s; returns 1 otherwise.
+stop_broker() {
+    echo "==> stopping ringmq (SIGTERM)" >&2
+    kill -TERM "$broker_pid" 2>/dev/null || true
+    local broker_status=""
+    for _ in $(seq 1 $((stop_timeout_s * 5))); do
+        if ! kill -0 "$broker_pid" 2>/dev/null; then
+            broker_status=0
+            wait "$broker_pid" || broker_status=$?
+            break
+        fi
+        sleep 0.2
+    done
+    if [[ -z "$broker_status" ]]; then
+        echo "rust-client-tests.sh: ringmq did not exit within ${stop_timeout_s}s of SIGTERM" >&2
+        return 1
+    fi
+    broker_pid=""
+    if [[ "$broker_status" -ne 0 ]]; then
+        echo "rust-client-tests.sh: ringmq exited with status $broker_status after SIGTERM" >&2
+        return 1
+    fi
+}
+
+e2e_log="$logs/rust-e2e.out"
+client_log="$logs/rust-e2e-client.log"
+prefix="rust-$(date +%s)-$$"
+deadline=$((SECONDS + limit))
+
+# run_e2e ARGS...: one rust-e2e run within what is left of the time limit; returns its status.
+run_e2e() {
+    local left=$((deadline - SECONDS))
+    [[ $left -gt 0 ]] || left=1
+    echo "==> rust-e2e --namesrv $namesrv --prefix $prefix $* (client log: $client_log)" >&2
+    local run_status
+    set +e
+    timeout --kill-after=10 "$((left + 30))" "$e2e" --namesrv "$namesrv" --prefix "$prefix" \
+        --timeout "$left" "$@" 2>>"$client_log" | tee -a "$e2e_log"
+    run_status="${PIPESTATUS[0]}"
+    set -e
+    if [[ $run_status -eq 124 || $run_status -eq 137 ]]; then
+        echo "rust-client-tests.sh: rust-e2e timed out" >&2
+    fi
+    return "$run_status"
+}
+
+if [[ -n "$external" ]]; then
+    namesrv="$external"
+    echo "==> against the running broker behind name server $namesrv" >&2
+else
+    if [[ -z "$bin" ]]; then
+        echo "==> cargo build -p ringmq-broker --bin ringmq" >&2
+        cargo build -p ringmq-broker --bin ringmq --locked
+        bin="${CARGO_TARGET_DIR:-$root/target}/debug/ringmq"
+    fi
+    [[ -x "$bin" ]] || die "$bin is not an executable ringmq binary"
+    read -r listen_port namesrv_port < <(free_ports) || die "no free ports in $port_min-$port_max"
+    namesrv="127.0.0.1:$namesrv_port"
+    store="$(mktemp -d /tmp/ringmq-rust-store.XXXXXX)"
+    broker_log="$logs/ringmq-broker.log"
+    : >"$broker_log"
+    start_broker
+fi
+
+status=0
+if [[ -n "$explicit_args" ]]; then
+    run_e2e "${e2e_args[@]}" || status=$?
+else
+    run_e2e all || status=$?
+    # Offsets and messages across a broker restart: phase 1, restart, phase 2 (same prefix).
+    # Against an external broker nothing can be restarted; the phases then run back to back.
+    run_e2e broker-restart-1 || status=$?
+    if [[ -n "$broker_pid" ]]; then
+        stop_broker || status=1
+        [[ -n "$broker_pid" ]] || start_broker
+    else
+        echo "==> (external broker: not restarted between the phases)" >&2
+    fi
+    run_e2e broker-restart-2 || status=$?
+fi
+
+if [[ -n "$broker_pid" ]]; then
+    stop_broker || status=1
+fi
+
+if [[ $status -ne 0 ]]; then
+    echo "rust-client-tests.sh: FAILED (status $status); logs in $logs" \
+        "(rust-e2e.out: scenario results, rust-e2e-client.log: client log${store:+, ringmq-broker.log: broker log; store $store})" >&2
+    exit "$status"
+fi
+[[ -z "$store" ]] || rm -rf "$store"
+[[ -n "${RINGMQ_RUST_TESTS_LOG_DIR:-}" ]] || rm -rf "$logs"
+echo "rust-client-tests.sh: all rust-e2e scenarios passed" >&2

@@ -1,0 +1,1300 @@
+//! One function per end-to-end scenario; each sends, consumes, and checks content, keys, tags
+//! and counts exactly, returning a one-line summary or an error that says what differed.
+//!
+//! # Invariants
+//!
+//! * Every scenario uses only its own topic and groups (`<prefix>-<scenario>-...`), so
+//!   scenarios are independent of each other and of earlier runs with another prefix.
+//! * Topics are fresh, so the sum of a topic's max offsets is exactly what the scenario stored
+//!   there; scenarios check that sum against what they sent.
+//! * A scenario shuts down every client it started, also on failure paths where it can (the
+//!   process exit ends the rest).
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use anyhow::Context as _;
+use anyhow::anyhow;
+use anyhow::bail;
+use anyhow::ensure;
+use rocketmq_client_rust::ClientResult;
+use rocketmq_client_rust::ConsumeConcurrentlyContext;
+use rocketmq_client_rust::ConsumeConcurrentlyStatus;
+use rocketmq_client_rust::DefaultLitePullConsumer;
+use rocketmq_client_rust::DefaultMQProducer;
+use rocketmq_client_rust::DefaultMQPushConsumer;
+use rocketmq_client_rust::MessageListenerConcurrently;
+use rocketmq_client_rust::SendResult;
+use rocketmq_client_rust::SendStatus;
+use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_model::common::message::message_queue::MessageQueue;
+use rocketmq_model::common::message::message_single::Message;
+use rocketmq_protocol::protocol::heartbeat::message_model::MessageModel;
+
+use crate::check;
+use crate::check::Delivery;
+use crate::check::Sent;
+use crate::harness;
+use crate::harness::ConsumerSpec;
+use crate::harness::Env;
+use crate::harness::Recorder;
+use crate::harness::RecordingListener;
+use crate::harness::SEND_TIMEOUT_MS;
+use crate::harness::TOPIC_QUEUE_COUNT;
+use crate::harness::bounded;
+use crate::harness::bounded_shutdown;
+use crate::harness::lock;
+use crate::harness::wait_for;
+
+/// Every scenario, in the order `all` runs them.
+pub const SCENARIOS: &[&str] = &[
+    "sync",
+    "async",
+    "oneway",
+    "batch",
+    "tag",
+    "clustering",
+    "broadcasting",
+    "orderly",
+    "retry",
+    "restart",
+    "lite-pull",
+];
+
+/// Scenarios in two phases with a broker restart between them (the runner restarts the
+/// broker; `all` does not include them). Run them with the same `--prefix`.
+pub const BROKER_RESTART_PHASES: &[&str] = &["broker-restart-1", "broker-restart-2"];
+
+/// Messages sent by each simple send scenario.
+const SEND_COUNT: u32 = 16;
+/// Messages in the clustering scenario (spread over both consumers' queues).
+const CLUSTERING_COUNT: u32 = 40;
+/// Messages in the broadcasting scenario (each consumer gets all).
+const BROADCASTING_COUNT: u32 = 20;
+/// Messages in the tag scenario (a quarter of each tag, a quarter untagged).
+const TAG_COUNT: u32 = 32;
+/// Order keys in the orderly scenario.
+const ORDER_KEY_COUNT: u32 = 8;
+/// Steps per order key in the orderly scenario.
+const ORDER_STEP_COUNT: u32 = 10;
+/// Messages in the retry scenario (each is consumed twice).
+const RETRY_COUNT: u32 = 4;
+/// Messages per phase of the restart scenario.
+const RESTART_PHASE_COUNT: u32 = 12;
+/// Messages per phase of the broker restart scenario.
+const BROKER_RESTART_PHASE_COUNT: u32 = 12;
+/// Messages in the lite pull scenario.
+const LITE_PULL_COUNT: u32 = 20;
+/// Messages per batch in the batch scenario, one entry per batch.
+const BATCH_SIZES: &[u32] = &[8, 5];
+/// Index of the one large (compressed by the client: over 4 KiB) message in the sync scenario.
+const LARGE_INDEX: u32 = 3;
+/// Body size of that message.
+const LARGE_BODY_BYTES: usize = 64 * 1024;
+/// Lite pull: how long the broker may hold a pull with nothing to return, in milliseconds.
+const LITE_SUSPEND_MS: u64 = 2_000;
+/// Lite pull poll timeout, in milliseconds.
+const LITE_POLL_TIMEOUT_MS: u64 = 1_000;
+
+/// Runs the scenario called `name`.
+pub async fn run(env: &Env, name: &str) -> anyhow::Result<String> {
+    match name {
+        "sync" => sync(env).await,
+        "async" => async_send(env).await,
+        "oneway" => oneway(env).await,
+        "batch" => batch(env).await,
+        "tag" => tag(env).await,
+        "clustering" => clustering(env).await,
+        "broadcasting" => broadcasting(env).await,
+        "orderly" => orderly(env).await,
+        "retry" => retry(env).await,
+        "restart" => restart(env).await,
+        "lite-pull" => lite_pull(env).await,
+        "broker-restart-1" => broker_restart_before(env).await,
+        "broker-restart-2" => broker_restart_after(env).await,
+        other => bail!("unknown scenario {other:?}"),
+    }
+}
+
+/// Tags for the send scenarios: three tags in turn, every fifth message untagged.
+fn rotating_tags(index: u32) -> Option<String> {
+    if index % 5 == 4 {
+        return None;
+    }
+    Some(["TagA", "TagB", "TagC"][(index % 3) as usize].to_string())
+}
+
+/// Checks one send result and returns it; `topic` is where it should have gone.
+fn check_send_result(
+    what: &str,
+    topic: &str,
+    result: Option<SendResult>,
+) -> anyhow::Result<SendResult> {
+    let result = result.ok_or_else(|| anyhow!("{what}: no send result"))?;
+    ensure!(
+        result.send_status == SendStatus::SendOk,
+        "{what}: status {:?}, expected SendOk",
+        result.send_status
+    );
+    let msg_id = result
+        .msg_id
+        .as_ref()
+        .map(|id| id.to_string())
+        .unwrap_or_default();
+    ensure!(!msg_id.is_empty(), "{what}: send result has no msgId");
+    let queue = result
+        .message_queue
+        .as_ref()
+        .ok_or_else(|| anyhow!("{what}: send result has no queue"))?;
+    ensure!(
+        queue.topic_str() == topic,
+        "{what}: sent to topic {:?}, expected {topic:?}",
+        queue.topic_str()
+    );
+    Ok(result)
+}
+
+/// Where each message went according to its send result: id -> (queue id, queue offset, msgId).
+type Placement = BTreeMap<String, (i32, i64, String)>;
+
+fn placement_of(sent: &Sent, result: &SendResult) -> anyhow::Result<(String, (i32, i64, String))> {
+    let queue_id = result
+        .message_queue
+        .as_ref()
+        .map_or(-1, MessageQueue::queue_id);
+    let offset = i64::try_from(result.queue_offset).context("queue offset")?;
+    let msg_id = result
+        .msg_id
+        .as_ref()
+        .map(|id| id.to_string())
+        .unwrap_or_default();
+    Ok((sent.id().to_string(), (queue_id, offset, msg_id)))
+}
+
+/// Whether [`check_placement`] also compares UNIQ_KEY with the send result's msgId.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UniqKeyCheck {
+    /// Each delivery's UNIQ_KEY must be the msgId its send result named.
+    Compare,
+    /// Not comparable (batches: see [`batch`]).
+    Skip,
+}
+
+/// Checks that every delivery sits where the send result said, with the client's unique id.
+fn check_placement(
+    deliveries: &[Delivery],
+    placement: &Placement,
+    uniq_key: UniqKeyCheck,
+) -> anyhow::Result<()> {
+    let mut problems = Vec::new();
+    for got in deliveries {
+        let Some((queue_id, offset, msg_id)) = placement.get(got.id()) else {
+            continue; // content checks report unknown messages
+        };
+        if (got.queue_id, got.queue_offset) != (*queue_id, *offset) {
+            problems.push(format!(
+                "{}: delivered from queue {} offset {}, send result said queue {queue_id} offset {offset}",
+                got.id(),
+                got.queue_id,
+                got.queue_offset
+            ));
+        }
+        if uniq_key == UniqKeyCheck::Compare && got.uniq_key.as_deref() != Some(msg_id.as_str()) {
+            problems.push(format!(
+                "{}: UNIQ_KEY {:?}, send result msgId {msg_id:?}",
+                got.id(),
+                got.uniq_key
+            ));
+        }
+    }
+    check::finish("placement against send results", problems).map_err(|e| anyhow!(e))
+}
+
+/// Checks that a fresh topic stores exactly `count` messages (sum of max offsets), polling:
+/// a broker may answer a send before its consume queues show the message (Apache RocketMQ
+/// builds them asynchronously), and oneway sends have no answer at all.
+async fn check_stored_count(
+    producer: &mut DefaultMQProducer,
+    topic: &str,
+    count: u32,
+) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let deadline = tokio::time::Instant::now() + harness::WAIT_MAX;
+    loop {
+        let max = harness::max_offsets(producer, topic).await?;
+        let stored: i64 = max.values().sum();
+        if stored >= i64::from(count) || tokio::time::Instant::now() >= deadline {
+            ensure!(
+                stored == i64::from(count),
+                "topic {topic} stores {stored} messages (max offsets {max:?}), expected {count}"
+            );
+            return Ok(max);
+        }
+        tokio::time::sleep(harness::POLL_INTERVAL).await;
+    }
+}
+
+/// Consumes a fresh topic from the first offset with one push consumer of a fresh group,
+/// until every sent message arrived and every queue is committed to its max offset.
+async fn read_back(
+    env: &Env,
+    scenario: &str,
+    topic: &str,
+    sent: &[Sent],
+    max: &BTreeMap<i32, i64>,
+) -> anyhow::Result<Vec<Delivery>> {
+    read_back_as(env, scenario, ("group", "consumer"), topic, sent, max).await
+}
+
+/// [`read_back`] with the group and instance named `<prefix>-<scenario>-<names.0|names.1>`.
+async fn read_back_as(
+    env: &Env,
+    scenario: &str,
+    names: (&str, &str),
+    topic: &str,
+    sent: &[Sent],
+    max: &BTreeMap<i32, i64>,
+) -> anyhow::Result<Vec<Delivery>> {
+    let group = env.name(scenario, names.0);
+    let instance = env.name(scenario, names.1);
+    let recorder = Recorder::default();
+    let spec = ConsumerSpec {
+        group: &group,
+        instance: &instance,
+        topic,
+        expression: "*",
+        model: MessageModel::Clustering,
+    };
+    let listener = RecordingListener {
+        consumer: instance.clone(),
+        recorder: recorder.clone(),
+    };
+    let mut consumer = env.push_consumer(&spec, listener).await?;
+    bounded("push consumer start", consumer.start()).await?;
+    let outcome = async {
+        recorder
+            .wait_all("every sent message to be consumed", sent)
+            .await?;
+        harness::wait_drained(&[&consumer], topic, max).await
+    }
+    .await;
+    bounded_shutdown("push consumer", consumer.shutdown()).await?;
+    outcome?;
+    Ok(recorder.snapshot())
+}
+
+/// Sync send: per-message results, a large compressed body, auto-created topic (TBW102).
+async fn sync(env: &Env) -> anyhow::Result<String> {
+    let scenario = "sync";
+    let topic = env.name(scenario, "topic");
+    let mut producer = env.producer(scenario).await?;
+    let mut sent = harness::sent_messages(env, scenario, SEND_COUNT, rotating_tags);
+    // One body over the client's 4 KiB compression threshold: stored compressed, must come
+    // back byte-identical.
+    if let Some(large) = sent.iter_mut().find(|m| m.index == LARGE_INDEX) {
+        large.body = (0..LARGE_BODY_BYTES)
+            .map(|i| b"0123456789abcdef"[i % 16])
+            .collect();
+    }
+    // No create_topic here on purpose: the first send goes through the broker's auto-create.
+    let mut placement = Placement::new();
+    for message in &sent {
+        let result = bounded(
+            "sync send",
+            producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
+        )
+        .await?;
+        let result = check_send_result(&format!("sync send of {}", message.id()), &topic, result)?;
+        let (id, place) = placement_of(message, &result)?;
+        placement.insert(id, place);
+    }
+    check_offsets_distinct(&placement)?;
+    let max = check_stored_count(&mut producer, &topic, SEND_COUNT).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let deliveries = read_back(env, scenario, &topic, &sent, &max).await?;
+    check::check_exactly_once(&sent, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    check_placement(&deliveries, &placement, UniqKeyCheck::Compare)?;
+    Ok(format!(
+        "{SEND_COUNT} sync sends on an auto-created topic ({} queues), one of {LARGE_BODY_BYTES} bytes, read back exactly once",
+        max.len()
+    ))
+}
+
+/// Within each queue, send results must name distinct offsets.
+fn check_offsets_distinct(placement: &Placement) -> anyhow::Result<()> {
+    let mut seen = BTreeSet::new();
+    for (id, (queue_id, offset, _)) in placement {
+        ensure!(
+            seen.insert((*queue_id, *offset)),
+            "{id}: send result repeats queue {queue_id} offset {offset}"
+        );
+    }
+    Ok(())
+}
+
+/// Async send: every callback fires once with SEND_OK.
+async fn async_send(env: &Env) -> anyhow::Result<String> {
+    let scenario = "async";
+    let topic = env.name(scenario, "topic");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let sent = harness::sent_messages(env, scenario, SEND_COUNT, rotating_tags);
+    type Outcome = (u32, Result<SendResult, String>);
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    for message in &sent {
+        let outcomes = Arc::clone(&outcomes);
+        let index = message.index;
+        let callback =
+            move |result: Option<&SendResult>,
+                  error: Option<&rocketmq_client_rust::ClientError>| {
+                let outcome = match (result, error) {
+                    (Some(result), None) => Ok(result.clone()),
+                    (_, Some(error)) => Err(error.to_string()),
+                    (None, None) => Err("callback with neither result nor error".to_string()),
+                };
+                lock(&outcomes).push((index, outcome));
+            };
+        bounded(
+            "async send",
+            producer.send_with_callback_timeout(
+                harness::message(&topic, message)?,
+                callback,
+                SEND_TIMEOUT_MS,
+            ),
+        )
+        .await?;
+    }
+    let count = sent.len();
+    wait_for(
+        "every async send callback",
+        async || Ok((lock(&outcomes).len() >= count).then_some(())),
+        || format!("{} of {count} callbacks", lock(&outcomes).len()),
+    )
+    .await?;
+    let outcomes = lock(&outcomes).clone();
+    let mut placement = Placement::new();
+    let mut called = BTreeSet::new();
+    for (index, outcome) in outcomes {
+        ensure!(
+            called.insert(index),
+            "async send #{index}: callback fired twice"
+        );
+        let message = &sent[index as usize];
+        let result = outcome.map_err(|e| anyhow!("async send of {}: {e}", message.id()))?;
+        let result = check_send_result(
+            &format!("async send of {}", message.id()),
+            &topic,
+            Some(result),
+        )?;
+        let (id, place) = placement_of(message, &result)?;
+        placement.insert(id, place);
+    }
+    check_offsets_distinct(&placement)?;
+    let max = check_stored_count(&mut producer, &topic, SEND_COUNT).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let deliveries = read_back(env, scenario, &topic, &sent, &max).await?;
+    check::check_exactly_once(&sent, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    check_placement(&deliveries, &placement, UniqKeyCheck::Compare)?;
+    Ok(format!(
+        "{SEND_COUNT} async sends, {count} callbacks, read back exactly once"
+    ))
+}
+
+/// Oneway send: no result, so the stored count is polled, then everything is read back.
+async fn oneway(env: &Env) -> anyhow::Result<String> {
+    let scenario = "oneway";
+    let topic = env.name(scenario, "topic");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let sent = harness::sent_messages(env, scenario, SEND_COUNT, rotating_tags);
+    for message in &sent {
+        bounded(
+            "oneway send",
+            producer.send_oneway(harness::message(&topic, message)?),
+        )
+        .await?;
+    }
+    // Oneway requests have no response; check_stored_count waits until the broker stored them.
+    let max = check_stored_count(&mut producer, &topic, SEND_COUNT).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let deliveries = read_back(env, scenario, &topic, &sent, &max).await?;
+    check::check_exactly_once(&sent, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    Ok(format!(
+        "{SEND_COUNT} oneway sends stored and read back exactly once"
+    ))
+}
+
+/// Batch send: each batch lands in one queue at consecutive offsets, in order.
+async fn batch(env: &Env) -> anyhow::Result<String> {
+    let scenario = "batch";
+    let topic = env.name(scenario, "topic");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let total: u32 = BATCH_SIZES.iter().sum();
+    let sent = harness::sent_messages(env, scenario, total, rotating_tags);
+    let mut placement = Placement::new();
+    let mut start = 0_usize;
+    for (batch_index, size) in BATCH_SIZES.iter().enumerate() {
+        let members = &sent[start..start + *size as usize];
+        start += *size as usize;
+        let messages = members
+            .iter()
+            .map(|m| harness::message(&topic, m))
+            .collect::<anyhow::Result<Vec<Message>>>()?;
+        let result = bounded(
+            "batch send",
+            producer.send_batch_with_timeout(messages, SEND_TIMEOUT_MS),
+        )
+        .await?;
+        let result = check_send_result(&format!("batch #{batch_index}"), &topic, Some(result))?;
+        let queue_id = result
+            .message_queue
+            .as_ref()
+            .map_or(-1, MessageQueue::queue_id);
+        let first = i64::try_from(result.queue_offset).context("queue offset")?;
+        let ids: Vec<String> = result
+            .msg_id
+            .as_ref()
+            .map(|id| id.as_str().split(',').map(str::to_string).collect())
+            .unwrap_or_default();
+        ensure!(
+            ids.len() == members.len(),
+            "batch #{batch_index}: send result has {} msgIds ({:?}) for {} messages",
+            ids.len(),
+            result.msg_id,
+            members.len()
+        );
+        for ((position, member), id) in members.iter().enumerate().zip(ids) {
+            let offset = first + i64::try_from(position).context("position")?;
+            placement.insert(member.id().to_string(), (queue_id, offset, id));
+        }
+    }
+    let max = check_stored_count(&mut producer, &topic, total).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let deliveries = read_back(env, scenario, &topic, &sent, &max).await?;
+    check::check_exactly_once(&sent, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    // rocketmq-client-rust 1.0.0 also gives the batch wrapper a UNIQ_KEY (the Java client does
+    // not), and Apache RocketMQ appends the batch-level properties to every message of the
+    // batch, so the decoded UNIQ_KEY is the wrapper's, not the per-message id of the send
+    // result. Queue and offset are still exact.
+    check_placement(&deliveries, &placement, UniqKeyCheck::Skip)?;
+    Ok(format!(
+        "{} batches ({total} messages) each in one queue at consecutive offsets, read back exactly once",
+        BATCH_SIZES.len()
+    ))
+}
+
+/// Tag filter: a consumer subscribed to `TagA || TagC` gets exactly those, and its offsets
+/// still move past the filtered (TagB and untagged) messages to the end of every queue.
+async fn tag(env: &Env) -> anyhow::Result<String> {
+    let scenario = "tag";
+    let topic = env.name(scenario, "topic");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let sent = harness::sent_messages(env, scenario, TAG_COUNT, |index| match index % 4 {
+        0 => Some("TagA".to_string()),
+        1 => Some("TagB".to_string()),
+        2 => Some("TagC".to_string()),
+        _ => None,
+    });
+    for message in &sent {
+        let result = bounded(
+            "sync send",
+            producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
+        )
+        .await?;
+        check_send_result(&format!("send of {}", message.id()), &topic, result)?;
+    }
+    let max = check_stored_count(&mut producer, &topic, TAG_COUNT).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let wanted: Vec<Sent> = sent
+        .iter()
+        .filter(|m| matches!(m.tags.as_deref(), Some("TagA" | "TagC")))
+        .cloned()
+        .collect();
+    let group = env.name(scenario, "group");
+    let instance = env.name(scenario, "consumer");
+    let recorder = Recorder::default();
+    let spec = ConsumerSpec {
+        group: &group,
+        instance: &instance,
+        topic: &topic,
+        // No spaces: rocketmq-client-rust 1.0.0 trims tags for the tag set but hashes the
+        // untrimmed text for the code set, so `TagA || TagC` sends codes no broker matches.
+        expression: "TagA||TagC",
+        model: MessageModel::Clustering,
+    };
+    let listener = RecordingListener {
+        consumer: instance.clone(),
+        recorder: recorder.clone(),
+    };
+    let mut consumer = env.push_consumer(&spec, listener).await?;
+    bounded("push consumer start", consumer.start()).await?;
+    let outcome = async {
+        recorder
+            .wait_all("every TagA/TagC message", &wanted)
+            .await?;
+        harness::wait_drained(&[&consumer], &topic, &max).await
+    }
+    .await;
+    bounded_shutdown("push consumer", consumer.shutdown()).await?;
+    outcome?;
+    let deliveries = recorder.snapshot();
+    check::check_exactly_once(&wanted, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    Ok(format!(
+        "{} of {TAG_COUNT} messages matched TagA || TagC and were delivered exactly once; none of the others",
+        wanted.len()
+    ))
+}
+
+/// Assigned queue ids of each consumer for `topic`.
+async fn assignments(
+    consumers: &[&DefaultMQPushConsumer],
+    topic: &str,
+) -> anyhow::Result<Vec<BTreeSet<i32>>> {
+    let mut all = Vec::new();
+    for consumer in consumers {
+        all.push(
+            harness::assigned_offsets(consumer, topic)
+                .await?
+                .into_keys()
+                .collect(),
+        );
+    }
+    Ok(all)
+}
+
+/// Clustering: two consumers of one group split the queues and together get every message once.
+async fn clustering(env: &Env) -> anyhow::Result<String> {
+    let scenario = "clustering";
+    let topic = env.name(scenario, "topic");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let group = env.name(scenario, "group");
+    let recorder = Recorder::default();
+    let names = [
+        env.name(scenario, "consumer-a"),
+        env.name(scenario, "consumer-b"),
+    ];
+    let mut consumers = Vec::new();
+    for instance in &names {
+        let spec = ConsumerSpec {
+            group: &group,
+            instance,
+            topic: &topic,
+            expression: "*",
+            model: MessageModel::Clustering,
+        };
+        let listener = RecordingListener {
+            consumer: instance.clone(),
+            recorder: recorder.clone(),
+        };
+        let mut consumer = env.push_consumer(&spec, listener).await?;
+        bounded("push consumer start", consumer.start()).await?;
+        consumers.push(consumer);
+    }
+    let outcome =
+        clustering_checks(env, &mut producer, &consumers, &names, &topic, &recorder).await;
+    for mut consumer in consumers {
+        bounded_shutdown("push consumer", consumer.shutdown()).await?;
+    }
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    outcome
+}
+
+async fn clustering_checks(
+    env: &Env,
+    producer: &mut DefaultMQProducer,
+    consumers: &[DefaultMQPushConsumer],
+    names: &[String; 2],
+    topic: &str,
+    recorder: &Recorder,
+) -> anyhow::Result<String> {
+    let refs: Vec<&DefaultMQPushConsumer> = consumers.iter().collect();
+    let all_queues: BTreeSet<i32> =
+        (0..i32::try_from(TOPIC_QUEUE_COUNT).context("queue count")?).collect();
+    let last = Mutex::new(Vec::new());
+    // Send only once the group has settled: both members see each other and split the queues.
+    // With a stable assignment each message has one owner, so exactly-once is the right check
+    // (at-least-once duplicates come from rebalancing, which this scenario waits out).
+    let settled = wait_for(
+        "the two consumers to split the queues between them",
+        async || {
+            let now = assignments(&refs, topic).await?;
+            let split = now.iter().all(|queues| !queues.is_empty())
+                && now[0].is_disjoint(&now[1])
+                && now[0].union(&now[1]).copied().collect::<BTreeSet<i32>>() == all_queues;
+            *lock(&last) = now.clone();
+            Ok(split.then_some(now))
+        },
+        || format!("assignments {:?}", lock(&last)),
+    )
+    .await?;
+    let sent = harness::sent_messages(env, "clustering", CLUSTERING_COUNT, rotating_tags);
+    for message in &sent {
+        let result = bounded(
+            "sync send",
+            producer.send_with_timeout(harness::message(topic, message)?, SEND_TIMEOUT_MS),
+        )
+        .await?;
+        check_send_result(&format!("send of {}", message.id()), topic, result)?;
+    }
+    let max = check_stored_count(producer, topic, CLUSTERING_COUNT).await?;
+    recorder
+        .wait_all("every message to reach one of the consumers", &sent)
+        .await?;
+    harness::wait_drained(&refs, topic, &max).await?;
+    let after = assignments(&refs, topic).await?;
+    ensure!(
+        after == settled,
+        "the group rebalanced during the scenario: {settled:?} became {after:?}"
+    );
+    let deliveries = recorder.snapshot();
+    check::check_exactly_once(&sent, topic, &deliveries).map_err(|e| anyhow!(e))?;
+    let mut per_consumer = [0_usize; 2];
+    for got in &deliveries {
+        let owner = usize::from(!settled[0].contains(&got.queue_id));
+        ensure!(
+            got.consumer == names[owner],
+            "{}: queue {} belongs to {}, but {} consumed it",
+            got.id(),
+            got.queue_id,
+            names[owner],
+            got.consumer
+        );
+        per_consumer[owner] += 1;
+    }
+    ensure!(
+        per_consumer.iter().all(|n| *n > 0),
+        "one consumer got nothing: {per_consumer:?}"
+    );
+    Ok(format!(
+        "{CLUSTERING_COUNT} messages, queues {:?} / {:?}, consumed {} + {} exactly once",
+        settled[0], settled[1], per_consumer[0], per_consumer[1]
+    ))
+}
+
+/// Broadcasting: two consumers of one group each get every message once.
+async fn broadcasting(env: &Env) -> anyhow::Result<String> {
+    let scenario = "broadcasting";
+    let topic = env.name(scenario, "topic");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let group = env.name(scenario, "group");
+    let names = [
+        env.name(scenario, "consumer-a"),
+        env.name(scenario, "consumer-b"),
+    ];
+    let recorders = [Recorder::default(), Recorder::default()];
+    let mut consumers = Vec::new();
+    for (instance, recorder) in names.iter().zip(&recorders) {
+        let spec = ConsumerSpec {
+            group: &group,
+            instance,
+            topic: &topic,
+            expression: "*",
+            model: MessageModel::Broadcasting,
+        };
+        let listener = RecordingListener {
+            consumer: instance.clone(),
+            recorder: recorder.clone(),
+        };
+        let mut consumer = env.push_consumer(&spec, listener).await?;
+        bounded("push consumer start", consumer.start()).await?;
+        consumers.push(consumer);
+    }
+    let outcome = async {
+        let refs: Vec<&DefaultMQPushConsumer> = consumers.iter().collect();
+        let last = Mutex::new(Vec::new());
+        wait_for(
+            "each broadcasting consumer to own every queue",
+            async || {
+                let now = assignments(&refs, &topic).await?;
+                let full = now.iter().all(|queues| queues.len() == TOPIC_QUEUE_COUNT);
+                *lock(&last) = now;
+                Ok(full.then_some(()))
+            },
+            || format!("assignments {:?}", lock(&last)),
+        )
+        .await?;
+        let sent = harness::sent_messages(env, scenario, BROADCASTING_COUNT, rotating_tags);
+        for message in &sent {
+            let result = bounded(
+                "sync send",
+                producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
+            )
+            .await?;
+            check_send_result(&format!("send of {}", message.id()), &topic, result)?;
+        }
+        let max = check_stored_count(&mut producer, &topic, BROADCASTING_COUNT).await?;
+        for ((consumer, recorder), name) in refs.iter().zip(&recorders).zip(&names) {
+            recorder
+                .wait_all(&format!("every message at {name}"), &sent)
+                .await?;
+            harness::wait_drained(&[consumer], &topic, &max).await?;
+            check::check_exactly_once(&sent, &topic, &recorder.snapshot())
+                .map_err(|e| anyhow!("consumer {name}: {e}"))?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    for mut consumer in consumers {
+        bounded_shutdown("push consumer", consumer.shutdown()).await?;
+    }
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    outcome?;
+    Ok(format!(
+        "{BROADCASTING_COUNT} messages, each consumed exactly once by both consumers of the group"
+    ))
+}
+
+/// Orderly: a selector keeps each order key on one queue; an orderly listener sees every key's
+/// steps in send order, never two calls at once on one queue.
+async fn orderly(env: &Env) -> anyhow::Result<String> {
+    let scenario = "orderly";
+    let topic = env.name(scenario, "topic");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let group = env.name(scenario, "group");
+    let instance = env.name(scenario, "consumer");
+    let recorder = Recorder::default();
+    let overlaps: Arc<Mutex<Vec<i32>>> = Arc::default();
+    let listener = harness::OrderlyRecordingListener {
+        consumer: instance.clone(),
+        recorder: recorder.clone(),
+        in_flight: Arc::default(),
+        overlaps: Arc::clone(&overlaps),
+    };
+    let spec = ConsumerSpec {
+        group: &group,
+        instance: &instance,
+        topic: &topic,
+        expression: "*",
+        model: MessageModel::Clustering,
+    };
+    let mut consumer = env.push_consumer_orderly(&spec, listener).await?;
+    bounded("orderly consumer start", consumer.start()).await?;
+    let outcome = orderly_checks(env, &mut producer, &consumer, &topic, &recorder).await;
+    bounded_shutdown("orderly consumer", consumer.shutdown()).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let summary = outcome?;
+    let overlaps = lock(&overlaps).clone();
+    ensure!(
+        overlaps.is_empty(),
+        "the orderly listener ran twice at once on queue(s) {overlaps:?}"
+    );
+    Ok(summary)
+}
+
+async fn orderly_checks(
+    env: &Env,
+    producer: &mut DefaultMQProducer,
+    consumer: &DefaultMQPushConsumer,
+    topic: &str,
+    recorder: &Recorder,
+) -> anyhow::Result<String> {
+    let last = Mutex::new(BTreeSet::new());
+    wait_for(
+        "the orderly consumer to own every queue",
+        async || {
+            let now: BTreeSet<i32> = harness::assigned_offsets(consumer, topic)
+                .await?
+                .into_keys()
+                .collect();
+            let full = now.len() == TOPIC_QUEUE_COUNT;
+            *lock(&last) = now;
+            Ok(full.then_some(()))
+        },
+        || format!("assigned {:?}", lock(&last)),
+    )
+    .await?;
+    let count = ORDER_KEY_COUNT * ORDER_STEP_COUNT;
+    // Step-major: the steps of different keys interleave in time, as real order streams do.
+    let mut sent = harness::sent_messages(env, "orderly", count, |index| {
+        Some(format!("Step{}", index / ORDER_KEY_COUNT))
+    });
+    let mut order_of = BTreeMap::new();
+    let mut queue_of_order: BTreeMap<u32, i32> = BTreeMap::new();
+    let mut placement = Placement::new();
+    for message in &mut sent {
+        let order = message.index % ORDER_KEY_COUNT;
+        let step = message.index / ORDER_KEY_COUNT;
+        message.keys.push(format!("order-{order}"));
+        order_of.insert(message.id().to_string(), (format!("order-{order}"), step));
+        let selector = |queues: &[MessageQueue], _message: &Message, order: &u32| {
+            let queue_count = u32::try_from(queues.len()).ok().filter(|n| *n > 0)?;
+            queues.get((order % queue_count) as usize).cloned()
+        };
+        let result = bounded(
+            "send with selector",
+            producer.send_with_selector_timeout(
+                harness::message(topic, message)?,
+                selector,
+                order,
+                SEND_TIMEOUT_MS,
+            ),
+        )
+        .await?;
+        let result = check_send_result(&format!("send of {}", message.id()), topic, result)?;
+        let (id, place) = placement_of(message, &result)?;
+        let queue_id = *queue_of_order.entry(order).or_insert(place.0);
+        ensure!(
+            queue_id == place.0,
+            "{id}: order-{order} went to queue {}, earlier steps to queue {queue_id}",
+            place.0
+        );
+        placement.insert(id, place);
+    }
+    let max = check_stored_count(producer, topic, count).await?;
+    recorder.wait_all("every ordered message", &sent).await?;
+    harness::wait_drained(&[consumer], topic, &max).await?;
+    let deliveries = recorder.snapshot();
+    check::check_exactly_once(&sent, topic, &deliveries).map_err(|e| anyhow!(e))?;
+    check_placement(&deliveries, &placement, UniqKeyCheck::Compare)?;
+    check::check_per_key_order(&deliveries, &order_of).map_err(|e| anyhow!(e))?;
+    Ok(format!(
+        "{ORDER_KEY_COUNT} order keys x {ORDER_STEP_COUNT} steps over {} queues, every key in order, exactly once",
+        queue_of_order.values().collect::<BTreeSet<_>>().len()
+    ))
+}
+
+/// Returns RECONSUME_LATER on a message's first delivery and success afterwards.
+struct ReconsumeOnceListener {
+    consumer: String,
+    recorder: Recorder,
+}
+
+impl MessageListenerConcurrently for ReconsumeOnceListener {
+    fn consume_message(
+        &self,
+        msgs: &[&MessageExt],
+        context: &ConsumeConcurrentlyContext,
+    ) -> ClientResult<ConsumeConcurrentlyStatus> {
+        let queue_topic = context.get_message_queue().topic_str().to_string();
+        let mut first_time = false;
+        for message in msgs {
+            self.recorder.record(&self.consumer, &queue_topic, message);
+            first_time |= message.reconsume_times() == 0;
+        }
+        Ok(if first_time {
+            ConsumeConcurrentlyStatus::ReconsumeLater
+        } else {
+            ConsumeConcurrentlyStatus::ConsumeSuccess
+        })
+    }
+}
+
+/// Retry: RECONSUME_LATER sends the message back; the broker redelivers it through the group's
+/// retry topic with reconsumeTimes 1 and the original content.
+async fn retry(env: &Env) -> anyhow::Result<String> {
+    let scenario = "retry";
+    let topic = env.name(scenario, "topic");
+    let group = env.name(scenario, "group");
+    let retry_topic = format!("{}{group}", harness::RETRY_TOPIC_PREFIX);
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let instance = env.name(scenario, "consumer");
+    let recorder = Recorder::default();
+    let spec = ConsumerSpec {
+        group: &group,
+        instance: &instance,
+        topic: &topic,
+        expression: "*",
+        model: MessageModel::Clustering,
+    };
+    let listener = ReconsumeOnceListener {
+        consumer: instance.clone(),
+        recorder: recorder.clone(),
+    };
+    let mut consumer = env.push_consumer(&spec, listener).await?;
+    bounded("push consumer start", consumer.start()).await?;
+    let sent = harness::sent_messages(env, scenario, RETRY_COUNT, rotating_tags);
+    let outcome = async {
+        for message in &sent {
+            let result = bounded(
+                "sync send",
+                producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
+            )
+            .await?;
+            check_send_result(&format!("send of {}", message.id()), &topic, result)?;
+        }
+        let max = check_stored_count(&mut producer, &topic, RETRY_COUNT).await?;
+        let redelivered = |snapshot: &[Delivery]| {
+            sent.iter()
+                .filter(|m| {
+                    snapshot
+                        .iter()
+                        .any(|d| d.id() == m.id() && d.reconsume_times > 0)
+                })
+                .count()
+        };
+        wait_for(
+            "every message to come back through the retry topic",
+            async || Ok((redelivered(&recorder.snapshot()) == sent.len()).then_some(())),
+            || {
+                let snapshot = recorder.snapshot();
+                format!(
+                    "{} deliveries, {} of {} messages redelivered",
+                    snapshot.len(),
+                    redelivered(&snapshot),
+                    sent.len()
+                )
+            },
+        )
+        .await?;
+        harness::wait_drained(&[&consumer], &topic, &max).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    bounded_shutdown("push consumer", consumer.shutdown()).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    outcome?;
+    let deliveries = recorder.snapshot();
+    check::check_deliveries(&sent, &topic, &deliveries, 2).map_err(|e| anyhow!(e))?;
+    check_retry_pairs(&sent, &topic, &retry_topic, &deliveries)?;
+    Ok(format!(
+        "{RETRY_COUNT} messages returned RECONSUME_LATER once and came back once through {retry_topic}"
+    ))
+}
+
+/// Each message: first delivery from the topic with reconsumeTimes 0, second from the retry
+/// topic with reconsumeTimes 1, a new stored copy (other msgId) naming the original topic.
+fn check_retry_pairs(
+    sent: &[Sent],
+    topic: &str,
+    retry_topic: &str,
+    deliveries: &[Delivery],
+) -> anyhow::Result<()> {
+    let mut problems = Vec::new();
+    for message in sent {
+        let pair: Vec<&Delivery> = deliveries
+            .iter()
+            .filter(|d| d.id() == message.id())
+            .collect();
+        let [first, second] = pair.as_slice() else {
+            continue; // the count check already failed
+        };
+        let id = message.id();
+        if (first.queue_topic.as_str(), first.reconsume_times) != (topic, 0) {
+            problems.push(format!(
+                "{id}: first delivery from {:?} with reconsumeTimes {}, expected {topic:?} and 0",
+                first.queue_topic, first.reconsume_times
+            ));
+        }
+        if (second.queue_topic.as_str(), second.reconsume_times) != (retry_topic, 1) {
+            problems.push(format!(
+                "{id}: second delivery from {:?} with reconsumeTimes {}, expected {retry_topic:?} and 1",
+                second.queue_topic, second.reconsume_times
+            ));
+        }
+        if second.retry_topic.as_deref() != Some(topic) {
+            problems.push(format!(
+                "{id}: redelivery has RETRY_TOPIC {:?}, expected {topic:?}",
+                second.retry_topic
+            ));
+        }
+        if second.msg_id == first.msg_id {
+            problems.push(format!(
+                "{id}: redelivery has the original msgId {}; the broker did not store a retry copy",
+                first.msg_id
+            ));
+        }
+    }
+    check::finish("retry deliveries", problems).map_err(|e| anyhow!(e))
+}
+
+/// Reads the group's committed offsets from the broker until they equal `max` (polling: the
+/// client persists offsets asynchronously).
+async fn wait_committed(
+    env: &Env,
+    scenario: &str,
+    group: &str,
+    topic: &str,
+    max: &BTreeMap<i32, i64>,
+) -> anyhow::Result<()> {
+    let reader = env.offset_reader(scenario, group).await?;
+    let outcome = async {
+        let queues = bounded(
+            "fetch subscribe queues",
+            reader.fetch_subscribe_message_queues(topic),
+        )
+        .await?;
+        let last = Mutex::new(BTreeMap::new());
+        wait_for(
+            &format!("the broker to hold group {group}'s committed offsets at the max offsets"),
+            async || {
+                let mut committed = BTreeMap::new();
+                for queue in &queues {
+                    let offset = bounded(
+                        "fetch consume offset",
+                        reader.fetch_consume_offset(queue, true),
+                    )
+                    .await?;
+                    committed.insert(queue.queue_id(), offset);
+                }
+                let done = &committed == max;
+                *lock(&last) = committed;
+                Ok(done.then_some(()))
+            },
+            || format!("committed {:?}, max {max:?}", lock(&last)),
+        )
+        .await
+    }
+    .await;
+    bounded("offset reader shutdown", reader.shutdown()).await?;
+    outcome
+}
+
+/// Restart: a second consumer of the group starts at the offsets the first one committed.
+async fn restart(env: &Env) -> anyhow::Result<String> {
+    let scenario = "restart";
+    let topic = env.name(scenario, "topic");
+    let group = env.name(scenario, "group");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let all = harness::sent_messages(env, scenario, 2 * RESTART_PHASE_COUNT, rotating_tags);
+    let (before, after) = all.split_at(RESTART_PHASE_COUNT as usize);
+    let outcome = async {
+        let mut max = BTreeMap::new();
+        for (phase_index, messages) in [before, after].into_iter().enumerate() {
+            for message in messages {
+                let result = bounded(
+                    "sync send",
+                    producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
+                )
+                .await?;
+                check_send_result(&format!("send of {}", message.id()), &topic, result)?;
+            }
+            let stored = RESTART_PHASE_COUNT * u32::try_from(phase_index + 1).context("phase")?;
+            max = check_stored_count(&mut producer, &topic, stored).await?;
+            let instance = env.name(scenario, &format!("consumer-{}", phase_index + 1));
+            let recorder = Recorder::default();
+            let spec = ConsumerSpec {
+                group: &group,
+                instance: &instance,
+                topic: &topic,
+                expression: "*",
+                model: MessageModel::Clustering,
+            };
+            let listener = RecordingListener {
+                consumer: instance.clone(),
+                recorder: recorder.clone(),
+            };
+            let mut consumer = env.push_consumer(&spec, listener).await?;
+            bounded("push consumer start", consumer.start()).await?;
+            let consumed = async {
+                recorder
+                    .wait_all(&format!("phase {} messages", phase_index + 1), messages)
+                    .await?;
+                harness::wait_drained(&[&consumer], &topic, &max).await
+            }
+            .await;
+            bounded_shutdown("push consumer", consumer.shutdown()).await?;
+            consumed?;
+            // Phase 2 consumes from the committed offsets: phase 1 messages would show up as
+            // unexpected here.
+            check::check_exactly_once(messages, &topic, &recorder.snapshot())
+                .map_err(|e| anyhow!("phase {} (consumer {instance}): {e}", phase_index + 1))?;
+            if phase_index == 0 {
+                wait_committed(env, scenario, &group, &topic, &max).await?;
+            }
+        }
+        anyhow::Ok(max)
+    }
+    .await;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let max = outcome?;
+    Ok(format!(
+        "{RESTART_PHASE_COUNT} messages before and {RESTART_PHASE_COUNT} after a consumer restart, each consumed once; committed offsets {max:?}"
+    ))
+}
+
+/// The broker restart scenario's name, topic and messages (both phases derive the same ones).
+fn broker_restart_plan(env: &Env) -> (&'static str, String, Vec<Sent>) {
+    let scenario = "broker-restart";
+    let topic = env.name(scenario, "topic");
+    let sent = harness::sent_messages(env, scenario, 2 * BROKER_RESTART_PHASE_COUNT, rotating_tags);
+    (scenario, topic, sent)
+}
+
+/// Broker restart, phase 1: store messages, consume them, commit the group's offsets.
+async fn broker_restart_before(env: &Env) -> anyhow::Result<String> {
+    let (scenario, topic, sent) = broker_restart_plan(env);
+    let (before, _) = sent.split_at(BROKER_RESTART_PHASE_COUNT as usize);
+    let mut producer = env.producer(scenario).await?;
+    let outcome = async {
+        env.create_topic(&mut producer, &topic).await?;
+        for message in before {
+            let result = bounded(
+                "sync send",
+                producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
+            )
+            .await?;
+            check_send_result(&format!("send of {}", message.id()), &topic, result)?;
+        }
+        check_stored_count(&mut producer, &topic, BROKER_RESTART_PHASE_COUNT).await
+    }
+    .await;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let max = outcome?;
+    let deliveries = read_back(env, scenario, &topic, before, &max).await?;
+    check::check_exactly_once(before, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    wait_committed(env, scenario, &env.name(scenario, "group"), &topic, &max).await?;
+    Ok(format!(
+        "{BROKER_RESTART_PHASE_COUNT} messages stored and consumed; committed offsets {max:?} (restart the broker, then run broker-restart-2)"
+    ))
+}
+
+/// Broker restart, phase 2: the topic, its messages and the group's offsets survived; the
+/// group continues with only the new messages; a fresh group reads everything.
+async fn broker_restart_after(env: &Env) -> anyhow::Result<String> {
+    let (scenario, topic, sent) = broker_restart_plan(env);
+    let (_, after) = sent.split_at(BROKER_RESTART_PHASE_COUNT as usize);
+    let group = env.name(scenario, "group");
+    let mut producer = env.producer(scenario).await?;
+    let outcome = async {
+        let kept = check_stored_count(&mut producer, &topic, BROKER_RESTART_PHASE_COUNT)
+            .await
+            .context("messages of phase 1 after the restart")?;
+        wait_committed(env, scenario, &group, &topic, &kept)
+            .await
+            .context("committed offsets of phase 1 after the restart")?;
+        for message in after {
+            let result = bounded(
+                "sync send",
+                producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
+            )
+            .await?;
+            check_send_result(&format!("send of {}", message.id()), &topic, result)?;
+        }
+        check_stored_count(&mut producer, &topic, 2 * BROKER_RESTART_PHASE_COUNT).await
+    }
+    .await;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let max = outcome?;
+    // The same group: phase 1 messages would show up as unexpected.
+    let continued = read_back(env, scenario, &topic, after, &max).await?;
+    check::check_exactly_once(after, &topic, &continued)
+        .map_err(|e| anyhow!("group {group} after the restart: {e}"))?;
+    // A fresh group from the first offset: everything, byte for byte.
+    let everything = read_back_as(
+        env,
+        scenario,
+        ("fresh-group", "fresh-consumer"),
+        &topic,
+        &sent,
+        &max,
+    )
+    .await?;
+    check::check_exactly_once(&sent, &topic, &everything)
+        .map_err(|e| anyhow!("fresh group: {e}"))?;
+    Ok(format!(
+        "after the restart: {BROKER_RESTART_PHASE_COUNT} stored messages and the committed offsets kept, the group consumed only the {BROKER_RESTART_PHASE_COUNT} new ones, a fresh group all {}",
+        sent.len()
+    ))
+}
+
+/// Lite pull (subscribe mode): poll everything, commit with persist, offsets reach the broker.
+async fn lite_pull(env: &Env) -> anyhow::Result<String> {
+    let scenario = "lite-pull";
+    let topic = env.name(scenario, "topic");
+    let group = env.name(scenario, "group");
+    let mut producer = env.producer(scenario).await?;
+    env.create_topic(&mut producer, &topic).await?;
+    let sent = harness::sent_messages(env, scenario, LITE_PULL_COUNT, rotating_tags);
+    for message in &sent {
+        let result = bounded(
+            "sync send",
+            producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
+        )
+        .await?;
+        check_send_result(&format!("send of {}", message.id()), &topic, result)?;
+    }
+    let max = check_stored_count(&mut producer, &topic, LITE_PULL_COUNT).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let instance = env.name(scenario, "consumer");
+    let consumer = DefaultLitePullConsumer::builder(Arc::clone(&env.runtime))
+        .name_server_addr(env.namesrv.as_str())
+        .client_ip("127.0.0.1")
+        .instance_name(instance.as_str())
+        .consumer_group(group.as_str())
+        .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+        .auto_commit(false)
+        .poll_timeout_millis(LITE_POLL_TIMEOUT_MS)
+        // Short long-polls, so shutdown (which waits for the pull in flight) stays quick.
+        .broker_suspend_max_time_millis(LITE_SUSPEND_MS)
+        .consumer_timeout_millis_when_suspend(2 * LITE_SUSPEND_MS)
+        .build()
+        .map_err(|e| anyhow!("lite pull consumer: {e}"))?;
+    bounded(
+        "lite pull subscribe",
+        consumer.subscribe_with_expression(&topic, "*"),
+    )
+    .await?;
+    bounded("lite pull start", consumer.start()).await?;
+    let recorder = Recorder::default();
+    let outcome = async {
+        let deadline = tokio::time::Instant::now() + harness::WAIT_MAX;
+        while !check::missing_ids(&sent, &recorder.snapshot()).is_empty() {
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "gave up after {} s polling: {} of {} messages missing",
+                harness::WAIT_MAX.as_secs(),
+                check::missing_ids(&sent, &recorder.snapshot()).len(),
+                sent.len()
+            );
+            for message in consumer.poll_with_timeout(LITE_POLL_TIMEOUT_MS).await {
+                let queue_topic = message.topic().to_string();
+                recorder.record(&instance, &queue_topic, &message);
+            }
+        }
+        let assigned: HashSet<MessageQueue> =
+            bounded("lite pull assignment", consumer.assignment()).await?;
+        ensure!(
+            assigned.len() == TOPIC_QUEUE_COUNT,
+            "lite pull consumer owns {} queues, expected {TOPIC_QUEUE_COUNT}",
+            assigned.len()
+        );
+        consumer.commit_with_set(assigned, true).await;
+        anyhow::Ok(())
+    }
+    .await;
+    bounded_shutdown("lite pull consumer", consumer.shutdown()).await?;
+    outcome?;
+    check::check_exactly_once(&sent, &topic, &recorder.snapshot()).map_err(|e| anyhow!(e))?;
+    wait_committed(env, scenario, &group, &topic, &max).await?;
+    Ok(format!(
+        "{LITE_PULL_COUNT} messages polled exactly once; committed offsets reached the broker: {max:?}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenario_names_are_unique() {
+        let unique: BTreeSet<&str> = SCENARIOS.iter().copied().collect();
+        assert_eq!(unique.len(), SCENARIOS.len());
+    }
+
+    #[test]
+    fn rotating_tags_cover_three_tags_and_untagged() {
+        let tags: BTreeSet<Option<String>> = (0..15).map(rotating_tags).collect();
+        assert_eq!(tags.len(), 4);
+        assert!(tags.contains(&None));
+    }
+
+    #[test]
+    fn repeated_offsets_in_send_results_are_rejected() {
+        let mut placement = Placement::new();
+        placement.insert("a".to_string(), (0, 5, "x".to_string()));
+        placement.insert("b".to_string(), (1, 5, "y".to_string()));
+        assert!(check_offsets_distinct(&placement).is_ok());
+        placement.insert("c".to_string(), (0, 5, "z".to_string()));
+        assert!(check_offsets_distinct(&placement).is_err());
+    }
+}
