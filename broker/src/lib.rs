@@ -9,6 +9,7 @@
 pub mod client_registry;
 pub mod config;
 pub mod consumer_offset;
+pub mod features;
 pub mod namesrv;
 pub mod persist;
 pub mod queue_lock;

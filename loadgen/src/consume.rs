@@ -26,7 +26,7 @@
 //! - A queue's next offset only moves to what the broker returned as
 //!   `nextBeginOffset`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -37,7 +37,7 @@ use ringmq_protocol::header::{
     CustomHeader, GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader, PullMessageRequestHeader,
     PullMessageResponseHeader, PullSysFlag,
 };
-use ringmq_protocol::message::{CrcCheck, iter_pull_body};
+use ringmq_protocol::message::{CrcCheck, RecordView, iter_pull_body};
 
 use crate::client::{
     Brokers, ClientError, Connection, MessageQueue, QueueAccess, REQUEST_TIMEOUT, RequestError,
@@ -163,17 +163,41 @@ impl Lag {
     }
 }
 
+/// What a consumer records for each message.
+#[derive(Debug, Clone)]
+pub(crate) enum Measure {
+    /// End-to-end latency: now minus the born timestamp.
+    FromBorn,
+    /// Delivery error of delayed messages: now minus the due time the
+    /// producer put in [`crate::delay::DUE_US_PROPERTY`]. Messages without it
+    /// are ignored; an arrival before its due time is recorded as error
+    /// [`crate::hist::ERROR_CODE_EARLY`]. `arrived` counts both.
+    FromDue {
+        /// Messages with a due time seen so far.
+        arrived: Arc<AtomicU64>,
+    },
+}
+
 /// Consumers that have found their start offsets and are pulling.
-struct Consumers {
+pub(crate) struct Consumers {
     threads: Vec<JoinHandle<Lag>>,
-    handles: Vec<StatsHandle>,
+    pub(crate) handles: Vec<StatsHandle>,
     stop: Arc<AtomicBool>,
-    route: Route,
+    pub(crate) route: Route,
 }
 
 impl Consumers {
     /// Connects, finds the start offsets and starts pulling.
     fn start(config: &ConsumeConfig, origin: Instant) -> Result<Self, WorkloadError> {
+        Self::start_measuring(config, origin, &Measure::FromBorn)
+    }
+
+    /// As [`Consumers::start`], recording `measure` for each message.
+    pub(crate) fn start_measuring(
+        config: &ConsumeConfig,
+        origin: Instant,
+        measure: &Measure,
+    ) -> Result<Self, WorkloadError> {
         config.validate()?;
         let route = Route::lookup(
             &config.namesrv,
@@ -218,6 +242,7 @@ impl Consumers {
                 states,
                 stats,
                 stop: Arc::clone(&stop),
+                measure: measure.clone(),
             };
             let thread = std::thread::Builder::new()
                 .name(format!("consumer {index}"))
@@ -234,7 +259,7 @@ impl Consumers {
     }
 
     /// Stops pulling and returns the lag.
-    fn stop(self) -> Lag {
+    pub(crate) fn stop(self) -> Lag {
         self.stop.store(true, Ordering::Release);
         let mut lag = Lag::default();
         for thread in self.threads {
@@ -306,6 +331,7 @@ struct Consumer {
     states: Vec<QueueState>,
     stats: StatsHandle,
     stop: Arc<AtomicBool>,
+    measure: Measure,
 }
 
 impl Consumer {
@@ -412,14 +438,11 @@ impl Consumer {
         match response.code {
             response_code::SUCCESS => {
                 let now_us = unix_us();
+                let measure = &self.measure;
                 self.stats.with(|s| {
                     for record in iter_pull_body(response.body_bytes(), CrcCheck::Skip) {
                         match record {
-                            Ok(record) => {
-                                let born_us = record.born_timestamp_ms().max(0) as u64 * 1000;
-                                let latency = now_us.saturating_sub(born_us);
-                                s.record_success(latency, 1, record.body().len() as u64);
-                            }
+                            Ok(record) => record_arrival(s, measure, &record, now_us),
                             Err(_) => s.record_error(ERROR_CODE_NO_RESPONSE),
                         }
                     }
@@ -443,7 +466,37 @@ impl Consumer {
     }
 }
 
-fn unix_us() -> u64 {
+/// Records one pulled message as `measure` says.
+fn record_arrival(
+    stats: &mut crate::hist::IntervalStats,
+    measure: &Measure,
+    record: &RecordView<'_>,
+    now_us: u64,
+) {
+    let body_size = record.body().len() as u64;
+    match measure {
+        Measure::FromBorn => {
+            let born_us = record.born_timestamp_ms().max(0) as u64 * 1000;
+            stats.record_success(now_us.saturating_sub(born_us), 1, body_size);
+        }
+        Measure::FromDue { arrived } => {
+            let Some(due_us) = record
+                .property(crate::delay::DUE_US_PROPERTY)
+                .and_then(|text| text.parse::<u64>().ok())
+            else {
+                return;
+            };
+            arrived.fetch_add(1, Ordering::Relaxed);
+            if now_us < due_us {
+                stats.record_error(crate::hist::ERROR_CODE_EARLY);
+            } else {
+                stats.record_success(now_us - due_us, 1, body_size);
+            }
+        }
+    }
+}
+
+pub(crate) fn unix_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)

@@ -46,6 +46,9 @@ pub const ERROR_CODE_OTHER: i32 = i32::MIN;
 /// The code under which a request that never got a response (timeout, broken
 /// connection) is counted.
 pub const ERROR_CODE_NO_RESPONSE: i32 = -1;
+/// Pseudo response code of a delayed message that arrived before its due
+/// time (the `delay` workload).
+pub const ERROR_CODE_EARLY: i32 = -2;
 
 const _: () = assert!(LATENCY_US_MIN < LATENCY_US_MAX);
 

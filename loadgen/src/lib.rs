@@ -6,6 +6,7 @@
 pub mod client;
 pub mod compare;
 pub mod consume;
+pub mod delay;
 pub mod disk_floor;
 pub mod hgrm;
 pub mod hist;

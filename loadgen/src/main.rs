@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ringmq_loadgen::compare::{CompareFormat, compare};
 use ringmq_loadgen::consume::{self, ConsumeConfig, StartFrom};
+use ringmq_loadgen::delay::{self, DELAY_LEVELS_DEFAULT, DelayConfig, DelayTarget};
 use ringmq_loadgen::disk_floor;
 use ringmq_loadgen::hgrm;
 use ringmq_loadgen::json::Json;
@@ -37,6 +38,9 @@ enum Command {
     Consume(ConsumeArgs),
     /// Produce and consume together: produce latency, end-to-end latency, lag.
     E2e(E2eArgs),
+    /// Send delayed or timer messages, consume them, and measure delivery
+    /// error (arrival minus due time).
+    Delay(DelayArgs),
     /// Measure the disk: 4 KiB write+fdatasync latency and 1 MiB O_DIRECT MB/s.
     DiskFloor(DiskFloorArgs),
     /// Show runs (JSON summaries) side by side with ratios to the first.
@@ -172,6 +176,59 @@ struct E2eArgs {
 }
 
 #[derive(Args, Clone, Debug)]
+#[command(group(clap::ArgGroup::new("delay_kind").required(true).args(["level", "delay_ms"])))]
+struct DelayArgs {
+    /// Name server address.
+    #[arg(long, default_value = "127.0.0.1:9876")]
+    namesrv: String,
+    /// Topic to send to and consume.
+    #[arg(long, default_value = "DelayTest")]
+    topic: String,
+    /// Delay level (DELAY property, 1-based in the broker's ladder).
+    #[arg(long)]
+    level: Option<i32>,
+    /// Timer delay in ms (TIMER_DELIVER_MS = send time + this; RocketMQ 5).
+    #[arg(long)]
+    delay_ms: Option<u64>,
+    /// Messages to send.
+    #[arg(long, default_value_t = 100)]
+    count: u64,
+    /// Send rate, messages per second.
+    #[arg(long, default_value_t = 50)]
+    rate: u64,
+    /// Message body size in bytes.
+    #[arg(long, default_value_t = 128)]
+    size: usize,
+    /// The broker's messageDelayLevel (to know a level's delay).
+    #[arg(long, default_value = DELAY_LEVELS_DEFAULT)]
+    delay_levels: String,
+    /// Seconds to wait after the last due time for late messages.
+    #[arg(long, default_value_t = 10)]
+    drain_seconds: u64,
+    /// Queues to use (default: all in the route).
+    #[arg(long)]
+    queues: Option<u32>,
+    /// Producer group.
+    #[arg(long, default_value = "ringmq_loadgen_delay_producer")]
+    group: String,
+    /// Consumer group.
+    #[arg(long, default_value = "ringmq_loadgen_delay_consumer")]
+    consumer_group: String,
+    /// Write the JSON summary here.
+    #[arg(long, value_name = "FILE")]
+    json_out: Option<PathBuf>,
+    /// Write the percentile distribution (.hgrm) here.
+    #[arg(long, value_name = "FILE")]
+    hgrm_out: Option<PathBuf>,
+    /// Write the HdrHistogram interval log (one histogram per second) here.
+    #[arg(long, value_name = "FILE")]
+    hlog_out: Option<PathBuf>,
+    /// Name of the run (default: from the workload).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Args, Clone, Debug)]
 struct DiskFloorArgs {
     /// Directory to measure (a scratch file is created and removed there).
     #[arg(long)]
@@ -237,6 +294,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::NullBroker(args) => run_null_broker(&args),
         Command::Consume(args) => run_consume(&args),
         Command::E2e(args) => run_e2e(&args),
+        Command::Delay(args) => run_delay(&args),
         Command::DiskFloor(args) => run_disk_floor(&args),
         Command::Compare(args) => run_compare(&args),
         Command::Plot(args) => run_plot(&args),
@@ -355,6 +413,47 @@ fn run_e2e(args: &E2eArgs) -> anyhow::Result<()> {
         result.consume.error_count()
     );
     println!("{}", consume::lag_line(result.lag));
+    Ok(())
+}
+
+fn run_delay(args: &DelayArgs) -> anyhow::Result<()> {
+    let target = match (args.level, args.delay_ms) {
+        (Some(level), None) => DelayTarget::Level(level),
+        (None, Some(ms)) => DelayTarget::TimerMs(ms),
+        _ => bail!("give exactly one of --level and --delay-ms"),
+    };
+    let config = DelayConfig {
+        namesrv: args.namesrv.clone(),
+        topic: args.topic.clone(),
+        target,
+        count: args.count,
+        rate_per_s: args.rate,
+        body_size: args.size,
+        producer_group: args.group.clone(),
+        consumer_group: args.consumer_group.clone(),
+        queue_count: queue_count(args.queues),
+        delay_levels: args.delay_levels.clone(),
+        drain: Duration::from_secs(args.drain_seconds),
+    };
+    let outputs = Outputs {
+        name: args.name.clone(),
+        command: command_line(),
+        json: args.json_out.clone(),
+        hgrm: args.hgrm_out.clone(),
+        hlog: args.hlog_out.clone(),
+        progress: std::io::stdout().is_terminal(),
+    };
+    let result = delay::run_delay(&config, &outputs).context("running the delay workload")?;
+    println!("delivery error (arrival minus due time):");
+    print!("{}", result.summary.table());
+    println!(
+        "sent {}  send errors {}  arrived {}  early {}  missing {}",
+        result.sent,
+        result.send_errors,
+        result.arrived,
+        result.early,
+        result.missing()
+    );
     Ok(())
 }
 

@@ -524,6 +524,7 @@ fn string(object: &Json, key: &'static str) -> Result<String, SummaryError> {
 pub fn code_name(code: i32) -> &'static str {
     match code {
         crate::hist::ERROR_CODE_NO_RESPONSE => "NO_RESPONSE (timeout/closed)",
+        crate::hist::ERROR_CODE_EARLY => "EARLY (delivered before its due time)",
         crate::hist::ERROR_CODE_OTHER => "OTHER (too many codes)",
         code => ringmq_protocol::code::response_code_name(code).unwrap_or("UNKNOWN"),
     }
