@@ -120,9 +120,13 @@ pub(super) fn take_requests(
     // handler has dropped them the allocation is unique again and converts
     // back without copying (only the partial frame at the end moves to the
     // front).
-    let mut input = Bytes::from(buf)
-        .try_into_mut()
-        .expect("a Bytes made from a Vec has no other handle");
+    // An empty Vec without capacity (what a backlog leaves after copying an
+    // empty remainder out of a still-shared buffer) becomes the static empty
+    // Bytes, which never converts: start from a fresh buffer then.
+    let mut input = match Bytes::from(buf).try_into_mut() {
+        Ok(input) => input,
+        Err(shared) => BytesMut::from(&shared[..]),
+    };
     let mut taken = 0;
     let end = loop {
         if taken == max {
@@ -234,6 +238,31 @@ mod tests {
         let (_, end, opaques) = take_all(buf, 64);
         assert_eq!(end, InputEnd::NeedMore);
         assert_eq!(opaques, vec![2, 3, 4]);
+    }
+
+    #[test]
+    fn a_backlog_that_ends_with_the_buffer_while_requests_are_held_reads_on() {
+        // The handler keeps every request (a send waiting for its append
+        // ack holds its body, a slice of the read buffer), and the bound is
+        // reached exactly at the buffer's end: the remainder is an empty Vec
+        // without capacity, which the next call must accept.
+        let mut input = Vec::new();
+        for opaque in 0..2 {
+            input.extend_from_slice(&request_frame(105, opaque));
+        }
+        let mut held = Vec::new();
+        let (buf, end) = take_requests(input, 2, |command| held.push(command));
+        assert_eq!(end, InputEnd::Backlog);
+        assert!(buf.is_empty());
+        let (buf, end, opaques) = take_all(buf, 64);
+        assert_eq!(end, InputEnd::NeedMore);
+        assert!(opaques.is_empty());
+        let mut next = buf;
+        next.extend_from_slice(&request_frame(105, 7));
+        let (_, end, opaques) = take_all(next, 64);
+        assert_eq!(end, InputEnd::NeedMore);
+        assert_eq!(opaques, vec![7]);
+        assert_eq!(held.len(), 2);
     }
 
     #[test]
