@@ -434,6 +434,16 @@ impl ClientRegistry {
         channels.keys().nth(index).copied()
     }
 
+    /// A channel of the producer whose `clientID` is `client_id`, in any
+    /// group (Java's `ProducerManager.findChannel`, for request-reply).
+    pub fn producer_channel_by_client_id(&self, client_id: &str) -> Option<ChannelId> {
+        self.producers
+            .values()
+            .flat_map(|channels| channels.values())
+            .find(|channel| channel.client_id == client_id)
+            .map(|channel| channel.channel)
+    }
+
     /// The registered subscription a pull of (group, topic) must use, with
     /// Java's checks: the group is online, broadcasting is allowed when the
     /// group broadcasts (`consume_broadcast_enable` from its config), the

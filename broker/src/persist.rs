@@ -97,15 +97,19 @@ pub enum ConfigFile {
     ConsumerOffsets,
     /// `delayOffset.json` (`ScheduleMessageService`).
     DelayOffsets,
+    /// `timerProgress.json` (ringmq: the timer wheel's progress; Java keeps
+    /// its own timer log and checkpoint instead).
+    TimerProgress,
 }
 
 impl ConfigFile {
     /// Every config file, in slot order.
-    pub const ALL: [ConfigFile; 4] = [
+    pub const ALL: [ConfigFile; 5] = [
         ConfigFile::Topics,
         ConfigFile::SubscriptionGroups,
         ConfigFile::ConsumerOffsets,
         ConfigFile::DelayOffsets,
+        ConfigFile::TimerProgress,
     ];
 
     /// The file's name as RocketMQ spells it.
@@ -115,6 +119,7 @@ impl ConfigFile {
             ConfigFile::SubscriptionGroups => "subscriptionGroup.json",
             ConfigFile::ConsumerOffsets => "consumerOffset.json",
             ConfigFile::DelayOffsets => "delayOffset.json",
+            ConfigFile::TimerProgress => "timerProgress.json",
         }
     }
 
@@ -124,6 +129,7 @@ impl ConfigFile {
             ConfigFile::SubscriptionGroups => 1,
             ConfigFile::ConsumerOffsets => 2,
             ConfigFile::DelayOffsets => 3,
+            ConfigFile::TimerProgress => 4,
         }
     }
 }
@@ -432,7 +438,7 @@ pub struct PersisterStatus {
 /// Everything waiting for the thread, behind one mutex.
 #[derive(Debug, Default)]
 struct Pending {
-    files: [Option<Vec<u8>>; 4],
+    files: [Option<Vec<u8>>; ConfigFile::ALL.len()],
     /// Latest offsets per shard; kept after writing, since every write of
     /// `consumerOffset.json` merges all shards.
     shard_offsets: BTreeMap<u16, Arc<ConsumerOffsetFile>>,
@@ -773,7 +779,7 @@ mod tests {
     }
 
     #[test]
-    fn file_names_are_rocketmqs() {
+    fn file_names_are_rocketmqs_plus_the_timer_progress() {
         let names: Vec<_> = ConfigFile::ALL.iter().map(|f| f.file_name()).collect();
         assert_eq!(
             names,
@@ -781,7 +787,8 @@ mod tests {
                 "topics.json",
                 "subscriptionGroup.json",
                 "consumerOffset.json",
-                "delayOffset.json"
+                "delayOffset.json",
+                "timerProgress.json"
             ]
         );
         for (index, file) in ConfigFile::ALL.iter().enumerate() {

@@ -174,6 +174,7 @@ pub const KEYS: &[&str] = &[
     "defaultTopicQueueNums",
     "deleteWhen",
     "diskMaxUsedSpaceRatio",
+    "enablePropertyFilter",
     "fileReservedTime",
     "flushDiskType",
     "flushIntervalCommitLog",
@@ -181,6 +182,7 @@ pub const KEYS: &[&str] = &[
     "listenPort",
     "mapedFileSizeCommitLog",
     "maxMessageSize",
+    "messageDelayLevel",
     "namesrvAddr",
     "namesrvListenPort",
     "registerNameServerPeriod",
@@ -189,6 +191,9 @@ pub const KEYS: &[&str] = &[
     "storePathRootDir",
     "syncFlushTimeout",
     "tailCacheSize",
+    "transactionCheckInterval",
+    "transactionCheckMax",
+    "transactionTimeOut",
 ];
 
 /// Other spellings accepted for a key: (alias, canonical key).
@@ -239,6 +244,9 @@ pub struct BrokerConfig {
     pub disk_max_used_space_ratio_percent: u32,
     /// `maxMessageSize`: largest message body (and batch body).
     pub message_size_max_bytes: u32,
+    /// `messageDelayLevel`: the delay of each level, `1s 5s ... 2h` by default
+    /// (parsed by [`crate::features::delay::DelayLevels::parse`]).
+    pub message_delay_level: String,
     /// `brokerRole`.
     pub broker_role: BrokerRole,
     /// `registerNameServerPeriod`: interval of REGISTER_BROKER.
@@ -251,6 +259,14 @@ pub struct BrokerConfig {
     pub ring_entries: u32,
     /// `connectionsPerShardMax` (ringmq): connections one shard accepts.
     pub connections_per_shard_max: u32,
+    /// `transactionTimeOut`: a half message younger than this is not checked.
+    pub transaction_timeout_ms: u64,
+    /// `transactionCheckInterval`: time between check-back rounds.
+    pub transaction_check_interval_ms: u64,
+    /// `transactionCheckMax`: check-backs before a half message is discarded.
+    pub transaction_check_max: u32,
+    /// `enablePropertyFilter`: whether SQL92 subscriptions are accepted.
+    pub enable_property_filter: bool,
 }
 
 impl BrokerConfig {
@@ -278,12 +294,17 @@ impl BrokerConfig {
             delete_when_hours: vec![4],
             disk_max_used_space_ratio_percent: 75,
             message_size_max_bytes: MESSAGE_SIZE_MAX_DEFAULT,
+            message_delay_level: crate::features::delay::DELAY_LEVELS_DEFAULT.to_owned(),
             broker_role: BrokerRole::AsyncMaster,
             register_name_server_period_ms: 30_000,
             shard_count: env.cpu_count.clamp(1, SHARD_COUNT_MAX),
             tail_cache_size_bytes: TAIL_CACHE_SIZE_DEFAULT,
             ring_entries: 1024,
             connections_per_shard_max: 4096,
+            transaction_timeout_ms: 6_000,
+            transaction_check_interval_ms: 60_000,
+            transaction_check_max: 15,
+            enable_property_filter: false,
         }
     }
 
@@ -386,6 +407,11 @@ impl BrokerConfig {
             "maxMessageSize" => {
                 self.message_size_max_bytes = v.int(1, i64::from(MESSAGE_SIZE_MAX_LIMIT))? as u32
             }
+            "messageDelayLevel" => {
+                crate::features::delay::DelayLevels::parse(value)
+                    .map_err(|error| v.invalid(error.to_string()))?;
+                self.message_delay_level = value.trim().to_owned();
+            }
             "brokerRole" => {
                 self.broker_role = v.choice(&[
                     ("ASYNC_MASTER", BrokerRole::AsyncMaster),
@@ -405,6 +431,14 @@ impl BrokerConfig {
                 self.connections_per_shard_max =
                     v.int(1, i64::from(CONNECTIONS_PER_SHARD_LIMIT))? as u32
             }
+            "transactionTimeOut" => self.transaction_timeout_ms = v.int(0, 86_400_000)? as u64,
+            "transactionCheckInterval" => {
+                self.transaction_check_interval_ms = v.int(1, 86_400_000)? as u64
+            }
+            "transactionCheckMax" => {
+                self.transaction_check_max = v.int(0, i64::from(i32::MAX))? as u32
+            }
+            "enablePropertyFilter" => self.enable_property_filter = v.bool()?,
             other => unreachable!("key {other} is in KEYS but has no setter"),
         }
         Ok(())
@@ -522,7 +556,7 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 27] = [
+        let entries: [(&'static str, String); 32] = [
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -550,6 +584,10 @@ impl BrokerConfig {
             ),
             ("deleteWhen", join_hours),
             (
+                "enablePropertyFilter",
+                self.enable_property_filter.to_string(),
+            ),
+            (
                 "diskMaxUsedSpaceRatio",
                 self.disk_max_used_space_ratio_percent.to_string(),
             ),
@@ -569,6 +607,7 @@ impl BrokerConfig {
                 self.commit_log_segment_size_bytes.to_string(),
             ),
             ("maxMessageSize", self.message_size_max_bytes.to_string()),
+            ("messageDelayLevel", self.message_delay_level.clone()),
             (
                 "namesrvAddr",
                 self.namesrv_addrs
@@ -589,6 +628,18 @@ impl BrokerConfig {
             ),
             ("syncFlushTimeout", self.sync_flush_timeout_ms.to_string()),
             ("tailCacheSize", self.tail_cache_size_bytes.to_string()),
+            (
+                "transactionCheckInterval",
+                self.transaction_check_interval_ms.to_string(),
+            ),
+            (
+                "transactionCheckMax",
+                self.transaction_check_max.to_string(),
+            ),
+            (
+                "transactionTimeOut",
+                self.transaction_timeout_ms.to_string(),
+            ),
         ];
         entries.into_iter().collect()
     }
@@ -1077,7 +1128,10 @@ mod tests {
         assert!(printed.contains("\nnamesrvAddr=\n"));
         assert!(printed.contains("\nstorePathRootDir=/home/mq/store\n"));
         assert!(printed.starts_with("autoCreateSubscriptionGroup=true\nautoCreateTopicEnable=true\nbrokerClusterName=DefaultCluster\n"));
-        assert!(printed.ends_with("syncFlushTimeout=5000\ntailCacheSize=67108864\n"));
+        assert!(printed.ends_with(
+            "syncFlushTimeout=5000\ntailCacheSize=67108864\ntransactionCheckInterval=60000\n\
+             transactionCheckMax=15\ntransactionTimeOut=6000\n"
+        ));
     }
 
     #[test]

@@ -161,7 +161,10 @@ impl DelayLevels {
                 level,
                 item: (*item).to_owned(),
             };
-            let (count, unit) = item.split_at(item.len().saturating_sub(1));
+            // The unit is the last character (which may be multi-byte in
+            // bad input: split on its boundary).
+            let unit_start = item.char_indices().last().map_or(0, |(index, _)| index);
+            let (count, unit) = item.split_at(unit_start);
             let unit_ms: i64 = match unit {
                 "s" => 1000,
                 "m" => 60 * 1000,
@@ -643,6 +646,10 @@ mod tests {
                 item: String::new()
             })
         );
+        assert!(matches!(
+            DelayLevels::parse("5é"),
+            Err(DelayError::BadLevelItem { level: 1, .. })
+        ));
         assert!(matches!(
             DelayLevels::parse("-1s"),
             Err(DelayError::BadLevelItem { level: 1, .. })

@@ -8,6 +8,9 @@
 //!  HEART_BEAT ─▶ registry ─▶ actions (create group, %RETRY% topic) ─▶ tables ─▶ publish
 //!                         └▶ notifications (NOTIFY_CONSUMER_IDS_CHANGED) ─▶ the members' shards
 //!  connection closed (any shard) ─▶ Closed ─▶ registry ─▶ notifications, new subscriptions
+//!  END_TRANSACTION, check-back tick ─▶ super::transaction (half and op queues are shard 0's)
+//!  SEND_REPLY_MESSAGE(_V2) ─▶ super::reply (the requester's channel is in the registry)
+//!  CHECK_CLIENT_CONFIG ─▶ features::sql92::check_subscription (enablePropertyFilter)
 //! ```
 //!
 //! # Invariants
@@ -60,6 +63,8 @@ pub struct ControlPlane {
     /// Orderly consumers' queue locks.
     pub locks: QueueLockTable,
     registrar: Option<Sender<Arc<TopicConfigSnapshot>>>,
+    /// Transaction check-back state, created on first use.
+    pub(crate) txn: Option<super::transaction::TxnState>,
     last_client_scan_ms: i64,
     last_lock_scan_ms: i64,
 }
@@ -80,6 +85,7 @@ impl ControlPlane {
             clients,
             locks: QueueLockTable::new(),
             registrar,
+            txn: None,
             last_client_scan_ms: now_ms,
             last_lock_scan_ms: now_ms,
         }
@@ -89,6 +95,39 @@ impl ControlPlane {
     pub fn persist_all(&self, persister: &PersisterHandle) {
         persister.write(ConfigFile::Topics, self.topics.encode_file());
         persister.write(ConfigFile::SubscriptionGroups, self.groups.encode_file());
+    }
+}
+
+/// CHECK_CLIENT_CONFIG (46), as Java's `ClientManageProcessor.checkClientConfig`:
+/// the body's `subscriptionData` must be a tag subscription, or a filter the
+/// broker accepts ([`crate::features::sql92::check_subscription`]).
+fn check_client_config(cmd: &RemotingCommand, enable_property_filter: bool) -> RemotingCommand {
+    use ringmq_protocol::json::{JsonBean, JsonValue, SubscriptionData};
+    let body = cmd.body_bytes();
+    let subscription = match ringmq_protocol::json::parse(body) {
+        Ok(JsonValue::Object(object)) => match object.get("subscriptionData") {
+            Some(value @ JsonValue::Object(_)) => {
+                match SubscriptionData::read_json(value, "subscriptionData") {
+                    Ok(data) => Some(data),
+                    Err(error) => return response(response_code::SYSTEM_ERROR, error.to_string()),
+                }
+            }
+            _ => None,
+        },
+        Ok(_) | Err(_) if body.is_empty() => None,
+        Ok(_) => None,
+        Err(error) => return response(response_code::SYSTEM_ERROR, error.to_string()),
+    };
+    let Some(data) = subscription else {
+        return super::success();
+    };
+    match crate::features::sql92::check_subscription(
+        Some(data.expression_type.as_str()),
+        &data.sub_string,
+        enable_property_filter,
+    ) {
+        Ok(_) => super::success(),
+        Err(refusal) => response(refusal.code, refusal.remark),
     }
 }
 
@@ -107,7 +146,7 @@ impl ShardHandler {
     }
 
     /// Publishes the tables after a change.
-    fn publish_topics(&mut self, change: &TopicTableChange) {
+    pub(crate) fn publish_topics(&mut self, change: &TopicTableChange) {
         if change.is_empty() {
             return;
         }
@@ -156,7 +195,8 @@ impl ShardHandler {
     }
 
     fn publish_subscriptions(&mut self, now_ms: i64) {
-        let snapshot = SubscriptionSnapshot::of(&self.control().clients);
+        let previous = self.subs.clone();
+        let snapshot = SubscriptionSnapshot::of_reusing(&self.control().clients, Some(&previous));
         if *self.subs == snapshot {
             return;
         }
@@ -235,6 +275,13 @@ impl ShardHandler {
                 outcome.response
             }
             request_code::GET_BROKER_RUNTIME_INFO => return self.runtime_info(request, now_ms),
+            request_code::END_TRANSACTION => return self.end_transaction(request, now_ms),
+            request_code::SEND_REPLY_MESSAGE | request_code::SEND_REPLY_MESSAGE_V2 => {
+                return self.reply_message(request, now_ms);
+            }
+            request_code::CHECK_CLIENT_CONFIG => {
+                check_client_config(cmd, self.settings.broker_config.enable_property_filter)
+            }
             code => response(
                 response_code::REQUEST_CODE_NOT_SUPPORTED,
                 format!(" request type {code} not supported"),
@@ -346,6 +393,7 @@ impl ShardHandler {
 
     /// Periodic control-plane work (client expiry, lock expiry).
     pub(crate) fn control_tick(&mut self, now_ms: i64) {
+        self.transaction_tick(now_ms);
         let Some(control) = self.control.as_mut() else {
             return;
         };
@@ -366,5 +414,58 @@ impl ShardHandler {
         }
         self.notify(outcome.notifications);
         self.publish_subscriptions(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringmq_protocol::command::ExtFields;
+
+    fn check(body: &str, enable_property_filter: bool) -> RemotingCommand {
+        let mut cmd =
+            RemotingCommand::new_request(request_code::CHECK_CLIENT_CONFIG, ExtFields::new());
+        cmd.body = Some(Bytes::copy_from_slice(body.as_bytes()));
+        check_client_config(&cmd, enable_property_filter)
+    }
+
+    fn body(expression_type: &str, expression: &str) -> String {
+        format!(
+            "{{\"clientId\":\"c\",\"group\":\"g\",\"subscriptionData\":{{\"classFilterMode\":false,\
+             \"codeSet\":[],\"expressionType\":\"{expression_type}\",\"subString\":\"{expression}\",\
+             \"subVersion\":1,\"tagsSet\":[],\"topic\":\"t\"}}}}"
+        )
+    }
+
+    #[test]
+    fn client_config_with_a_tag_subscription_is_accepted() {
+        assert_eq!(
+            check(&body("TAG", "a || b"), false).code,
+            response_code::SUCCESS
+        );
+        assert_eq!(check("", false).code, response_code::SUCCESS);
+    }
+
+    #[test]
+    fn client_config_with_sql92_needs_the_property_filter_enabled() {
+        let refused = check(&body("SQL92", "a > 1"), false);
+        assert_eq!(refused.code, response_code::SYSTEM_ERROR);
+        assert!(refused.remark.unwrap().contains("SQL92"));
+        assert_eq!(
+            check(&body("SQL92", "a > 1"), true).code,
+            response_code::SUCCESS
+        );
+    }
+
+    #[test]
+    fn client_config_with_a_malformed_sql92_expression_is_refused() {
+        let refused = check(&body("SQL92", "a > AND b = 1"), true);
+        assert_eq!(refused.code, response_code::SUBSCRIPTION_PARSE_FAILED);
+        assert!(!refused.remark.unwrap_or_default().is_empty());
+    }
+
+    #[test]
+    fn client_config_with_a_malformed_body_is_a_system_error() {
+        assert_eq!(check("{not json", true).code, response_code::SYSTEM_ERROR);
     }
 }

@@ -33,9 +33,13 @@ pub mod link;
 mod offsets;
 mod pull;
 pub mod query;
+mod reply; // wired by txn
 pub mod runtime;
+pub mod schedule; // wired by schedule
 mod send;
 pub mod subs;
+pub mod timer; // wired by schedule
+pub mod transaction; // wired by txn
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -123,6 +127,10 @@ pub struct ShardHandler {
     /// QUERY_MESSAGE requests waiting for the other shards' parts.
     pending_queries: HashMap<u64, query::PendingQuery>,
     next_query: u64,
+    /// Delay-level delivery of the levels this shard owns (wired by schedule).
+    delay: schedule::DelayState,
+    /// The timer wheel, on the owner of the timer queue (wired by schedule).
+    timer: Option<timer::TimerState>,
 }
 
 impl std::fmt::Debug for ShardHandler {
@@ -188,6 +196,7 @@ impl ShardHandler {
             id == 0,
             "the control plane lives on shard 0"
         );
+        let shard_count = settings.shard_count;
         ShardHandler {
             id,
             settings,
@@ -213,6 +222,14 @@ impl ShardHandler {
             runtime_queries: HashMap::new(),
             pending_queries: HashMap::new(),
             next_query: 0,
+            delay: schedule::DelayState::new(
+                id,
+                shard_count,
+                crate::features::delay::DelayLevels::default(),
+                &ringmq_protocol::json::DelayOffsetFile::default(),
+                None,
+            ),
+            timer: None,
         }
     }
 
@@ -249,6 +266,7 @@ impl ShardHandler {
             Some(store) => store.shutdown(now_ms.max(0) as u64, &mut acks).map(drop),
             None => Ok(()),
         };
+        self.publish_delay_offsets(now_ms, true); // wired by schedule
         if let Some(persister) = &self.persister {
             persister.offsets(self.id, self.offsets.to_file());
             if let Some(control) = &self.control {
@@ -273,6 +291,15 @@ impl ShardHandler {
     /// Sends a finished command to a connection of any shard.
     pub(crate) fn deliver(&mut self, shard: u16, conn: ConnectionId, cmd: RemotingCommand) {
         if shard == self.id {
+            if conn == schedule::INTERNAL_CONN {
+                // wired by schedule: the answer to a delayed delivery.
+                let now_ms = crate::shard::runtime::wall_clock_ms();
+                return self.on_internal_answer(cmd, now_ms);
+            }
+            if conn == transaction::INTERNAL_CONN {
+                // wired by txn: the answer to an internal send.
+                return self.txn_internal_answer(cmd);
+            }
             self.outbound.push((conn, cmd));
         } else if let Some(links) = &mut self.links {
             links.send(shard, ShardMsg::Outbound(conn, cmd));
@@ -362,7 +389,11 @@ impl ShardHandler {
             | request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
             | request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG
             | request_code::DELETE_SUBSCRIPTIONGROUP
-            | request_code::GET_BROKER_RUNTIME_INFO => self.shard_route(0),
+            | request_code::GET_BROKER_RUNTIME_INFO
+            | request_code::END_TRANSACTION
+            | request_code::CHECK_CLIENT_CONFIG
+            | request_code::SEND_REPLY_MESSAGE
+            | request_code::SEND_REPLY_MESSAGE_V2 => self.shard_route(0),
             _ => Route::Here,
         }
     }
@@ -493,7 +524,7 @@ impl ShardHandler {
             };
             match msg {
                 ShardMsg::Request(request) => self.execute(request, now_ms),
-                ShardMsg::Outbound(conn, cmd) => self.outbound.push((conn, cmd)),
+                ShardMsg::Outbound(conn, cmd) => self.deliver(self.id, conn, cmd), // wired by txn
                 ShardMsg::Topics(topics) => {
                     self.topics = topics;
                     self.retry_held_after_snapshot(now_ms);
@@ -545,7 +576,10 @@ impl ShardHandler {
             self.store_failed = true;
         }
         for ack in acks.drain(..) {
-            self.on_ack(ack, now_ms);
+            // wired by txn: transaction appends are acknowledged there.
+            if let Some(ack) = self.txn_on_ack(ack, now_ms) {
+                self.on_ack(ack, now_ms);
+            }
         }
         self.acks = acks;
     }
@@ -586,6 +620,8 @@ impl RequestHandler for ShardHandler {
             // Answers to one-way notifications do not exist; ignore strays.
             return None;
         }
+        let mut cmd = cmd;
+        send::neutralize_internal_marks(&mut cmd); // wired by schedule
         let reply = ReplyTo {
             shard: self.id,
             conn,
@@ -621,6 +657,8 @@ impl RequestHandler for ShardHandler {
     fn on_turn(&mut self, now_ms: i64) {
         self.drain_inbox(now_ms);
         self.poll_store(now_ms);
+        self.run_delay(now_ms); // wired by schedule
+        self.run_timer(now_ms); // wired by schedule
         self.expire_held(now_ms);
         if let Some(links) = &mut self.links {
             links.flush();
@@ -643,6 +681,12 @@ impl RequestHandler for ShardHandler {
         } else {
             PENDING_ACK_POLL
         };
+        if let Some(until) = self.delay_wait_bound(crate::shard::runtime::wall_clock_ms()) {
+            bound = bound.min(until); // wired by schedule
+        }
+        if let Some(until) = self.timer_wait_bound(crate::shard::runtime::wall_clock_ms()) {
+            bound = bound.min(until); // wired by schedule
+        }
         if let Some(deadline) = self.held.iter().map(|held| held.deadline_ms).min() {
             let now = crate::shard::runtime::wall_clock_ms();
             let until = Duration::from_millis(deadline.saturating_sub(now).max(0) as u64);

@@ -1,7 +1,10 @@
 //! PULL_MESSAGE (11) on the queue's owner shard, as Java's
 //! `PullMessageProcessor`: topic, queue and group checks, the subscription
 //! (the header's, or the registered one from the published snapshot), the
-//! tag filter by tags hash (clients re-check tag strings), the commit offset
+//! tag filter by tags hash (clients re-check tag strings) or the SQL92 filter
+//! on each record's properties (compiled in the snapshot, or from the header;
+//! needs `enablePropertyFilter`; records that do not match are skipped and
+//! stay consumed, as in Java's `getMessage` with a `MessageFilter`), the commit offset
 //! piggybacked on the first processing, and long polling.
 //!
 //! A pull that finds nothing new and may be suspended is held, keyed by
@@ -23,8 +26,12 @@ use ringmq_protocol::header::{PullMessageRequestHeader, PullMessageResponseHeade
 use ringmq_protocol::json::SubscriptionData;
 /// `ExpressionType.TAG`.
 const EXPRESSION_TYPE_TAG: &str = "TAG";
-use ringmq_protocol::message::java_string_hash_code;
-use ringmq_storage::store::GetMessageStatus;
+use std::sync::Arc;
+
+use ringmq_protocol::message::{CrcCheck, decode_record, java_string_hash_code};
+use ringmq_storage::store::{FoundRecord, GetMessageStatus, GetMessagesResult};
+
+use crate::features::sql92::{EXPRESSION_TYPE_SQL92, Filter, compile, is_tag_type};
 
 use super::link::Request;
 use super::{ShardHandler, response};
@@ -65,7 +72,43 @@ fn tag_codes(expression: &str) -> Option<Vec<i32>> {
 
 enum Subscription {
     Codes(Option<Vec<i32>>),
+    Sql(Arc<Filter>),
+    Refused(RemotingCommand),
     Wait(PullSubscriptionError),
+}
+
+/// The refusal of a filter the broker does not accept.
+fn unsupported_filter(expression_type: &str) -> RemotingCommand {
+    response(
+        response_code::SYSTEM_ERROR,
+        format!("The broker does not support consumer to filter message by {expression_type}"),
+    )
+}
+
+/// Keeps the records of `result` whose properties match `filter` (the
+/// others are skipped: the next offset stays past them, as Java's
+/// `MessageFilter.isMatchedByCommitLog` does).
+fn retain_matching(result: &mut GetMessagesResult, filter: &Filter) {
+    let mut body = Vec::with_capacity(result.body.len());
+    let mut records = Vec::with_capacity(result.records.len());
+    for record in &result.records {
+        let bytes = &result.body[record.range.clone()];
+        let matched = decode_record(bytes, CrcCheck::Skip)
+            .is_ok_and(|view| filter.matches_properties(view.properties()));
+        if matched {
+            let start = body.len();
+            body.extend_from_slice(bytes);
+            records.push(FoundRecord {
+                range: start..body.len(),
+                ..record.clone()
+            });
+        }
+    }
+    if records.is_empty() && result.status == GetMessageStatus::Found {
+        result.status = GetMessageStatus::NoMatchedMessage;
+    }
+    result.body = body;
+    result.records = records;
 }
 
 impl ShardHandler {
@@ -144,13 +187,20 @@ impl ShardHandler {
                 .expression_type
                 .as_deref()
                 .unwrap_or(EXPRESSION_TYPE_TAG);
-            if !expression_type.eq_ignore_ascii_case(EXPRESSION_TYPE_TAG) {
-                let remark = format!(
-                    "The broker does not support consumer to filter message by {expression_type}"
-                );
-                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+            let expression = header.subscription.as_deref().unwrap_or("*");
+            if expression_type.eq_ignore_ascii_case(EXPRESSION_TYPE_TAG) {
+                Subscription::Codes(tag_codes(expression))
+            } else if expression_type == EXPRESSION_TYPE_SQL92 && self.property_filter_enabled() {
+                match compile(expression) {
+                    Ok(filter) => Subscription::Sql(Arc::new(filter)),
+                    Err(error) => Subscription::Refused(response(
+                        response_code::SUBSCRIPTION_PARSE_FAILED,
+                        error.to_string(),
+                    )),
+                }
+            } else {
+                Subscription::Refused(unsupported_filter(expression_type))
             }
-            Subscription::Codes(tag_codes(header.subscription.as_deref().unwrap_or("*")))
         } else {
             match self.subs.pull_subscription(
                 &header.consumer_group,
@@ -158,12 +208,34 @@ impl ShardHandler {
                 header.sub_version,
                 broadcast_enable,
             ) {
-                Ok(data) => Subscription::Codes(codes_of(data)),
+                Ok(data) if is_tag_type(Some(data.expression_type.as_str())) => {
+                    Subscription::Codes(codes_of(data))
+                }
+                Ok(data) if !self.property_filter_enabled() => {
+                    Subscription::Refused(unsupported_filter(&data.expression_type))
+                }
+                Ok(data) => match self
+                    .subs
+                    .filter(&header.consumer_group, &header.topic)
+                    .map(|compiled| compiled.filter())
+                {
+                    Some(Ok(filter)) => Subscription::Sql(filter.clone()),
+                    Some(Err(remark)) => Subscription::Refused(response(
+                        response_code::SUBSCRIPTION_PARSE_FAILED,
+                        remark.to_owned(),
+                    )),
+                    None => Subscription::Refused(response(
+                        response_code::SUBSCRIPTION_PARSE_FAILED,
+                        format!("no compiled filter for {}", data.sub_string),
+                    )),
+                },
                 Err(error) => Subscription::Wait(error),
             }
         };
-        let codes = match subscription {
-            Subscription::Codes(codes) => codes,
+        let (codes, filter) = match subscription {
+            Subscription::Codes(codes) => (codes, None),
+            Subscription::Sql(filter) => (None, Some(filter)),
+            Subscription::Refused(answer) => return self.reply(request.reply, answer),
             Subscription::Wait(error) => {
                 let waitable = !matches!(error, PullSubscriptionError::BroadcastNotAllowed);
                 let deadline = request
@@ -202,7 +274,7 @@ impl ShardHandler {
         let offset = header.queue_offset.max(0) as u64;
         let queue_id = header.queue_id as u32;
         let max_count = header.max_msg_nums.max(1) as usize;
-        let result = match self.store_mut().get_messages(
+        let mut result = match self.store_mut().get_messages(
             &header.topic,
             queue_id,
             offset,
@@ -218,6 +290,9 @@ impl ShardHandler {
                 );
             }
         };
+        if let Some(filter) = &filter {
+            retain_matching(&mut result, filter);
+        }
         let (code, remark) = match result.status {
             GetMessageStatus::Found => (response_code::SUCCESS, None),
             GetMessageStatus::MessageWasRemoving | GetMessageStatus::NoMatchedMessage => {
@@ -285,6 +360,10 @@ impl ShardHandler {
         } else if let Some(links) = &mut self.links {
             links.send(0, super::link::ShardMsg::EnsureGroup(group.to_owned()));
         }
+    }
+
+    fn property_filter_enabled(&self) -> bool {
+        self.settings.broker_config.enable_property_filter
     }
 
     pub(crate) fn stopping(&self) -> bool {
@@ -368,6 +447,59 @@ fn codes_of(data: &SubscriptionData) -> Option<Vec<i32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn found(records: &[Vec<u8>]) -> GetMessagesResult {
+        let mut result = GetMessagesResult {
+            status: GetMessageStatus::Found,
+            next_begin_offset: records.len() as u64 + 10,
+            min_offset: 0,
+            max_offset: 20,
+            body: Vec::new(),
+            records: Vec::new(),
+        };
+        for (index, bytes) in records.iter().enumerate() {
+            let start = result.body.len();
+            result.body.extend_from_slice(bytes);
+            result.records.push(FoundRecord {
+                queue_offset: 10 + index as u64,
+                commit_log_offset: 1000 * index as u64,
+                range: start..result.body.len(),
+            });
+        }
+        result
+    }
+
+    fn record(a: &str) -> Vec<u8> {
+        crate::features::test_support::record_bytes("T", 0, &[("a", a)], 0)
+    }
+
+    #[test]
+    fn a_sql_filter_keeps_only_matching_records_and_the_next_offset() {
+        let filter = compile("a > 1").unwrap();
+        let mut result = found(&[record("1"), record("2"), record("x"), record("3")]);
+        retain_matching(&mut result, &filter);
+        assert_eq!(result.status, GetMessageStatus::Found);
+        assert_eq!(
+            result.next_begin_offset, 14,
+            "skipped records stay consumed"
+        );
+        let kept: Vec<u64> = result.records.iter().map(|r| r.queue_offset).collect();
+        assert_eq!(kept, vec![11, 13]);
+        for found in &result.records {
+            let view = decode_record(&result.body[found.range.clone()], CrcCheck::Verify).unwrap();
+            assert!(filter.matches_properties(view.properties()));
+        }
+    }
+
+    #[test]
+    fn a_sql_filter_matching_nothing_reports_no_matched_message() {
+        let filter = compile("a = 100").unwrap();
+        let mut result = found(&[record("1"), record("2")]);
+        retain_matching(&mut result, &filter);
+        assert_eq!(result.status, GetMessageStatus::NoMatchedMessage);
+        assert!(result.records.is_empty() && result.body.is_empty());
+        assert_eq!(result.next_begin_offset, 12);
+    }
 
     #[test]
     fn tag_expressions_become_java_hash_codes() {

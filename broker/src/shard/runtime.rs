@@ -184,6 +184,9 @@ struct ShardStart {
     control: Option<ControlPlane>,
     offsets_file: Option<Arc<Vec<u8>>>,
     persister: PersisterHandle,
+    delay_levels: crate::features::delay::DelayLevels,
+    delay_board: super::schedule::DelayOffsetBoard,
+    timer_progress: super::timer::TimerProgressFile,
     inbox: Receiver<ShardMsg>,
     ready: Sender<Result<Ready, String>>,
     links: Receiver<(Vec<SyncSender<ShardMsg>>, Vec<Waker>)>,
@@ -269,7 +272,7 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
             })
             .map_err(|error| format!("loading consumerOffset.json: {error}"))?;
     }
-    let handler = ShardHandler::new(
+    let mut handler = ShardHandler::new(
         id,
         start.settings.clone(),
         store,
@@ -278,6 +281,16 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
         start.control,
         offsets,
         Some(start.persister.clone()),
+    );
+    handler.install_delay(
+        start.delay_levels.clone(),
+        &start.delay_board.snapshot(),
+        Some(start.delay_board.clone()),
+    );
+    handler.install_timer(
+        crate::features::timer::TimerConfig::default(),
+        start.timer_progress.clone(),
+        now,
     );
     let server_config = ServerConfig {
         connection_tag: id as u8,
@@ -550,6 +563,32 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
             })?;
     }
     let offsets_file = load_file(&dir, ConfigFile::ConsumerOffsets)?.map(Arc::new);
+    let delay_levels = crate::features::delay::DelayLevels::parse(&config.message_delay_level)
+        .map_err(|error| BrokerError::ConfigFile {
+            file: "messageDelayLevel",
+            reason: error.to_string(),
+        })?;
+    let delay_file = match load_file(&dir, ConfigFile::DelayOffsets)? {
+        Some(content) => {
+            ringmq_protocol::json::DelayOffsetFile::from_json(&content).map_err(|error| {
+                BrokerError::ConfigFile {
+                    file: ConfigFile::DelayOffsets.file_name(),
+                    reason: error.to_string(),
+                }
+            })?
+        }
+        None => ringmq_protocol::json::DelayOffsetFile::default(),
+    };
+    let delay_board = super::schedule::DelayOffsetBoard::new(delay_file);
+    let timer_progress = match load_file(&dir, ConfigFile::TimerProgress)? {
+        Some(content) => super::timer::TimerProgressFile::decode(&content).ok_or_else(|| {
+            BrokerError::ConfigFile {
+                file: ConfigFile::TimerProgress.file_name(),
+                reason: "not {\"durableOffset\":N,\"delivered\":[...]}".to_owned(),
+            }
+        })?,
+        None => super::timer::TimerProgressFile::default(),
+    };
     let persister = Persister::spawn(dir)?;
 
     let name_server = match &config.namesrv_addrs {
@@ -617,6 +656,9 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
             control: if id == 0 { control.take() } else { None },
             offsets_file: offsets_file.clone(),
             persister: persister.clone(),
+            delay_levels: delay_levels.clone(),
+            delay_board: delay_board.clone(),
+            timer_progress: timer_progress.clone(),
             inbox: inboxes[usize::from(id)]
                 .take()
                 .expect("one inbox per shard"),

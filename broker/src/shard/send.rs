@@ -3,14 +3,26 @@
 //! Java's `SendMessageProcessor` makes them, the append, and the answer
 //! when the store acknowledges it.
 //!
+//! The put path ([`crate::features::route_put`]) runs before the owner
+//! check: a message with `DELAY` (or a half message) is rebuilt as an
+//! internal SEND_MESSAGE to its system queue carrying [`DIRECT_MARK`] (the
+//! real queue id, which the answer reports, as Java's `SendMessageProcessor`
+//! answers `queueId` of the request and `queueOffset` of the stored record)
+//! and routed to that queue's owner, which appends it without further
+//! checks. Internal deliveries of due messages ([`super::schedule`]) use the
+//! same mark.
+//!
 //! A send-back reads the original record on the shard in the top byte of
 //! its offset and turns it into an internal SEND_MESSAGE to `%RETRY%<group>`
-//! (or `%DLQ%<group>` past `maxReconsumeTimes`), routed like any send.
-//! Delay levels are not scheduled yet: a retry is delivered at once.
+//! with `DELAY = 3 + reconsumeTimes` (or the client's level), or to
+//! `%DLQ%<group>` past `maxReconsumeTimes` ([`crate::features::retry`]),
+//! routed like any send, so the retry goes through the schedule topic.
 //!
 //! # Invariants
 //! - Every accepted append has exactly one [`PendingSend`], answered and
 //!   removed when its ack arrives.
+//! - A client request never carries an internal mark: the server's handler
+//!   blanks them ([`neutralize_internal_marks`]) before routing.
 
 use bytes::Bytes;
 use ringmq_protocol::code::{request_code, response_code};
@@ -21,13 +33,18 @@ use ringmq_protocol::header::{
 };
 use ringmq_protocol::json::SubscriptionGroupConfig;
 use ringmq_protocol::message::properties::rewrite_properties;
-use ringmq_protocol::message::property_key::{CLUSTER, ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY};
+use ringmq_protocol::message::property_key::{
+    CLUSTER, DELAY, START_DELIVER_TIME, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS,
+    TRAN_MSG, UNIQ_KEY,
+};
 use ringmq_protocol::message::{CrcCheck, Properties, decode_record, iter_batch, offset_msg_id};
 use ringmq_storage::error::StorageError;
 use ringmq_storage::store::{AckStatus, AppendAck, AppendMessage};
 
 use super::link::{ReplyTo, Request};
 use super::{ShardHandler, response};
+use crate::features::timer::TimerConfig;
+use crate::features::{PutError, PutRoute, Redirect, retry, route_put};
 use crate::topic_config::{
     AUTO_CREATE_TOPIC_KEY_TOPIC, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, perm,
     retry_topic,
@@ -38,6 +55,54 @@ pub const PROPERTIES_SIZE_MAX: usize = i16::MAX as usize;
 /// Internal ext field of a send built by a send-back: the retry-to-DLQ
 /// decision is already made. Never sent to a client.
 const SEND_BACK_MARK: &str = "ringmqSendBack";
+/// Internal ext field of a send to store as is (no topic checks, no put
+/// path): its value is the queue id the answer reports.
+pub(crate) const DIRECT_MARK: &str = "ringmqDirect";
+
+/// Blanks the internal marks of a command that came from a client.
+pub(crate) fn neutralize_internal_marks(cmd: &mut RemotingCommand) {
+    for mark in [SEND_BACK_MARK, DIRECT_MARK] {
+        if cmd.ext_fields.contains_key(mark) {
+            cmd.ext_fields.insert(mark, "");
+        }
+    }
+}
+
+fn has_mark(cmd: &RemotingCommand, mark: &str) -> bool {
+    cmd.ext_fields
+        .get(mark)
+        .is_some_and(|value| !value.is_empty())
+}
+
+/// Whether `properties` has a key the put path reads (DELAY, TRAN_MSG,
+/// timer keys): without one, a message is stored where it was sent.
+fn has_feature_property(properties: &[u8]) -> bool {
+    const KEYS: [&str; 6] = [
+        DELAY,
+        TRAN_MSG,
+        TIMER_DELIVER_MS,
+        TIMER_DELAY_SEC,
+        TIMER_DELAY_MS,
+        START_DELIVER_TIME,
+    ];
+    Properties::new(properties)
+        .iter()
+        .any(|(key, _)| KEYS.iter().any(|k| k.as_bytes() == key))
+}
+
+/// `header` as a SEND_MESSAGE (V1) command with `body`, for internal sends.
+fn rebuilt_send(
+    header: &SendMessageRequestHeader,
+    body: Option<Bytes>,
+    opaque: i32,
+) -> RemotingCommand {
+    let mut ext = ExtFields::new();
+    header.to_ext(&mut ext);
+    let mut cmd = RemotingCommand::new_request(request_code::SEND_MESSAGE, ext);
+    cmd.body = body;
+    cmd.opaque = opaque;
+    cmd
+}
 
 /// An append waiting for its ack.
 #[derive(Debug)]
@@ -45,6 +110,8 @@ pub(crate) struct PendingSend {
     reply: ReplyTo,
     topic: String,
     queue_id: u32,
+    /// The queue id the answer reports (the real queue of a redirected send).
+    answer_queue_id: u32,
     msg_ids: String,
     uniq_key: Option<String>,
     /// Body bytes and records appended, when (for the runtime counters).
@@ -89,6 +156,9 @@ impl ShardHandler {
                 return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
             }
         };
+        if has_mark(&request.cmd, DIRECT_MARK) {
+            return self.send_direct(&header, request, now_ms);
+        }
         if !self.topics.contains(&header.topic) {
             self.refresh_snapshots(now_ms);
         }
@@ -131,6 +201,41 @@ impl ShardHandler {
         } else {
             header.queue_id as u32
         };
+        let send_back = has_mark(&request.cmd, SEND_BACK_MARK);
+        if header.topic.starts_with(RETRY_GROUP_TOPIC_PREFIX)
+            && !send_back
+            && let Some(redirected) = self.retry_to_dlq(&header, &request)
+        {
+            return match redirected {
+                Ok(request) => self.dispatch(request, now_ms),
+                Err(answer) => self.reply(request.reply, answer),
+            };
+        }
+        let is_batch =
+            request.cmd.code == request_code::SEND_BATCH_MESSAGE || header.batch == Some(true);
+        if !is_batch {
+            match self.put_redirect(&header, queue_id, send_back, now_ms) {
+                Ok(None) => {}
+                Ok(Some(redirect)) => {
+                    let mut redirected = header.clone();
+                    redirected.topic = redirect.topic.to_owned();
+                    redirected.queue_id = redirect.queue_id;
+                    redirected.sys_flag = redirect.sys_flag;
+                    redirected.properties =
+                        Some(String::from_utf8_lossy(&redirect.properties).into_owned());
+                    let mut cmd =
+                        rebuilt_send(&redirected, request.cmd.body.clone(), request.cmd.opaque);
+                    cmd.ext_fields.insert(DIRECT_MARK, &queue_id.to_string());
+                    let internal = Request {
+                        cmd,
+                        reply: request.reply,
+                        peer: request.peer,
+                    };
+                    return self.dispatch(Box::new(internal), now_ms);
+                }
+                Err((code, remark)) => return self.reply(request.reply, response(code, remark)),
+            }
+        }
         let owner = self.router.shard_of(queue_id).0;
         if owner != self.id {
             let mut request = request;
@@ -142,18 +247,72 @@ impl ShardHandler {
             request.cmd.ext_fields.insert(key, &queue_id.to_string());
             return self.forward(owner, request);
         }
-        if header.topic.starts_with(RETRY_GROUP_TOPIC_PREFIX)
-            && request.cmd.ext_fields.get(SEND_BACK_MARK).is_none()
-            && let Some(redirected) = self.retry_to_dlq(&header, &request)
-        {
-            return match redirected {
-                Ok(request) => self.dispatch(request, now_ms),
-                Err(answer) => self.reply(request.reply, answer),
-            };
+        self.append(&header, queue_id, queue_id, is_batch, *request, now_ms);
+    }
+
+    /// The put path's decision for a single message (Java's order, see
+    /// [`route_put`]): `Some` system queue to store it in instead. A
+    /// send-back copy is never a half message (Java puts it directly).
+    fn put_redirect(
+        &self,
+        header: &SendMessageRequestHeader,
+        queue_id: u32,
+        send_back: bool,
+        now_ms: i64,
+    ) -> Result<Option<Redirect>, (i32, String)> {
+        let properties = header.properties.as_deref().unwrap_or("").as_bytes();
+        if !has_feature_property(properties) {
+            // The common case, in one pass over the properties.
+            return Ok(None);
         }
-        let is_batch =
-            request.cmd.code == request_code::SEND_BATCH_MESSAGE || header.batch == Some(true);
-        self.append(&header, queue_id, is_batch, *request, now_ms);
+        let route = route_put(
+            self.delay.levels(),
+            &TimerConfig::default(),
+            &header.topic,
+            queue_id as i32,
+            header.sys_flag,
+            properties,
+            header.reconsume_times.unwrap_or(0),
+            now_ms,
+        );
+        match route {
+            Ok(PutRoute::Direct) => Ok(None),
+            Ok(PutRoute::Half(_)) if send_back => Ok(None),
+            Ok(PutRoute::Schedule(redirect)) | Ok(PutRoute::Half(redirect)) => Ok(Some(redirect)),
+            Ok(PutRoute::Timer(redirect)) => match self.timer_admits() {
+                Ok(()) => Ok(Some(redirect)),
+                Err(error) => Err((
+                    PutError::from(error.clone()).response_code(),
+                    error.to_string(),
+                )),
+            },
+            Err(error) => Err((error.response_code(), error.to_string())),
+        }
+    }
+
+    /// A send with [`DIRECT_MARK`]: stored as is on its queue's owner.
+    fn send_direct(
+        &mut self,
+        header: &SendMessageRequestHeader,
+        request: Box<Request>,
+        now_ms: i64,
+    ) {
+        let answer_queue_id = request
+            .cmd
+            .ext_fields
+            .get(DIRECT_MARK)
+            .and_then(|text| text.parse::<u32>().ok());
+        let (Ok(queue_id), Some(answer_queue_id)) =
+            (u32::try_from(header.queue_id), answer_queue_id)
+        else {
+            let remark = format!("internal send to a bad queue {}", header.queue_id);
+            return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+        };
+        let owner = self.router.shard_of(queue_id).0;
+        if owner != self.id {
+            return self.forward(owner, request);
+        }
+        self.append(header, queue_id, answer_queue_id, false, *request, now_ms);
     }
 
     /// For a `%RETRY%` send past its group's max reconsume times: the same
@@ -183,6 +342,21 @@ impl ShardHandler {
         };
         request.cmd.ext_fields.insert(topic_key, &dlq_topic(group));
         request.cmd.ext_fields.insert(queue_key, "0");
+        // A dead letter is stored at once: its DELAY goes.
+        let properties_key = if request.cmd.code == request_code::SEND_MESSAGE {
+            "properties"
+        } else {
+            "i"
+        };
+        if let Some(properties) = header.properties.as_deref() {
+            let mut out = Vec::with_capacity(properties.len());
+            if rewrite_properties(properties.as_bytes(), &[DELAY], &[], &mut out).is_ok() {
+                request
+                    .cmd
+                    .ext_fields
+                    .insert(properties_key, &String::from_utf8_lossy(&out));
+            }
+        }
         Some(Ok(request))
     }
 
@@ -190,6 +364,7 @@ impl ShardHandler {
         &mut self,
         header: &SendMessageRequestHeader,
         queue_id: u32,
+        answer_queue_id: u32,
         is_batch: bool,
         request: Request,
         now_ms: i64,
@@ -299,6 +474,7 @@ impl ShardHandler {
                         reply: request.reply,
                         topic: header.topic.clone(),
                         queue_id,
+                        answer_queue_id,
                         msg_ids,
                         uniq_key,
                         body_bytes: body.len() as u64,
@@ -353,7 +529,7 @@ impl ShardHandler {
         }
         let mut header = SendMessageResponseHeader {
             msg_id: pending.msg_ids,
-            queue_id: pending.queue_id as i32,
+            queue_id: pending.answer_queue_id as i32,
             queue_offset: ack.queue_offset as i64,
             transaction_id: pending.uniq_key,
             ..SendMessageResponseHeader::default()
@@ -409,47 +585,35 @@ impl ShardHandler {
                 );
             }
         };
-        let max = header.max_reconsume_times.unwrap_or(group.retry_max_times);
-        let to_dlq = view.reconsume_times() >= max || header.delay_level < 0;
-        let (topic, queue_id) = if to_dlq {
-            (dlq_topic(&header.group), 0)
-        } else {
-            let queue_nums = group.retry_queue_nums.max(1) as u32;
-            (retry_topic(&header.group), self.pick_any_queue(queue_nums))
+        let max = retry::max_reconsume_times(&group, &header);
+        let target = retry::send_back_target(view.reconsume_times(), header.delay_level, max);
+        let (topic, queue_id) = match target {
+            retry::SendBackTarget::DeadLetter => (dlq_topic(&header.group), 0),
+            retry::SendBackTarget::Retry { .. } => {
+                let queue_nums = group.retry_queue_nums.max(1) as u32;
+                (retry_topic(&header.group), self.pick_any_queue(queue_nums))
+            }
         };
-        let mut add: Vec<(&str, String)> = Vec::new();
-        if view.property(RETRY_TOPIC).is_none() {
-            add.push((RETRY_TOPIC, view.topic().to_owned()));
-        }
-        let origin = header
-            .origin_msg_id
-            .clone()
-            .filter(|id| !id.trim().is_empty())
-            .or_else(|| view.property(ORIGIN_MESSAGE_ID).map(str::to_owned))
-            .or_else(|| view.property(UNIQ_KEY).map(str::to_owned))
-            .unwrap_or_else(|| offset_msg_id(&view.store_host(), view.commit_log_offset()));
-        add.push((ORIGIN_MESSAGE_ID, origin));
-        let pairs: Vec<(&str, &str)> = add.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let mut properties = Vec::new();
-        if let Err(error) =
-            rewrite_properties(view.properties_bytes(), &[], &pairs, &mut properties)
-        {
-            return self.reply(
-                request.reply,
-                response(response_code::SYSTEM_ERROR, error.to_string()),
-            );
-        }
+        let repost = match retry::send_back_repost(&view, target, &topic, queue_id as i32) {
+            Ok(repost) => repost,
+            Err(error) => {
+                return self.reply(
+                    request.reply,
+                    response(error.response_code(), error.to_string()),
+                );
+            }
+        };
         let send = SendMessageRequestHeader {
             producer_group: header.group.clone(),
             topic,
             default_topic: AUTO_CREATE_TOPIC_KEY_TOPIC.to_owned(),
             default_topic_queue_nums: 1,
             queue_id: queue_id as i32,
-            sys_flag: view.sys_flag(),
+            sys_flag: repost.sys_flag,
             born_timestamp: view.born_timestamp_ms(),
             flag: view.flag(),
-            properties: Some(String::from_utf8_lossy(&properties).into_owned()),
-            reconsume_times: Some(view.reconsume_times() + 1),
+            properties: Some(String::from_utf8_lossy(&repost.properties).into_owned()),
+            reconsume_times: Some(repost.reconsume_times),
             unit_mode: Some(header.unit_mode),
             batch: None,
             max_reconsume_times: None,
@@ -500,4 +664,51 @@ impl ShardHandler {
 /// Whether `topic` is a dead-letter topic.
 pub(crate) fn is_dlq_topic(topic: &str) -> bool {
     topic.starts_with(DLQ_GROUP_TOPIC_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_marks_of_client_commands_are_blanked() {
+        let mut ext = ExtFields::new();
+        ext.insert(DIRECT_MARK, "3");
+        ext.insert(SEND_BACK_MARK, "true");
+        ext.insert("topic", "T");
+        let mut cmd = RemotingCommand::new_request(request_code::SEND_MESSAGE, ext);
+        assert!(has_mark(&cmd, DIRECT_MARK));
+        neutralize_internal_marks(&mut cmd);
+        assert!(!has_mark(&cmd, DIRECT_MARK));
+        assert!(!has_mark(&cmd, SEND_BACK_MARK));
+        assert_eq!(cmd.ext_fields.get("topic"), Some("T"));
+    }
+
+    #[test]
+    fn only_feature_properties_send_a_message_through_the_put_path() {
+        assert!(!has_feature_property(b""));
+        assert!(!has_feature_property(b"TAGS\x01a\x02KEYS\x01DELAY\x02"));
+        assert!(has_feature_property(b"TAGS\x01a\x02DELAY\x012\x02"));
+        assert!(has_feature_property(b"TRAN_MSG\x01true\x02"));
+        assert!(has_feature_property(b"TIMER_DELAY_SEC\x013"));
+        assert!(has_feature_property(b"__STARTDELIVERTIME\x011\x02"));
+    }
+
+    #[test]
+    fn a_rebuilt_send_carries_the_header_body_and_opaque() {
+        let header = SendMessageRequestHeader {
+            topic: "SCHEDULE_TOPIC_XXXX".to_owned(),
+            queue_id: 1,
+            properties: Some("DELAY\u{1}2\u{2}".to_owned()),
+            ..SendMessageRequestHeader::default()
+        };
+        let cmd = rebuilt_send(&header, Some(Bytes::from_static(b"b")), 7);
+        assert_eq!(cmd.code, request_code::SEND_MESSAGE);
+        assert_eq!(cmd.opaque, 7);
+        assert_eq!(cmd.body_bytes(), b"b");
+        let decoded = decode_send_header(&cmd).unwrap();
+        assert_eq!(decoded.topic, "SCHEDULE_TOPIC_XXXX");
+        assert_eq!(decoded.queue_id, 1);
+        assert_eq!(decoded.properties.as_deref(), Some("DELAY\u{1}2\u{2}"));
+    }
 }

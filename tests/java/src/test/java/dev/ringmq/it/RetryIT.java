@@ -35,11 +35,10 @@ import org.junit.jupiter.api.Timeout;
  * and the consumer receives it again with reconsumeTimes 1 and the original topic, key, tags, body
  * and msgId.
  *
- * <p>Nothing here asserts when the retry arrives. Apache RocketMQ holds the first retry for delay
- * level 3 (10 s by default); ringmq delivers retries without that delay for as long as it has no
- * delay scheduling (issue 4 leaves scheduling to a later issue), and a ringmq with scheduling
- * holds them like Apache. Either passes: the only bound is the wait's deadline,
- * {@link ItSupport#RETRY_WAIT_MS}.
+ * <p>Nothing here asserts when the retry arrives. Like Apache RocketMQ, ringmq holds the first
+ * retry for delay level 3 (10 s with the default {@code messageDelayLevel}) in
+ * {@code SCHEDULE_TOPIC_XXXX} before it reaches the {@code %RETRY%} topic; the only bound is the
+ * wait's deadline, {@link ItSupport#RETRY_WAIT_MS}.
  */
 @Timeout(value = 150, unit = TimeUnit.SECONDS)
 class RetryIT {

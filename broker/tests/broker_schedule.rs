@@ -1,0 +1,565 @@
+//! Delayed messages and the retry ladder through the real `ringmq broker`
+//! binary over loopback: a delayed message is not pullable before it is
+//! due and is delivered after, also across a SIGTERM restart and a
+//! `kill -9`; a message sent back retries through the schedule topic and
+//! ends in `%DLQ%<group>` after `maxReconsumeTimes`; a timer message
+//! (`TIMER_DELIVER_MS`, `TIMER_DELAY_MS`) comes at its time, also across a
+//! restart. Ports are
+//! kernel-chosen, every address 127.0.0.1; a machine without io_uring
+//! makes the tests print a skip line.
+//!
+//! Nothing here asserts a duration: "not early" is checked on the broker's
+//! own timestamps (a delivered record's store time is at least the send
+//! time plus the level's delay), and waits for a delivery only bound how
+//! long a broken broker keeps the test running.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test harness: a failure is the test's answer"
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ringmq_protocol::code::{SerializeType, request_code, response_code};
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::frame;
+use ringmq_protocol::header::{
+    ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader, CustomHeader,
+    PullMessageRequestHeader, PullSysFlag, SendMessageRequestHeaderV2, SendMessageResponseHeader,
+};
+use ringmq_protocol::limits::FRAME_SIZE_MAX;
+use ringmq_protocol::message::{CrcCheck, iter_pull_body};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a wait for a delivery may take before the test gives up (a
+/// bound on a broken broker, not an assertion on timing).
+const DELIVERY_WAIT: Duration = Duration::from_secs(30);
+/// The ladder of these tests: short levels, level 2 long enough that an
+/// immediate pull is surely before it.
+const LADDER: &str = "1s 3s 1s 1s 1s 1s";
+const LEVEL_1_MS: i64 = 1_000;
+const LEVEL_2_MS: i64 = 3_000;
+
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+/// A temporary store root, removed when dropped.
+struct StoreDir(PathBuf);
+
+impl std::ops::Deref for StoreDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for StoreDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fresh_store() -> StoreDir {
+    let dir = std::env::temp_dir().join(format!(
+        "ringmq-schedule-test-{}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    StoreDir(dir)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+struct Broker {
+    child: Child,
+    port: u16,
+}
+
+/// Starts the broker on `store` (kernel-chosen ports); None (skip) when
+/// io_uring is unavailable here.
+fn start(store: &Path, shards: u32) -> Option<Broker> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
+        .arg("broker")
+        .arg(format!("--storePathRootDir={}", store.display()))
+        .arg("--listenPort=0")
+        .arg("--namesrvListenPort=0")
+        .arg("--brokerIP1=127.0.0.1")
+        .arg(format!("--shards={shards}"))
+        .arg("--mapedFileSizeCommitLog=16777216")
+        .arg("--maxMessageSize=65536")
+        .arg(format!("--messageDelayLevel={LADDER}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    if line.is_empty() {
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let _ = child.wait();
+        if stderr.contains("io_uring") && stderr.contains("navailable") {
+            eprintln!("SKIPPED: io_uring is unavailable: {stderr}");
+            return None;
+        }
+        panic!("the broker did not boot: {stderr}");
+    }
+    let address = line
+        .split(", ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap_or_else(|| panic!("boot line {line:?}"));
+    let port = address.rsplit(':').next().unwrap().parse().unwrap();
+    Some(Broker { child, port })
+}
+
+impl Broker {
+    fn connect(&self) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        Client { stream, opaque: 0 }
+    }
+
+    /// SIGTERM, then the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().unwrap()
+    }
+
+    /// SIGKILL: no shutdown work at all.
+    fn kill_nine(mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A pulled record's facts.
+#[derive(Debug, Clone)]
+struct Pulled {
+    queue_offset: i64,
+    commit_log_offset: i64,
+    store_timestamp_ms: i64,
+    reconsume_times: i32,
+    retry_topic: Option<String>,
+    delay: Option<String>,
+    body: Vec<u8>,
+}
+
+struct Client {
+    stream: TcpStream,
+    opaque: i32,
+}
+
+impl Client {
+    fn call(&mut self, mut request: RemotingCommand) -> RemotingCommand {
+        self.opaque += 1;
+        request.opaque = self.opaque;
+        let mut out = Vec::new();
+        request.encode(SerializeType::Json, &mut out).unwrap();
+        self.stream.write_all(&out).unwrap();
+        loop {
+            let response = self.read();
+            if response.is_response() && response.opaque == self.opaque {
+                return response;
+            }
+        }
+    }
+
+    fn read(&mut self) -> RemotingCommand {
+        let mut length = [0u8; 4];
+        self.stream.read_exact(&mut length).unwrap();
+        let mut bytes = length.to_vec();
+        bytes.resize(4 + u32::from_be_bytes(length) as usize, 0);
+        self.stream.read_exact(&mut bytes[4..]).unwrap();
+        let raw = frame::decode_frame(&Bytes::from(bytes), FRAME_SIZE_MAX)
+            .unwrap()
+            .unwrap();
+        RemotingCommand::from_frame(&raw).unwrap()
+    }
+
+    fn create_topic(&mut self, topic: &str, queues: i32) {
+        let header = CreateTopicRequestHeader {
+            topic: topic.to_owned(),
+            default_topic: "TBW102".to_owned(),
+            read_queue_nums: queues,
+            write_queue_nums: queues,
+            perm: 6,
+            topic_filter_type: "SINGLE_TAG".to_owned(),
+            order: false,
+            ..CreateTopicRequestHeader::default()
+        };
+        let response = self.call(RemotingCommand::new_request(
+            request_code::UPDATE_AND_CREATE_TOPIC,
+            header.to_ext_fields(),
+        ));
+        assert_eq!(response.code, 0, "{:?}", response.remark);
+    }
+
+    /// Sends `body` with `DELAY=level` (0: none) to `queue_id`.
+    fn send_delayed(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        level: i32,
+        body: &[u8],
+    ) -> SendMessageResponseHeader {
+        let extra = if level > 0 {
+            format!("DELAY\u{1}{level}\u{2}")
+        } else {
+            String::new()
+        };
+        self.send_with(topic, queue_id, &extra, body)
+    }
+
+    /// Sends `body` with `extra` properties (`key\u{1}value\u{2}`...).
+    fn send_with(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        extra: &str,
+        body: &[u8],
+    ) -> SendMessageResponseHeader {
+        let properties = format!("TAGS\u{1}TagA\u{2}KEYS\u{1}k1\u{2}{extra}");
+        let header = SendMessageRequestHeaderV2 {
+            producer_group: "pg".to_owned(),
+            topic: topic.to_owned(),
+            default_topic: "TBW102".to_owned(),
+            default_topic_queue_nums: 4,
+            queue_id,
+            born_timestamp: now_ms(),
+            properties: Some(properties),
+            ..SendMessageRequestHeaderV2::default()
+        };
+        let request =
+            RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
+                .with_body(Bytes::copy_from_slice(body));
+        let response = self.call(request);
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "{:?}",
+            response.remark
+        );
+        response.decode_custom_header().unwrap()
+    }
+
+    /// Pulls once from `offset` without suspending.
+    fn pull(&mut self, topic: &str, queue_id: i32, offset: i64) -> Vec<Pulled> {
+        let header = PullMessageRequestHeader {
+            consumer_group: "cg".to_owned(),
+            topic: topic.to_owned(),
+            queue_id,
+            queue_offset: offset,
+            max_msg_nums: 32,
+            sys_flag: PullSysFlag::SUBSCRIPTION,
+            suspend_timeout_millis: 0,
+            subscription: Some("*".to_owned()),
+            expression_type: Some("TAG".to_owned()),
+            ..PullMessageRequestHeader::default()
+        };
+        let response = self.call(RemotingCommand::new_request(
+            request_code::PULL_MESSAGE,
+            header.to_ext_fields(),
+        ));
+        if response.code != response_code::SUCCESS {
+            return Vec::new();
+        }
+        iter_pull_body(response.body_bytes(), CrcCheck::Verify)
+            .map(|record| {
+                let view = record.unwrap();
+                assert_eq!(view.topic(), topic);
+                assert_eq!(view.queue_id(), queue_id);
+                Pulled {
+                    queue_offset: view.queue_offset(),
+                    commit_log_offset: view.commit_log_offset(),
+                    store_timestamp_ms: view.store_timestamp_ms(),
+                    reconsume_times: view.reconsume_times(),
+                    retry_topic: view.property("RETRY_TOPIC").map(str::to_owned),
+                    delay: view.property("DELAY").map(str::to_owned),
+                    body: view.body().to_vec(),
+                }
+            })
+            .collect()
+    }
+
+    /// Pulls from `offset` until at least `count` records are there (or
+    /// [`DELIVERY_WAIT`] passed); returns what is there.
+    fn await_records(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        count: usize,
+    ) -> Vec<Pulled> {
+        let start = Instant::now();
+        loop {
+            let records = self.pull(topic, queue_id, offset);
+            if records.len() >= count || start.elapsed() > DELIVERY_WAIT {
+                return records;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn send_back(&mut self, offset: i64, delay_level: i32, max_reconsume_times: i32) -> i32 {
+        let header = ConsumerSendMsgBackRequestHeader {
+            offset,
+            group: "cg".to_owned(),
+            delay_level,
+            max_reconsume_times: Some(max_reconsume_times),
+            ..ConsumerSendMsgBackRequestHeader::default()
+        };
+        self.call(RemotingCommand::new_request(
+            request_code::CONSUMER_SEND_MSG_BACK,
+            header.to_ext_fields(),
+        ))
+        .code
+    }
+}
+
+#[test]
+fn a_delayed_message_is_not_pullable_before_it_is_due_and_is_delivered_after() {
+    let store = fresh_store();
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Delayed", 2);
+    let sent_at = now_ms();
+    let answer = client.send_delayed("Delayed", 1, 2, b"later");
+    // The answer names the real queue, as Java's does.
+    assert_eq!(answer.queue_id, 1);
+    assert!(client.pull("Delayed", 1, 0).is_empty(), "delivered early");
+    let records = client.await_records("Delayed", 1, 0, 1);
+    assert_eq!(records.len(), 1, "never delivered");
+    let delivered = &records[0];
+    assert_eq!(delivered.body, b"later");
+    assert_eq!(delivered.delay, None, "DELAY is removed on delivery");
+    assert!(
+        delivered.store_timestamp_ms >= sent_at + LEVEL_2_MS,
+        "stored at {} for a send at {sent_at} with a {LEVEL_2_MS} ms delay",
+        delivered.store_timestamp_ms
+    );
+    // A plain message on the same queue comes after it, not redirected.
+    client.send_delayed("Delayed", 1, 0, b"now");
+    let records = client.pull("Delayed", 1, 0);
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[1].body, b"now");
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn a_delayed_message_survives_a_sigterm_restart_before_it_is_due() {
+    let store = fresh_store();
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Restarted", 2);
+    let sent_at = now_ms();
+    client.send_delayed("Restarted", 0, 2, b"across a restart");
+    // An already delivered level-1 message must not come again.
+    client.send_delayed("Restarted", 0, 1, b"before the restart");
+    let first = client.await_records("Restarted", 0, 0, 1);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].body, b"before the restart");
+    drop(client);
+    assert!(broker.stop().success());
+    let delay_offsets = std::fs::read_to_string(store.join("config/delayOffset.json")).unwrap();
+    assert!(delay_offsets.contains("offsetTable"), "{delay_offsets}");
+
+    let broker = start(&store, 2).unwrap();
+    let mut client = broker.connect();
+    let records = client.await_records("Restarted", 0, 0, 2);
+    let bodies: Vec<&[u8]> = records.iter().map(|r| r.body.as_slice()).collect();
+    assert_eq!(
+        bodies,
+        vec![&b"before the restart"[..], &b"across a restart"[..]]
+    );
+    assert!(records[1].store_timestamp_ms >= sent_at + LEVEL_2_MS);
+    // Nothing more arrives: the level-1 message was not delivered twice.
+    std::thread::sleep(Duration::from_millis(2 * LEVEL_1_MS as u64));
+    assert_eq!(client.pull("Restarted", 0, 0).len(), 2);
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn a_kill_nine_loses_no_delayed_message() {
+    const COUNT: usize = 20;
+    let store = fresh_store();
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Killed", 1);
+    let sent_at = now_ms();
+    for i in 0..COUNT {
+        let level = if i % 2 == 0 { 1 } else { 2 };
+        client.send_delayed("Killed", 0, level, format!("m{i}").as_bytes());
+    }
+    // Some (the level-1 ones) are delivered before the kill.
+    let before = client.await_records("Killed", 0, 0, COUNT / 2);
+    assert!(before.len() >= COUNT / 2);
+    drop(client);
+    broker.kill_nine();
+
+    let broker = start(&store, 2).unwrap();
+    let mut client = broker.connect();
+    let mut seen = std::collections::BTreeSet::new();
+    let start_wait = Instant::now();
+    while seen.len() < COUNT && start_wait.elapsed() < DELIVERY_WAIT {
+        let mut offset = 0;
+        loop {
+            let records = client.pull("Killed", 0, offset);
+            let Some(last) = records.last() else {
+                break;
+            };
+            offset = last.queue_offset + 1;
+            for record in &records {
+                assert!(record.store_timestamp_ms >= sent_at + LEVEL_1_MS);
+                seen.insert(String::from_utf8(record.body.clone()).unwrap());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let expected: std::collections::BTreeSet<String> =
+        (0..COUNT).map(|i| format!("m{i}")).collect();
+    assert_eq!(
+        seen, expected,
+        "every delayed message arrives (duplicates allowed)"
+    );
+}
+
+#[test]
+fn a_message_sent_back_retries_through_the_ladder_then_goes_to_the_dlq() {
+    const MAX_RECONSUME_TIMES: i32 = 2;
+    let store = fresh_store();
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Failing", 2);
+    client.send_delayed("Failing", 1, 0, b"poison");
+    // The first pull of group cg creates the group (autoCreateSubscriptionGroup).
+    let records = client.await_records("Failing", 1, 0, 1);
+    assert_eq!(records.len(), 1);
+    let mut offset = records[0].commit_log_offset;
+    for retry in 0..MAX_RECONSUME_TIMES {
+        let sent_back_at = now_ms();
+        assert_eq!(
+            client.send_back(offset, 0, MAX_RECONSUME_TIMES),
+            response_code::SUCCESS
+        );
+        let retried = client.await_records("%RETRY%cg", 0, i64::from(retry), 1);
+        assert_eq!(retried.len(), 1, "retry {retry} never came");
+        let copy = &retried[0];
+        assert_eq!(copy.reconsume_times, retry + 1);
+        assert_eq!(copy.retry_topic.as_deref(), Some("Failing"));
+        assert_eq!(copy.body, b"poison");
+        // Level 3 + reconsumeTimes of this ladder is 1 s.
+        assert!(copy.store_timestamp_ms >= sent_back_at + LEVEL_1_MS);
+        offset = copy.commit_log_offset;
+    }
+    assert!(client.pull("%DLQ%cg", 0, 0).is_empty());
+    assert_eq!(
+        client.send_back(offset, 0, MAX_RECONSUME_TIMES),
+        response_code::SUCCESS
+    );
+    let dead = client.await_records("%DLQ%cg", 0, 0, 1);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reconsume_times, MAX_RECONSUME_TIMES + 1);
+    assert_eq!(dead[0].retry_topic.as_deref(), Some("Failing"));
+    assert_eq!(dead[0].body, b"poison");
+    // No further retry was made.
+    assert_eq!(
+        client.pull("%RETRY%cg", 0, 0).len(),
+        MAX_RECONSUME_TIMES as usize
+    );
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn a_timer_message_is_delivered_at_its_time_and_once_across_restarts() {
+    const TIMER_MS: i64 = 2_000;
+    let store = fresh_store();
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Timed", 2);
+    let sent_at = now_ms();
+    let deliver_at = sent_at + TIMER_MS;
+    client.send_with(
+        "Timed",
+        1,
+        &format!("TIMER_DELIVER_MS\u{1}{deliver_at}\u{2}"),
+        b"at a time",
+    );
+    client.send_with("Timed", 1, "TIMER_DELAY_MS\u{1}500\u{2}", b"soon");
+    assert!(
+        client.pull("Timed", 1, 0).is_empty(),
+        "a timer message delivered early"
+    );
+    let soon = client.await_records("Timed", 1, 0, 1);
+    assert_eq!(soon.len(), 1);
+    assert_eq!(soon[0].body, b"soon");
+    assert!(soon[0].store_timestamp_ms >= sent_at + 500);
+    drop(client);
+    assert!(broker.stop().success());
+
+    let broker = start(&store, 2).unwrap();
+    let mut client = broker.connect();
+    // "soon" fired out of queue order (before "at a time", which holds the
+    // wheel's durable offset back); the progress file says it was
+    // delivered, so it does not come again.
+    let records = client.await_records("Timed", 1, 0, 2);
+    let bodies: Vec<&[u8]> = records.iter().map(|r| r.body.as_slice()).collect();
+    assert_eq!(bodies, vec![&b"soon"[..], &b"at a time"[..]]);
+    assert!(
+        records[1].store_timestamp_ms >= deliver_at,
+        "stored at {}, due at {deliver_at}",
+        records[1].store_timestamp_ms
+    );
+    let delivered = records.len();
+    drop(client);
+    assert!(broker.stop().success());
+
+    // The wheel's progress was persisted: nothing is delivered again.
+    let broker = start(&store, 2).unwrap();
+    let mut client = broker.connect();
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(client.pull("Timed", 1, 0).len(), delivered);
+    drop(client);
+    assert!(broker.stop().success());
+}

@@ -1,0 +1,514 @@
+//! The real `ringmq broker` binary over loopback, driven with the protocol
+//! crate's frames: transactional messages (half sends, END_TRANSACTION
+//! commit and rollback, CHECK_TRANSACTION_STATE to a registered producer,
+//! the check-back state surviving a kill -9) and SQL92 pulls. Every port is
+//! kernel-chosen, every address 127.0.0.1; a machine without io_uring makes
+//! the tests print a skip line.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test harness: a failure is the test's answer"
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ringmq_protocol::code::{SerializeType, request_code, response_code};
+use ringmq_protocol::command::{ExtFields, RemotingCommand};
+use ringmq_protocol::frame;
+use ringmq_protocol::header::{
+    CheckTransactionStateRequestHeader, CreateTopicRequestHeader, CustomHeader,
+    EndTransactionRequestHeader, PullMessageRequestHeader, PullSysFlag, SendMessageRequestHeaderV2,
+    SendMessageResponseHeader, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE,
+};
+use ringmq_protocol::json::{HeartbeatData, JsonStyle, ProducerData};
+use ringmq_protocol::limits::FRAME_SIZE_MAX;
+use ringmq_protocol::message::{CrcCheck, decode_offset_msg_id, decode_record, iter_pull_body};
+
+/// Read timeout of one frame.
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest wait for a check-back or a delivery before the test fails.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// The producer group of the transactional sends.
+const GROUP: &str = "txn-pg";
+
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+/// A temporary store root, removed when dropped.
+struct StoreDir(PathBuf);
+
+impl Drop for StoreDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fresh_store() -> StoreDir {
+    let dir = std::env::temp_dir().join(format!(
+        "ringmq-broker-txn-{}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    StoreDir(dir)
+}
+
+struct Broker {
+    child: Child,
+    port: u16,
+}
+
+/// Starts the broker on `store` with two shards and `extra` options; None
+/// (skip) when io_uring is unavailable here.
+fn start(store: &Path, extra: &[&str]) -> Option<Broker> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
+        .arg("broker")
+        .arg(format!("--storePathRootDir={}", store.display()))
+        .arg("--listenPort=0")
+        .arg("--namesrvListenPort=0")
+        .arg("--brokerIP1=127.0.0.1")
+        .arg("--shards=2")
+        .arg("--mapedFileSizeCommitLog=16777216")
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    if line.is_empty() {
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let _ = child.wait();
+        if stderr.contains("io_uring") && stderr.contains("navailable") {
+            eprintln!("SKIPPED: io_uring is unavailable: {stderr}");
+            return None;
+        }
+        panic!("the broker did not boot: {stderr}");
+    }
+    let address = line
+        .split(", ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap_or_else(|| panic!("boot line {line:?}"));
+    let port = address.rsplit(':').next().unwrap().parse().unwrap();
+    Some(Broker { child, port })
+}
+
+impl Broker {
+    fn connect(&self) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        Client {
+            stream,
+            opaque: 0,
+            requests: Vec::new(),
+        }
+    }
+
+    /// SIGKILL, then reap.
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Client {
+    stream: TcpStream,
+    opaque: i32,
+    /// Requests from the broker read while waiting for a response.
+    requests: Vec<RemotingCommand>,
+}
+
+/// A half message's identity, as the Java client keeps it from the send.
+#[derive(Debug, Clone)]
+struct Half {
+    queue_offset: i64,
+    commit_log_offset: i64,
+    uniq_key: String,
+}
+
+impl Client {
+    fn write(&mut self, request: &RemotingCommand) {
+        let mut out = Vec::new();
+        request.encode(SerializeType::Json, &mut out).unwrap();
+        self.stream.write_all(&out).unwrap();
+    }
+
+    fn call(&mut self, mut request: RemotingCommand) -> RemotingCommand {
+        self.opaque += 1;
+        request.opaque = self.opaque;
+        self.write(&request);
+        loop {
+            let command = self.read();
+            if command.is_response() && command.opaque == self.opaque {
+                return command;
+            }
+            if !command.is_response() {
+                self.requests.push(command);
+            }
+        }
+    }
+
+    fn oneway(&mut self, mut request: RemotingCommand) {
+        self.opaque += 1;
+        request.opaque = self.opaque;
+        request.mark_oneway();
+        self.write(&request);
+    }
+
+    fn read(&mut self) -> RemotingCommand {
+        let mut length = [0u8; 4];
+        self.stream.read_exact(&mut length).unwrap();
+        let mut bytes = length.to_vec();
+        bytes.resize(4 + u32::from_be_bytes(length) as usize, 0);
+        self.stream.read_exact(&mut bytes[4..]).unwrap();
+        let raw = frame::decode_frame(&Bytes::from(bytes), FRAME_SIZE_MAX)
+            .unwrap()
+            .unwrap();
+        RemotingCommand::from_frame(&raw).unwrap()
+    }
+
+    /// The next request the broker sends on this connection.
+    fn next_request(&mut self) -> RemotingCommand {
+        if !self.requests.is_empty() {
+            return self.requests.remove(0);
+        }
+        loop {
+            let command = self.read();
+            if !command.is_response() {
+                return command;
+            }
+        }
+    }
+
+    fn create_topic(&mut self, topic: &str, queues: i32) {
+        let header = CreateTopicRequestHeader {
+            topic: topic.to_owned(),
+            default_topic: "TBW102".to_owned(),
+            read_queue_nums: queues,
+            write_queue_nums: queues,
+            perm: 6,
+            topic_filter_type: "SINGLE_TAG".to_owned(),
+            order: false,
+            ..CreateTopicRequestHeader::default()
+        };
+        let response = self.call(RemotingCommand::new_request(
+            request_code::UPDATE_AND_CREATE_TOPIC,
+            header.to_ext_fields(),
+        ));
+        assert_eq!(response.code, 0, "{:?}", response.remark);
+    }
+
+    /// HEART_BEAT registering this connection as a producer of [`GROUP`].
+    fn register_producer(&mut self) {
+        let data = HeartbeatData {
+            client_id: "127.0.0.1@txn-test".to_owned(),
+            producer_data_set: vec![ProducerData {
+                group_name: GROUP.to_owned(),
+            }],
+            ..HeartbeatData::default()
+        };
+        let mut body = Vec::new();
+        data.to_json(&mut body, JsonStyle::Java);
+        let request = RemotingCommand::new_request(request_code::HEART_BEAT, ExtFields::new())
+            .with_body(Bytes::from(body));
+        let response = self.call(request);
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "{:?}",
+            response.remark
+        );
+    }
+
+    fn send(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        properties: &str,
+        body: &[u8],
+    ) -> SendMessageResponseHeader {
+        let header = SendMessageRequestHeaderV2 {
+            producer_group: GROUP.to_owned(),
+            topic: topic.to_owned(),
+            default_topic: "TBW102".to_owned(),
+            default_topic_queue_nums: 4,
+            queue_id,
+            // Now: a half born more than fileReservedTime ago is discarded unchecked.
+            born_timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64,
+            properties: Some(properties.to_owned()),
+            ..SendMessageRequestHeaderV2::default()
+        };
+        let request =
+            RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
+                .with_body(Bytes::copy_from_slice(body));
+        let response = self.call(request);
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "{:?}",
+            response.remark
+        );
+        response.decode_custom_header().unwrap()
+    }
+
+    /// A half message (TRAN_MSG) for `topic`/`queue_id`, as the Java
+    /// transaction producer sends it.
+    fn send_half(&mut self, topic: &str, queue_id: i32, key: &str) -> Half {
+        let uniq_key = format!("UNIQ-{key}");
+        let properties = format!(
+            "KEYS\u{1}{key}\u{2}TRAN_MSG\u{1}true\u{2}PGROUP\u{1}{GROUP}\u{2}UNIQ_KEY\u{1}{uniq_key}\u{2}"
+        );
+        let sent = self.send(topic, queue_id, &properties, key.as_bytes());
+        let (_, commit_log_offset) = decode_offset_msg_id(&sent.msg_id).unwrap();
+        Half {
+            queue_offset: sent.queue_offset,
+            commit_log_offset,
+            uniq_key,
+        }
+    }
+
+    /// END_TRANSACTION, one-way as from the Java client.
+    fn end(&mut self, half: &Half, kind: i32, from_check: bool) {
+        let header = EndTransactionRequestHeader {
+            producer_group: GROUP.to_owned(),
+            tran_state_table_offset: half.queue_offset,
+            commit_log_offset: half.commit_log_offset,
+            commit_or_rollback: kind,
+            from_transaction_check: Some(from_check),
+            msg_id: half.uniq_key.clone(),
+            transaction_id: Some(half.uniq_key.clone()),
+            ..EndTransactionRequestHeader::default()
+        };
+        self.oneway(RemotingCommand::new_request(
+            request_code::END_TRANSACTION,
+            header.to_ext_fields(),
+        ));
+    }
+
+    /// Pulls `topic`/`queue_id` from 0 with `expression` of `expression_type`;
+    /// returns the response code and the (KEYS, body) of the records.
+    fn pull(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        expression_type: &str,
+        expression: &str,
+    ) -> (i32, Vec<(String, Vec<u8>)>) {
+        let header = PullMessageRequestHeader {
+            consumer_group: "txn-cg".to_owned(),
+            topic: topic.to_owned(),
+            queue_id,
+            queue_offset: 0,
+            max_msg_nums: 32,
+            sys_flag: PullSysFlag::SUBSCRIPTION,
+            subscription: Some(expression.to_owned()),
+            expression_type: Some(expression_type.to_owned()),
+            ..PullMessageRequestHeader::default()
+        };
+        let response = self.call(RemotingCommand::new_request(
+            request_code::PULL_MESSAGE,
+            header.to_ext_fields(),
+        ));
+        let records = iter_pull_body(response.body_bytes(), CrcCheck::Verify)
+            .map(|record| {
+                let view = record.unwrap();
+                assert_eq!(view.topic(), topic);
+                (
+                    view.property("KEYS").unwrap_or_default().to_owned(),
+                    view.body().to_vec(),
+                )
+            })
+            .collect();
+        (response.code, records)
+    }
+
+    /// Pulls until `want` records are there (or fails at [`DEADLINE`]).
+    fn pull_until(&mut self, topic: &str, queue_id: i32, want: usize) -> Vec<(String, Vec<u8>)> {
+        let start = Instant::now();
+        loop {
+            let (_, records) = self.pull(topic, queue_id, "TAG", "*");
+            if records.len() >= want {
+                return records;
+            }
+            assert!(start.elapsed() < DEADLINE, "only {records:?} arrived");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn committed_and_checked_back_halves_arrive_and_the_rolled_back_never_across_a_kill_9() {
+    let store = fresh_store();
+    // No check-back in the first run: every half is younger than the timeout.
+    let Some(broker) = start(&store.0, &["--transactionTimeOut=3600000"]) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("TxT", 2);
+    // Queue 1 is shard 1's, the half queue shard 0's: the commit crosses shards.
+    let commit = client.send_half("TxT", 1, "commit");
+    let rollback = client.send_half("TxT", 1, "rollback");
+    let unknown = client.send_half("TxT", 1, "unknown");
+    assert_eq!(
+        (
+            commit.queue_offset,
+            rollback.queue_offset,
+            unknown.queue_offset
+        ),
+        (0, 1, 2),
+        "half queue offsets"
+    );
+    let (code, records) = client.pull("TxT", 1, "TAG", "*");
+    assert!(
+        records.is_empty(),
+        "a half message is not delivered ({code})"
+    );
+    client.end(&commit, TRANSACTION_COMMIT_TYPE, false);
+    client.end(&rollback, TRANSACTION_ROLLBACK_TYPE, false);
+    let records = client.pull_until("TxT", 1, 1);
+    assert_eq!(records, vec![("commit".to_owned(), b"commit".to_vec())]);
+    drop(client);
+    broker.kill9();
+
+    // Second run: check back at once; the unknown half is asked about.
+    let broker = start(
+        &store.0,
+        &["--transactionTimeOut=0", "--transactionCheckInterval=500"],
+    )
+    .unwrap();
+    let mut producer = broker.connect();
+    producer.register_producer();
+    let check = producer.next_request();
+    assert_eq!(check.code, request_code::CHECK_TRANSACTION_STATE);
+    let header: CheckTransactionStateRequestHeader = check.decode_custom_header().unwrap();
+    assert_eq!(
+        header.transaction_id.as_deref(),
+        Some(unknown.uniq_key.as_str())
+    );
+    assert_eq!(header.topic.as_deref(), Some("TxT"));
+    let body = decode_record(check.body_bytes(), CrcCheck::Skip).unwrap();
+    assert_eq!(body.topic(), "TxT", "the check carries the real topic");
+    assert_eq!(body.body(), b"unknown");
+    assert_eq!(body.commit_log_offset(), header.commit_log_offset);
+    assert_ne!(
+        header.commit_log_offset, unknown.commit_log_offset,
+        "the check names the put-back copy"
+    );
+    let checked = Half {
+        queue_offset: header.tran_state_table_offset,
+        commit_log_offset: header.commit_log_offset,
+        uniq_key: unknown.uniq_key.clone(),
+    };
+    producer.end(&checked, TRANSACTION_COMMIT_TYPE, true);
+    let records = producer.pull_until("TxT", 1, 2);
+    let keys: Vec<&str> = records.iter().map(|(key, _)| key.as_str()).collect();
+    assert_eq!(keys, vec!["commit", "unknown"], "exactly the committed two");
+}
+
+#[test]
+fn sql92_pulls_get_exactly_the_matching_messages() {
+    let store = fresh_store();
+    let Some(broker) = start(&store.0, &["--enablePropertyFilter=true"]) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("SqlT", 1);
+    for i in 0..6 {
+        let properties = format!("KEYS\u{1}k{i}\u{2}a\u{1}{i}\u{2}");
+        client.send("SqlT", 0, &properties, format!("b{i}").as_bytes());
+    }
+    client.send("SqlT", 0, "KEYS\u{1}none\u{2}", b"none");
+    let (code, records) = client.pull("SqlT", 0, "SQL92", "a BETWEEN 2 AND 4 OR a = 0");
+    assert_eq!(code, response_code::SUCCESS);
+    let keys: Vec<&str> = records.iter().map(|(key, _)| key.as_str()).collect();
+    assert_eq!(keys, vec!["k0", "k2", "k3", "k4"]);
+    let (code, records) = client.pull("SqlT", 0, "SQL92", "a IS NULL");
+    assert_eq!(code, response_code::SUCCESS);
+    assert_eq!(records, vec![("none".to_owned(), b"none".to_vec())]);
+    let (code, _) = client.pull("SqlT", 0, "SQL92", "a > AND");
+    assert_eq!(code, response_code::SUBSCRIPTION_PARSE_FAILED);
+}
+
+#[test]
+fn sql92_pulls_are_refused_unless_the_property_filter_is_enabled() {
+    let store = fresh_store();
+    let Some(broker) = start(&store.0, &[]) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("SqlOff", 1);
+    client.send("SqlOff", 0, "a\u{1}1\u{2}", b"x");
+    let (code, records) = client.pull("SqlOff", 0, "SQL92", "a = 1");
+    assert_eq!(code, response_code::SYSTEM_ERROR);
+    assert!(records.is_empty());
+}
+
+#[test]
+fn a_half_checked_transaction_check_max_times_goes_to_the_check_max_time_topic() {
+    let store = fresh_store();
+    let Some(broker) = start(
+        &store.0,
+        &[
+            "--transactionTimeOut=0",
+            "--transactionCheckInterval=500",
+            "--transactionCheckMax=2",
+        ],
+    ) else {
+        return;
+    };
+    let mut producer = broker.connect();
+    producer.create_topic("TxMax", 1);
+    producer.register_producer();
+    let half = producer.send_half("TxMax", 0, "never-answered");
+    // Checked twice (never answered), then discarded.
+    for round in 1..=2 {
+        let check = producer.next_request();
+        assert_eq!(
+            check.code,
+            request_code::CHECK_TRANSACTION_STATE,
+            "check {round}"
+        );
+        let header: CheckTransactionStateRequestHeader = check.decode_custom_header().unwrap();
+        assert_eq!(
+            header.transaction_id.as_deref(),
+            Some(half.uniq_key.as_str())
+        );
+        let body = decode_record(check.body_bytes(), CrcCheck::Skip).unwrap();
+        assert_eq!(
+            body.property("TRANSACTION_CHECK_TIMES"),
+            Some(round.to_string().as_str()),
+            "check times of check {round}"
+        );
+    }
+    let discarded = producer.pull_until("TRANS_CHECK_MAX_TIME_TOPIC", 0, 1);
+    assert_eq!(
+        discarded,
+        vec![("never-answered".to_owned(), b"never-answered".to_vec())]
+    );
+    let (_, delivered) = producer.pull("TxMax", 0, "TAG", "*");
+    assert!(delivered.is_empty(), "a discarded half is never delivered");
+}

@@ -1,0 +1,158 @@
+package dev.ringmq.it;
+
+import static dev.ringmq.it.FeatureSupport.millisBetween;
+import static dev.ringmq.it.FeatureSupport.unique;
+import static dev.ringmq.it.ItSupport.await;
+import static dev.ringmq.it.ItSupport.body;
+import static dev.ringmq.it.ItSupport.message;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.MixAll;
+import org.apache.rocketmq.common.constant.PermName;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageConst;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.route.QueueData;
+import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * Dead letters: a push consumer with {@code maxReconsumeTimes} {@value #MAX_RECONSUME_TIMES} that
+ * answers RECONSUME_LATER to every delivery gets the message {@value #MAX_RECONSUME_TIMES} + 1
+ * times (reconsumeTimes 0, 1, 2); the third CONSUMER_SEND_MSG_BACK moves it to
+ * {@code %DLQ%<group>}, a topic of one queue that the broker creates readable and writable, where
+ * a reader finds it with its topic (RETRY_TOPIC property), key, tags, body and msgId.
+ *
+ * <p>Retry spacing is logged, not asserted: Apache RocketMQ holds retry n for delay level 2 + n
+ * (10 s, then 30 s), while ringmq does not delay retries yet. The wait for the dead letter is
+ * {@value #DLQ_WAIT_MS} ms, enough for Apache RocketMQ's 40 s.
+ */
+@Timeout(value = 180, unit = TimeUnit.SECONDS)
+class DeadLetterIT {
+    static final int PORT = 24300;
+    static final int QUEUES = 2;
+    /** The consumer's maxReconsumeTimes. */
+    static final int MAX_RECONSUME_TIMES = 2;
+    /** Bound on the wait for the dead letter (Apache RocketMQ: 10 s + 30 s of retry delays). */
+    static final long DLQ_WAIT_MS = 90_000;
+    /** Queues of a DLQ topic (RocketMQ's DLQ_NUMS_PER_GROUP). */
+    static final int DLQ_QUEUES = 1;
+
+    /** One delivery and when the listener saw it. */
+    record Delivery(MessageExt message, long nanos) {
+    }
+
+    static BrokerUnderTest broker;
+    static DefaultMQAdminExt admin;
+    static DefaultMQProducer producer;
+    static DefaultMQPushConsumer consumer;
+
+    @BeforeAll
+    static void start() throws Exception {
+        broker = BrokerUnderTest.start("dead-letter", PORT);
+        admin = ItSupport.startAdmin(broker);
+        producer = ItSupport.startProducer(broker, unique("dlq-producer"));
+    }
+
+    @AfterAll
+    static void stop() {
+        if (consumer != null) {
+            consumer.shutdown();
+        }
+        if (producer != null) {
+            producer.shutdown();
+        }
+        if (admin != null) {
+            admin.shutdown();
+        }
+        if (broker != null) {
+            broker.close();
+        }
+    }
+
+    @Test
+    void messageFailedMoreThanMaxReconsumeTimesLandsInTheDeadLetterQueue() throws Exception {
+        String topic = unique("dlq");
+        String group = unique("dlq-group");
+        String dlqTopic = MixAll.getDLQTopic(group);
+        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        ConcurrentLinkedQueue<Delivery> deliveries = new ConcurrentLinkedQueue<>();
+        consumer = ItSupport.pushConsumer(broker, group, "dlq");
+        consumer.subscribe(topic, "*");
+        consumer.setConsumeMessageBatchMaxSize(1);
+        consumer.setMaxReconsumeTimes(MAX_RECONSUME_TIMES);
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            long now = System.nanoTime();
+            for (MessageExt message : messages) {
+                deliveries.add(new Delivery(message, now));
+            }
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+        });
+        consumer.start();
+        FeatureSupport.awaitOwned(consumer, topic, queues);
+
+        Message message = message(topic, "TagDlq", topic + "-key", "dead letter body");
+        message.putUserProperty("dlqCase", "always-fails");
+        SendResult result = producer.send(message);
+        assertEquals(SendStatus.SEND_OK, result.getSendStatus(), "send");
+
+        List<MessageQueue> dlqQueues = new ArrayList<>();
+        await("route of " + dlqTopic, DLQ_WAIT_MS, () -> {
+            dlqQueues.clear();
+            dlqQueues.addAll(ItSupport.queues(admin, dlqTopic));
+            return !dlqQueues.isEmpty();
+        }, () -> "deliveries (reconsumeTimes) " + deliveries.stream()
+                .map(d -> d.message().getReconsumeTimes()).toList());
+        List<MessageExt> dead = ItSupport.readAll(broker, admin, dlqQueues, 1);
+
+        List<Delivery> seen = new ArrayList<>(deliveries);
+        for (int i = 1; i < seen.size(); i++) {
+            System.out.printf("DeadLetterIT: delivery %d (reconsumeTimes %d) %.0f ms after the previous one%n", i,
+                    seen.get(i).message().getReconsumeTimes(), millisBetween(seen.get(i - 1).nanos(),
+                            seen.get(i).nanos()));
+        }
+        assertEquals(List.of(0, 1, 2), seen.stream().map(d -> d.message().getReconsumeTimes()).sorted().toList(),
+                "reconsumeTimes of the deliveries (maxReconsumeTimes " + MAX_RECONSUME_TIMES + ")");
+        for (Delivery delivery : seen) {
+            MessageExt m = delivery.message();
+            assertEquals(topic, m.getTopic(), "topic of delivery " + m.getReconsumeTimes());
+            assertEquals(message.getKeys(), m.getKeys(), "key of delivery " + m.getReconsumeTimes());
+            assertEquals(result.getMsgId(), m.getMsgId(), "msgId of delivery " + m.getReconsumeTimes());
+        }
+
+        assertEquals(1, dead.size(), "messages in " + dlqTopic);
+        MessageExt letter = dead.get(0);
+        assertEquals(dlqTopic, letter.getTopic(), "topic of the dead letter");
+        assertEquals(topic, letter.getProperty(MessageConst.PROPERTY_RETRY_TOPIC), "RETRY_TOPIC of the dead letter");
+        assertEquals(message.getKeys(), letter.getKeys(), "key of the dead letter");
+        assertEquals(message.getTags(), letter.getTags(), "tags of the dead letter");
+        assertEquals(body(message), body(letter), "body of the dead letter");
+        assertEquals("always-fails", letter.getUserProperty("dlqCase"), "user property of the dead letter");
+        assertEquals(result.getMsgId(), letter.getMsgId(), "msgId (UNIQ_KEY) of the dead letter");
+
+        TopicRouteData route = admin.examineTopicRouteInfo(dlqTopic);
+        assertEquals(1, route.getQueueDatas().size(), "brokers holding " + dlqTopic);
+        QueueData data = route.getQueueDatas().get(0);
+        assertEquals(DLQ_QUEUES, data.getReadQueueNums(), "read queues of " + dlqTopic);
+        assertEquals(DLQ_QUEUES, data.getWriteQueueNums(), "write queues of " + dlqTopic);
+        assertEquals(PermName.PERM_READ | PermName.PERM_WRITE, data.getPerm(), "permissions of " + dlqTopic);
+        // Nothing more once it is dead.
+        assertEquals(MAX_RECONSUME_TIMES + 1, deliveries.size(), "deliveries to the failing consumer");
+    }
+}
