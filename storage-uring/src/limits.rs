@@ -145,9 +145,12 @@ pub const CLEAN_RESOURCE_INTERVAL_MS_DEFAULT: u64 = 10_000;
 /// a segment removal (each may unlink a few files in the background).
 pub const RETENTION_QUEUES_PER_TURN_MAX: usize = 16;
 
-/// Bodies at least this large get their record CRC (`__CRC32#`) by combining
-/// BODYCRC with the CRC of the bytes around the body instead of a second pass
-/// over it. `crc32fast`'s combination costs about 4,300 instructions, a pass
-/// about 1.1 per byte (callgrind, `examples/append-cost.rs`), so below this
-/// the pass is cheaper.
+/// Without a hardware carry-less multiplication, bodies at least this large
+/// get their record CRC (`__CRC32#`) by combining BODYCRC with the CRC of the
+/// bytes around the body instead of a second pass over it; smaller ones take
+/// the pass. With PCLMULQDQ every body is combined (the combination costs
+/// about 140 instructions, a pass about 0.55 per byte plus the bytes around
+/// the body read twice; callgrind, `examples/append-cost.rs`). The portable
+/// combination costs a few hundred instructions; this bound, set when the
+/// combination took about 4,300, has not been measured again.
 pub const RECORD_CRC_COMBINE_BODY_SIZE_MIN: usize = 16 * 1024;

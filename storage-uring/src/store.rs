@@ -1786,6 +1786,36 @@ mod tests {
     }
 
     #[test]
+    fn acknowledged_records_are_read_from_the_tail_cache_across_segment_ends() {
+        let (mut store, _) =
+            Store::open(SimDisk::new(SimConfig::new(4)), config(FlushMode::Async), 0).unwrap();
+        let body = vec![7u8; 3_000];
+        let mut tickets = Vec::new();
+        let mut acks = Vec::new();
+        for i in 0..60 {
+            tickets.push(store.append(&message(&body), i).unwrap());
+            if i % 3 == 0 {
+                store.poll(i, &mut acks).unwrap();
+            }
+        }
+        settle(&mut store, 100, &mut acks);
+        assert!(store.commit_log().segments().segments().len() >= 3);
+        // Any disk read from now on fails: every record must come from the
+        // cache the write buffers were copied into.
+        store.disk_mut().faults_mut().read_eio_nth = Some(1);
+        for ticket in &tickets {
+            let bytes = store
+                .read_record(ticket.commit_log_offset)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
+                &body[..]
+            );
+        }
+    }
+
+    #[test]
     fn records_never_cross_a_segment_end_and_reads_come_back_from_disk() {
         let mut config = config(FlushMode::Async);
         config.tail_cache_bytes = 0;

@@ -344,6 +344,13 @@ impl Appender {
         self.sealed.push_back(old);
     }
 
+    /// The buffers holding encoded bytes not yet submitted, oldest first
+    /// (sealed ones, then the active one). Consecutive buffers may overlap
+    /// in a partial block.
+    pub(crate) fn unsubmitted_buffers(&self) -> impl Iterator<Item = &WriteBuf> {
+        self.sealed.iter().chain(std::iter::once(&self.active))
+    }
+
     /// Records that an append (one record or a whole batch) ends at `end`.
     pub(crate) fn mark_append_end(&mut self, end: u64) {
         assert!(

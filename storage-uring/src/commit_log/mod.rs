@@ -20,11 +20,15 @@
 //!   8-byte BLANK marker covers the rest of the segment (4.2) and the record
 //!   starts the next one. A batch is never split.
 //! - Reads never return bytes past the acknowledgeable position.
+//! - Every record is copied into the tail cache (one copy per write buffer
+//!   and turn) before any commit that covers it starts, so every readable
+//!   record is there until evicted.
 //! - After an abnormal recovery, appends continue in a fresh zero-filled
 //!   segment (the torn tail is fenced off by a durable BLANK marker), so no
 //!   stale bytes from before the crash can ever follow a new record.
 
 pub mod appender;
+pub mod crc_combine;
 pub mod reader;
 pub mod record_crc;
 pub mod recovery;
@@ -140,6 +144,8 @@ pub struct CommitLog {
     segments: SegmentSet,
     appender: Appender,
     tail: TailCache,
+    /// Shard-local offset up to which encoded records are in `tail`.
+    cached_to: u64,
     last_flush_ms: u64,
     read_counter: u64,
     /// Completions reaped while waiting for a synchronous read; handed to the
@@ -264,6 +270,7 @@ impl CommitLog {
         };
         let log = CommitLog {
             tail: TailCache::new(config.tail_cache_bytes),
+            cached_to: append_from,
             config,
             segments,
             appender,
@@ -430,15 +437,18 @@ impl CommitLog {
             self.appender.seal_active(disk, None);
         }
         let first = pos;
+        let crc_combine_fast = crc_combine::is_hardware_accelerated();
         if pos.is_multiple_of(size) {
             self.first_store_timestamps
                 .insert(pos, records[0].store_timestamp_ms);
         }
         for spec in records.iter_mut() {
             spec.commit_log_offset = shard_offset(self.config.shard_id, pos) as i64;
-            // BODYCRC, computed once here; for a large body it also yields
-            // the record CRC by combination instead of a second pass (for a
-            // small one the combination costs more than the pass).
+            // BODYCRC, computed once here, over the caller's body; it also
+            // yields the record CRC by combination with the CRCs of the bytes
+            // around the body instead of a second pass over the record (only
+            // for a large body when the combination has no carry-less
+            // multiplication, where it costs more than the pass).
             let body_crc_raw = crc32fast::hash(spec.body);
             spec.body_crc = Some(body_crc_raw);
             let active = self.appender.active();
@@ -450,13 +460,12 @@ impl CommitLog {
                     reason: error.to_string(),
                 })?;
             let record = &mut active.buf.as_full_mut_slice()[at..at + n];
-            if spec.body.len() >= RECORD_CRC_COMBINE_BODY_SIZE_MIN {
+            if crc_combine_fast || spec.body.len() >= RECORD_CRC_COMBINE_BODY_SIZE_MIN {
                 let body = body_range(record, spec);
                 record_crc::seal_with_body_crc(record, body, body_crc_raw);
             } else {
                 record_crc::seal(record);
             }
-            self.tail.push(pos, record);
             self.appender.advance(n, None);
             pos += n as u64;
         }
@@ -511,6 +520,7 @@ impl CommitLog {
         now_ms: u64,
         partial_tail: bool,
     ) -> Result<(), StorageError> {
+        self.cache_encoded();
         self.appender.start_commit(disk, partial_tail)?;
         if self.appender.mode() == FlushMode::Async
             && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms
@@ -528,9 +538,38 @@ impl CommitLog {
     /// # Errors
     /// Disk errors of submission.
     pub fn start_flush_now(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+        self.cache_encoded();
         self.appender.start_commit(disk, true)?;
         self.appender.start_flush(disk)?;
         Ok(())
+    }
+
+    /// Copies the records encoded since the last call into the tail cache,
+    /// one copy per write buffer instead of one per record: nothing is
+    /// readable before it is submitted, so this runs before every commit
+    /// starts. Each buffer holds whole records, so each copy does.
+    fn cache_encoded(&mut self) {
+        let encoded = self.appender.encoded();
+        if self.cached_to >= encoded {
+            return;
+        }
+        for wb in self.appender.unsubmitted_buffers() {
+            let from = self.cached_to.max(wb.base);
+            if wb.data_end <= from {
+                continue;
+            }
+            let at = (from - wb.base) as usize;
+            let len = (wb.data_end - from) as usize;
+            self.tail.push(from, &wb.buf.as_full_slice()[at..at + len]);
+            self.cached_to = wb.data_end;
+        }
+        assert!(
+            self.cached_to <= encoded,
+            "tail cache at {} past encoded {encoded}",
+            self.cached_to
+        );
+        // After a BLANK marker the rest of the segment is padding, never read.
+        self.cached_to = encoded;
     }
 
     /// Starts creating the segment after the active one in the background

@@ -8,7 +8,7 @@
 //!
 //! # Invariants
 //! - Chunks are sorted by start and do not overlap; there may be gaps (the
-//!   BLANK padding at a segment end is not cached).
+//!   padding after the BLANK marker at a segment end is not cached).
 //! - A record lies entirely inside one chunk (a chunk only grows by whole
 //!   records), so a record read is one slice.
 //! - Eviction never drops bytes at or beyond the `keep_from` position it is
