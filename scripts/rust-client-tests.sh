@@ -7,13 +7,15 @@
 #
 # - Without a path, the debug ringmq binary is built with cargo (as scripts/java-tests.sh does).
 #   The script starts `ringmq broker` on two free loopback ports in 24000-24999 (listenPort and
-#   namesrvListenPort) with a fresh store, waits for its boot line, runs `rust-e2e all` against
-#   its embedded name server, then `broker-restart-1`, restarts the broker (SIGTERM, exit status
+#   namesrvListenPort) with a fresh store (and --transactionCheckInterval=1000
+#   --transactionTimeOut=1000 --enablePropertyFilter=true for the `features` scenarios), waits
+#   for its boot line, runs `rust-e2e all` and `rust-e2e features` against its embedded name
+#   server, then `broker-restart-1`, restarts the broker (SIGTERM, exit status
 #   0 expected, same store), `broker-restart-2`, and finally stops it with SIGTERM (exit 0).
-# - With --external, nothing is started: `rust-e2e all` runs against that name server (e.g.
-#   127.0.0.1:9876 for the Apache RocketMQ peer of scripts/peer.sh). Topic and group names carry
+# - With --external, nothing is started: `rust-e2e all` and `features` run against that name
+#   server (e.g. 127.0.0.1:9876 for the Apache RocketMQ peer of scripts/peer.sh). Topic and group names carry
 #   a per-run prefix (rust-<time>-<pid>), so a shared broker is safe to use.
-# - RUST_E2E_ARGS replace `all` and the restart phases (e.g. `-- sync retry`); `--namesrv` and
+# - RUST_E2E_ARGS replace `all`, `features` and the restart phases (e.g. `-- sync retry`); `--namesrv` and
 #   `--prefix` are set here. Against --external the restart phases run without a restart.
 # - Bounded: RINGMQ_RUST_TESTS_TIMEOUT seconds for the scenarios (default 600), 120 s for the
 #   broker to boot, 60 s for it to stop. Logs go to a fresh directory under /tmp (or
@@ -115,7 +117,9 @@ start_broker() {
     local skip
     skip="$(wc -l <"$broker_log")"
     "$bin" broker "--listenPort=$listen_port" "--namesrvListenPort=$namesrv_port" \
-        "--storePathRootDir=$store" --brokerIP1=127.0.0.1 --mapedFileSizeCommitLog=67108864 >>"$broker_log" 2>&1 &
+        "--storePathRootDir=$store" --brokerIP1=127.0.0.1 --mapedFileSizeCommitLog=67108864 \
+        --transactionCheckInterval=1000 --transactionTimeOut=1000 --enablePropertyFilter=true \
+        >>"$broker_log" 2>&1 &
     broker_pid=$!
     for _ in $(seq 1 $((boot_timeout_s * 5))); do
         if tail -n "+$((skip + 1))" "$broker_log" |
@@ -198,6 +202,9 @@ if [[ -n "$explicit_args" ]]; then
     run_e2e "${e2e_args[@]}" || status=$?
 else
     run_e2e all || status=$?
+    # Message features (delay/timer, transactions with check-back, SQL92, request-reply):
+    # slower than `all`, so a group of their own.
+    run_e2e features || status=$?
     # Offsets and messages across a broker restart: phase 1, restart, phase 2 (same prefix).
     # Against an external broker nothing can be restarted; the phases then run back to back.
     run_e2e broker-restart-1 || status=$?

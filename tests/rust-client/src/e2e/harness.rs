@@ -36,6 +36,7 @@ use rocketmq_client_rust::DefaultMQPushConsumer;
 use rocketmq_client_rust::MQPushConsumer;
 use rocketmq_client_rust::MessageListenerConcurrently;
 use rocketmq_client_rust::MessageListenerOrderly;
+use rocketmq_client_rust::MessageSelector;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
@@ -78,7 +79,7 @@ impl Env {
     }
 
     /// Client identity for one role in a scenario.
-    fn client_config(&self, instance: &str) -> anyhow::Result<ClientConfig> {
+    pub fn client_config(&self, instance: &str) -> anyhow::Result<ClientConfig> {
         ClientConfig::builder()
             .namesrv_addr(self.namesrv.as_str())
             .client_ip("127.0.0.1")
@@ -145,17 +146,42 @@ impl Env {
         Ok(consumer)
     }
 
-    async fn push_consumer_unregistered(
+    /// A push consumer (not started) subscribed with `selector` (SQL92 or tag) instead of
+    /// `spec.expression`, with a concurrent listener.
+    pub async fn push_consumer_with_selector(
+        &self,
+        spec: &ConsumerSpec<'_>,
+        selector: MessageSelector,
+        listener: impl MessageListenerConcurrently + 'static,
+    ) -> anyhow::Result<DefaultMQPushConsumer> {
+        let mut consumer = self.push_consumer_builder(spec)?;
+        bounded(
+            "push consumer subscribe with selector",
+            consumer.subscribe_with_selector(spec.topic, Some(selector)),
+        )
+        .await?;
+        consumer.register_message_listener_concurrently(listener);
+        Ok(consumer)
+    }
+
+    fn push_consumer_builder(
         &self,
         spec: &ConsumerSpec<'_>,
     ) -> anyhow::Result<DefaultMQPushConsumer> {
-        let mut consumer = DefaultMQPushConsumer::builder(Arc::clone(&self.runtime))
+        Ok(DefaultMQPushConsumer::builder(Arc::clone(&self.runtime))
             .client_config(self.client_config(spec.instance)?)
             .name_server_addr(self.namesrv.as_str())
             .consumer_group(spec.group)
             .message_model(spec.model)
             .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
-            .build();
+            .build())
+    }
+
+    async fn push_consumer_unregistered(
+        &self,
+        spec: &ConsumerSpec<'_>,
+    ) -> anyhow::Result<DefaultMQPushConsumer> {
+        let mut consumer = self.push_consumer_builder(spec)?;
         bounded(
             "push consumer subscribe",
             consumer.subscribe(spec.topic, spec.expression),

@@ -2,13 +2,16 @@
 //! `rocketmq-client-rust` 1.0.0 (the same program runs against Apache RocketMQ and ringmq).
 //!
 //! ```text
-//! rust-e2e [--namesrv HOST:PORT] [--prefix PREFIX] [--timeout SECS] SCENARIO... | all | list
+//! rust-e2e [--namesrv HOST:PORT] [--prefix PREFIX] [--timeout SECS] SCENARIO... | all | features | list
 //! ```
 //!
 //! Each scenario sends over its own fresh topic (`<prefix>-<scenario>-topic`), consumes with
 //! its own groups, and checks content, keys, tags and counts exactly; see `scenarios.rs`. The
 //! default prefix is `rust-<unix seconds>-<pid>`, unique per run, so runs against a shared
 //! broker never see each other's messages or offsets.
+//!
+//! `features` runs the message-feature scenarios (delay/timer, transactions, SQL92,
+//! request-reply); they are not part of `all` either.
 //!
 //! `broker-restart-1` and `broker-restart-2` are not part of `all`: run them with one
 //! `--prefix` and restart the broker in between (scripts/rust-client-tests.sh does).
@@ -53,7 +56,7 @@ const EXIT_USAGE: u8 = 64;
 /// Exit code when the watchdog ends the run.
 const EXIT_WATCHDOG: i32 = 2;
 
-const USAGE: &str = "usage: rust-e2e [--namesrv HOST:PORT] [--prefix PREFIX] [--timeout SECS] SCENARIO... | all | list";
+const USAGE: &str = "usage: rust-e2e [--namesrv HOST:PORT] [--prefix PREFIX] [--timeout SECS] SCENARIO... | all | features | list";
 
 /// Parsed command line.
 #[derive(Debug, PartialEq, Eq)]
@@ -89,7 +92,9 @@ fn parse_args(args: &[String], default_prefix: &str) -> Result<Option<Args>, Str
             }
             "list" => return Ok(None),
             "all" => scenarios.extend(scenarios::SCENARIOS.iter().map(|s| s.to_string())),
+            "features" => scenarios.extend(scenarios::FEATURES.iter().map(|s| s.to_string())),
             name if scenarios::SCENARIOS.contains(&name)
+                || scenarios::FEATURES.contains(&name)
                 || scenarios::BROKER_RESTART_PHASES.contains(&name) =>
             {
                 scenarios.push(name.to_string())
@@ -128,6 +133,9 @@ fn main() -> ExitCode {
         Ok(None) => {
             for name in scenarios::SCENARIOS {
                 println!("{name}");
+            }
+            for name in scenarios::FEATURES {
+                println!("{name} (in features, not in all)");
             }
             for name in scenarios::BROKER_RESTART_PHASES {
                 println!("{name} (not in all: restart the broker between the two phases)");
@@ -294,6 +302,19 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(phases.scenarios, strings(&["broker-restart-1"]));
+    }
+
+    #[test]
+    fn features_expands_to_the_feature_scenarios_which_all_leaves_out() {
+        let features = parse_args(&strings(&["features"]), "p").unwrap().unwrap();
+        assert_eq!(
+            features.scenarios,
+            strings(&["delay", "transaction", "sql92", "request-reply"])
+        );
+        let all = parse_args(&strings(&["all"]), "p").unwrap().unwrap();
+        assert!(!all.scenarios.iter().any(|s| features.scenarios.contains(s)));
+        let one = parse_args(&strings(&["sql92"]), "p").unwrap().unwrap();
+        assert_eq!(one.scenarios, strings(&["sql92"]));
     }
 
     #[test]
