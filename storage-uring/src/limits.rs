@@ -89,11 +89,15 @@ pub const COMMIT_BEHIND_BYTES_MIN_ASYNC: usize = 64 * 1024;
 /// gave the same throughput here, and 64 KiB the lowest p99.
 pub const COMMIT_BEHIND_BYTES_MIN_SYNC: usize = 64 * 1024;
 
-/// Size of one recovery scan read.
-pub const RECOVERY_READ_SIZE: usize = 8 * 1024 * 1024;
+/// Size of one recovery scan read. The scan is CPU-bound on this machine and
+/// touches each record's first and last cache lines: chunks that small are
+/// still in the cache when scanned; 8 MiB chunks (4 in flight) scanned 4 GiB
+/// at 960-1,080 MB/s, 1 MiB (8 in flight) at 1,100-1,240 MB/s. A record
+/// larger than a chunk is assembled across chunks (the scan's carry).
+pub const RECOVERY_READ_SIZE: usize = 1024 * 1024;
 
 /// Recovery scan reads in flight at once.
-pub const RECOVERY_READS_IN_FLIGHT_MAX: usize = 4;
+pub const RECOVERY_READS_IN_FLIGHT_MAX: usize = 8;
 
 /// Bytes appended but not yet written beyond which appends are refused with
 /// `StorageError::Busy`.
@@ -129,7 +133,6 @@ const _: () = assert!(CHECKPOINT_FILE_SIZE == BLOCK_SIZE);
 // re-written ahead of it.
 const _: () = assert!(RECORD_SIZE_MAX + BLOCK_SIZE <= WRITE_BUFFER_SIZE);
 const _: () = assert!(RECORD_SIZE_MAX as u64 <= COMMIT_LOG_SEGMENT_SIZE_DEFAULT / 2);
-const _: () = assert!(RECOVERY_READ_SIZE >= RECORD_SIZE_MAX);
 const _: () = assert!(TAIL_CACHE_SIZE >= 2 * WRITE_BUFFER_SIZE);
 const _: () = assert!(TAIL_CACHE_CHUNK_SIZE <= TAIL_CACHE_SIZE);
 const _: () = assert!(SEGMENT_PREALLOCATE_THRESHOLD_PERCENT < 100);

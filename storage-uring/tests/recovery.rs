@@ -454,3 +454,71 @@ fn a_clean_shutdown_keeps_every_appended_record_and_reopens_normally() {
         store.commit_log().encoded_offset() - u64::from(next.wrote_bytes)
     );
 }
+
+#[test]
+fn records_larger_than_a_scan_read_are_recovered_whole_after_a_kill() {
+    use ringmq_storage::limits::{MESSAGE_SIZE_MAX_BYTES, RECOVERY_READ_SIZE};
+    let mut store_config = config(FlushMode::Sync, 0);
+    store_config.segment_size_bytes = 10 * 1024 * 1024;
+    store_config.tail_cache_bytes = 16 * 1024 * 1024;
+    let disk = SimDisk::new(SimConfig::new(5));
+    let (mut store, _) = Store::open(disk, store_config.clone(), 0).unwrap();
+    // Sizes around and across the read size, up to the largest message, so
+    // records start at every phase of a chunk and run over one or several.
+    let sizes = [
+        100,
+        RECOVERY_READ_SIZE - 300,
+        RECOVERY_READ_SIZE + 7,
+        3,
+        2 * RECOVERY_READ_SIZE + 1_000,
+        MESSAGE_SIZE_MAX_BYTES,
+        5_000,
+        RECOVERY_READ_SIZE / 2,
+        MESSAGE_SIZE_MAX_BYTES - 1,
+        64,
+    ];
+    let mut acks = Vec::new();
+    let mut tickets = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let body: Vec<u8> = (0..size).map(|b| (b * 31 + i) as u8).collect();
+        let message = AppendMessage {
+            topic: TOPIC,
+            queue_id: 0,
+            body: &body,
+            properties: b"TAGS\x01TagA\x02",
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms: 5,
+            born_host: host(1),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        tickets.push((store.append(&message, 10).unwrap(), body));
+        while store.pending_appends() > 0 {
+            store
+                .poll_wait(10, std::time::Duration::ZERO, &mut acks)
+                .unwrap();
+        }
+    }
+    assert_eq!(acks.len(), sizes.len());
+    assert!(acks.iter().all(|a| a.status == AckStatus::Ok));
+    assert!(
+        store.commit_log().encoded_offset() > store_config.segment_size_bytes,
+        "the records should fill more than one segment"
+    );
+    let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+    let (mut store, report) = Store::open(disk, store_config, 1_000).unwrap();
+    assert!(report.abnormal);
+    assert_eq!(report.recovery.scan.record_count, sizes.len() as u64);
+    assert_eq!(store.queue_max_offset(TOPIC, 0), sizes.len() as u64);
+    for (ticket, body) in &tickets {
+        let bytes = store
+            .read_record(ticket.commit_log_offset)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
+            &body[..]
+        );
+    }
+}

@@ -88,22 +88,38 @@ pub fn scan(
         .iter()
         .position(|s| s.base == first.base)
         .expect("segment exists");
+    // Chunk buffers go from one segment's scanner to the next (no fresh
+    // allocation per segment) and back to the disk at the end.
+    let mut spare = Vec::new();
+    let mut result = Ok(());
     for segment in &segments.segments()[first_index..] {
         if segment.base > outcome.end {
             break;
         }
-        let mut scanner = SegmentScanner::new(segment, segments.segment_size(), outcome.end);
-        let result = scanner.run(disk, shard_id, verify_crc_from, &mut outcome, visit);
-        scanner.drain(disk)?;
-        match result? {
-            SegmentEnd::Blank => {
+        let mut scanner = SegmentScanner::new(
+            segment,
+            segments.segment_size(),
+            outcome.end,
+            std::mem::take(&mut spare),
+        );
+        let ran = scanner.run(disk, shard_id, verify_crc_from, &mut outcome, visit);
+        let drained = scanner.drain(disk, &mut spare);
+        match ran.and_then(|end| drained.map(|()| end)) {
+            Ok(SegmentEnd::Blank) => {
                 outcome.end = segment.base + segments.segment_size();
                 outcome.stop = ScanStop::EndOfSegments;
             }
-            SegmentEnd::Stopped => return Ok(outcome),
+            Ok(SegmentEnd::Stopped) => break,
+            Err(error) => {
+                result = Err(error);
+                break;
+            }
         }
     }
-    Ok(outcome)
+    for buf in spare {
+        disk.recycle(buf);
+    }
+    result.map(|()| outcome)
 }
 
 enum SegmentEnd {
@@ -141,7 +157,7 @@ struct SegmentScanner<'s> {
 }
 
 impl<'s> SegmentScanner<'s> {
-    fn new(segment: &'s Segment, segment_size: u64, from: u64) -> Self {
+    fn new(segment: &'s Segment, segment_size: u64, from: u64, spare: Vec<AlignedBuf>) -> Self {
         let start = align_down(from - segment.base);
         SegmentScanner {
             segment,
@@ -151,7 +167,7 @@ impl<'s> SegmentScanner<'s> {
             window: AlignedBuf::new(0),
             carry: Vec::new(),
             carry_start: start,
-            spare: Vec::new(),
+            spare,
             arrived: BTreeMap::new(),
             consumed_to: start,
             in_flight: 0,
@@ -204,9 +220,17 @@ impl<'s> SegmentScanner<'s> {
     }
 
     /// Blocks until the next in-order chunk is in the window; false at the
-    /// segment end.
+    /// segment end. Completed reads are reaped and replaced on every call,
+    /// also when the chunk is already there, so the disk always has reads
+    /// queued while chunks are scanned.
     fn fill(&mut self, disk: &mut impl Disk) -> Result<bool, StorageError> {
+        let mut wait = Wait::No;
         loop {
+            self.submit_reads(disk)?;
+            if self.in_flight > 0 {
+                self.reap(disk, wait)?;
+                self.submit_reads(disk)?;
+            }
             if let Some(buf) = self.arrived.remove(&self.consumed_to) {
                 self.window_start = self.consumed_to;
                 self.consumed_to += buf.len() as u64;
@@ -217,47 +241,48 @@ impl<'s> SegmentScanner<'s> {
             if self.consumed_to >= self.segment_size {
                 return Ok(false);
             }
-            self.submit_reads(disk)?;
-            self.completions.clear();
-            disk.poll(
-                &mut self.completions,
-                COMPLETIONS_PER_TURN_MAX,
-                Wait::AtLeastOne(std::time::Duration::from_secs(1)),
-            )?;
-            for completion in std::mem::take(&mut self.completions) {
-                self.in_flight -= 1;
-                assert!(
-                    completion.op_id.tag() == Some(OpTag::Recovery),
-                    "foreign completion during recovery"
-                );
-                let file_offset = completion.op_id.seq();
-                let buf = completion.buf.expect("a read gives its buffer back");
-                let n = match completion.result {
-                    Ok(n) => n,
-                    Err(error) => {
-                        disk.recycle(buf);
-                        return Err(error.into());
-                    }
-                };
-                let wanted = self
-                    .requested
-                    .remove(&file_offset)
-                    .expect("a read was requested there");
-                if n == 0 || !n.is_multiple_of(BLOCK_SIZE) {
-                    disk.recycle(buf);
-                    return Err(StorageError::Corrupt {
-                        path: self.segment.path.clone(),
-                        file_offset,
-                        reason: format!("read of {wanted} bytes returned {n}"),
-                    });
-                }
-                if n < wanted {
-                    // Short read: fetch the rest (its own entry in `arrived`).
-                    self.submit_read(disk, file_offset + n as u64, wanted - n)?;
-                }
-                self.arrived.insert(file_offset, buf);
-            }
+            wait = Wait::AtLeastOne(std::time::Duration::from_secs(1));
         }
+    }
+
+    /// Reaps read completions (waiting as `wait` says) into `arrived`.
+    fn reap(&mut self, disk: &mut impl Disk, wait: Wait) -> Result<(), StorageError> {
+        self.completions.clear();
+        disk.poll(&mut self.completions, COMPLETIONS_PER_TURN_MAX, wait)?;
+        for completion in std::mem::take(&mut self.completions) {
+            self.in_flight -= 1;
+            assert!(
+                completion.op_id.tag() == Some(OpTag::Recovery),
+                "foreign completion during recovery"
+            );
+            let file_offset = completion.op_id.seq();
+            let buf = completion.buf.expect("a read gives its buffer back");
+            let n = match completion.result {
+                Ok(n) => n,
+                Err(error) => {
+                    disk.recycle(buf);
+                    return Err(error.into());
+                }
+            };
+            let wanted = self
+                .requested
+                .remove(&file_offset)
+                .expect("a read was requested there");
+            if n == 0 || !n.is_multiple_of(BLOCK_SIZE) {
+                disk.recycle(buf);
+                return Err(StorageError::Corrupt {
+                    path: self.segment.path.clone(),
+                    file_offset,
+                    reason: format!("read of {wanted} bytes returned {n}"),
+                });
+            }
+            if n < wanted {
+                // Short read: fetch the rest (its own entry in `arrived`).
+                self.submit_read(disk, file_offset + n as u64, wanted - n)?;
+            }
+            self.arrived.insert(file_offset, buf);
+        }
+        Ok(())
     }
 
     fn run(
@@ -381,8 +406,19 @@ impl<'s> SegmentScanner<'s> {
         }
     }
 
-    /// Reaps reads still in flight (after a stop or an error).
-    fn drain(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+    /// Reaps reads still in flight (after a stop or an error) and moves
+    /// every chunk buffer into `spare`.
+    fn drain(
+        &mut self,
+        disk: &mut impl Disk,
+        spare: &mut Vec<AlignedBuf>,
+    ) -> Result<(), StorageError> {
+        spare.append(&mut self.spare);
+        spare.extend(std::mem::take(&mut self.arrived).into_values());
+        let window = std::mem::replace(&mut self.window, AlignedBuf::new(0));
+        if window.capacity() > 0 {
+            spare.push(window);
+        }
         while self.in_flight > 0 {
             self.completions.clear();
             disk.poll(
@@ -393,18 +429,10 @@ impl<'s> SegmentScanner<'s> {
             for completion in std::mem::take(&mut self.completions) {
                 self.in_flight -= 1;
                 if let Some(buf) = completion.buf {
-                    disk.recycle(buf);
+                    spare.push(buf);
                 }
             }
         }
-        for (_, buf) in std::mem::take(&mut self.arrived) {
-            disk.recycle(buf);
-        }
-        for buf in self.spare.drain(..) {
-            disk.recycle(buf);
-        }
-        let window = std::mem::replace(&mut self.window, AlignedBuf::new(0));
-        disk.recycle(window);
         Ok(())
     }
 }
