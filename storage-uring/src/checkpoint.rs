@@ -16,9 +16,17 @@
 //! 24  masterFlushedOffset i64 BE  0 (no HA bookkeeping yet)
 //! 32  confirmPhyOffset    i64 BE  outside-visible offset known durable
 //! 40  magic               u32 BE  0x524D_5143 ("RMQC"): ours
-//! 44  version             u32 BE  1
+//! 44  version             u32 BE  2 (1: without the fields below)
 //! 48  shard id            u32 BE
-//! 52  ...zero...
+//! 52  durable points      u8      1 if the next four fields are set
+//! 56  queues durable      i64 BE  every ConsumeQueue entry of a record
+//!                                 below this offset is fdatasynced
+//! 64  index durable       i64 BE  every index entry of a record below this
+//!                                 offset is fdatasynced ...
+//! 72  index file          i64 BE  ... in the index files up to the one
+//!                                 created at this time (0: no file) ...
+//! 80  index count         i32 BE  ... whose entries below this count
+//! 84  ...zero...
 //! 4092 crc32c             u32 BE  CRC-32C of bytes 0..4092
 //! ```
 //!
@@ -35,11 +43,32 @@ use crate::limits::CHECKPOINT_FILE_SIZE;
 /// Our magic in the checkpoint's unused space ("RMQC").
 pub const CHECKPOINT_MAGIC: u32 = 0x524D_5143;
 /// Version of our checkpoint fields.
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 2;
+/// The version before the durable points; still read (without them).
+const CHECKPOINT_VERSION_1: u32 = 1;
 /// Byte offset of the CRC-32C.
 pub const CHECKPOINT_CRC_POSITION: usize = CHECKPOINT_FILE_SIZE - 4;
 
-const _: () = assert!(CHECKPOINT_CRC_POSITION > 52);
+const _: () = assert!(CHECKPOINT_CRC_POSITION > 84);
+
+/// How far the derived files (ConsumeQueues, index) are known durable: an
+/// abnormal recovery keeps them up to these points and re-dispatches only
+/// the CommitLog after them (see [`crate::store`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DurablePoints {
+    /// Outside-visible CommitLog offset: every ConsumeQueue entry of a
+    /// record below it is fdatasynced.
+    pub queues_offset: i64,
+    /// Outside-visible CommitLog offset: every index entry of a record
+    /// below it is fdatasynced, in the files up to `index_file_created_ms`.
+    pub index_offset: i64,
+    /// Creation time (the name) of the newest index file then; 0 if there
+    /// was none.
+    pub index_file_created_ms: i64,
+    /// `index_count` of that file then: its entries `1..index_count` are
+    /// durable.
+    pub index_count: i32,
+}
 
 /// The checkpoint's fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,6 +85,9 @@ pub struct Checkpoint {
     pub confirm_offset: i64,
     /// The shard.
     pub shard_id: u32,
+    /// Durable points of the derived files (None: unknown, e.g. a version 1
+    /// checkpoint).
+    pub durable: Option<DurablePoints>,
 }
 
 impl Checkpoint {
@@ -76,6 +108,13 @@ impl Checkpoint {
         out[40..44].copy_from_slice(&CHECKPOINT_MAGIC.to_be_bytes());
         out[44..48].copy_from_slice(&CHECKPOINT_VERSION.to_be_bytes());
         out[48..52].copy_from_slice(&self.shard_id.to_be_bytes());
+        if let Some(points) = self.durable {
+            out[52] = 1;
+            out[56..64].copy_from_slice(&points.queues_offset.to_be_bytes());
+            out[64..72].copy_from_slice(&points.index_offset.to_be_bytes());
+            out[72..80].copy_from_slice(&points.index_file_created_ms.to_be_bytes());
+            out[80..84].copy_from_slice(&points.index_count.to_be_bytes());
+        }
         let crc = crc32c::crc32c(&out[..CHECKPOINT_CRC_POSITION]);
         out[CHECKPOINT_CRC_POSITION..].copy_from_slice(&crc.to_be_bytes());
     }
@@ -85,7 +124,10 @@ impl Checkpoint {
         let bytes = bytes.get(..CHECKPOINT_FILE_SIZE)?;
         let i64_at = |at: usize| i64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         let u32_at = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        if u32_at(40) != CHECKPOINT_MAGIC || u32_at(44) != CHECKPOINT_VERSION {
+        let version = u32_at(44);
+        if u32_at(40) != CHECKPOINT_MAGIC
+            || (version != CHECKPOINT_VERSION && version != CHECKPOINT_VERSION_1)
+        {
             return None;
         }
         if crc32c::crc32c(&bytes[..CHECKPOINT_CRC_POSITION]) != u32_at(CHECKPOINT_CRC_POSITION) {
@@ -98,6 +140,12 @@ impl Checkpoint {
             master_flushed_offset: i64_at(24),
             confirm_offset: i64_at(32),
             shard_id: u32_at(48),
+            durable: (version == CHECKPOINT_VERSION && bytes[52] == 1).then(|| DurablePoints {
+                queues_offset: i64_at(56),
+                index_offset: i64_at(64),
+                index_file_created_ms: i64_at(72),
+                index_count: i32::from_be_bytes(bytes[80..84].try_into().expect("4 bytes")),
+            }),
         })
     }
 
@@ -212,10 +260,28 @@ mod tests {
             master_flushed_offset: 0,
             confirm_offset: 4096,
             shard_id: 3,
+            durable: Some(DurablePoints {
+                queues_offset: 2048,
+                index_offset: 1024,
+                index_file_created_ms: 5,
+                index_count: 7,
+            }),
         };
         let mut bytes = vec![0; CHECKPOINT_FILE_SIZE];
         checkpoint.encode(&mut bytes);
         assert_eq!(Checkpoint::decode(&bytes), Some(checkpoint));
+        let without = Checkpoint {
+            durable: None,
+            ..checkpoint
+        };
+        let mut plain = vec![0; CHECKPOINT_FILE_SIZE];
+        without.encode(&mut plain);
+        assert_eq!(Checkpoint::decode(&plain), Some(without));
+        // A version 1 checkpoint is read, without durable points.
+        plain[44..48].copy_from_slice(&1u32.to_be_bytes());
+        let crc = crc32c::crc32c(&plain[..CHECKPOINT_CRC_POSITION]);
+        plain[CHECKPOINT_CRC_POSITION..].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(Checkpoint::decode(&plain), Some(without));
         assert_eq!(&bytes[32..40], &4096i64.to_be_bytes());
         bytes[33] ^= 1;
         assert_eq!(Checkpoint::decode(&bytes), None);

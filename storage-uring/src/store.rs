@@ -31,16 +31,22 @@
 //! queue offsets are dense and assigned at once); lookups clamp them to the
 //! acknowledgeable CommitLog position.
 //!
-//! Recovery (RocketMQ 6.9, adapted): ConsumeQueues are loaded; after a clean
-//! stop the CommitLog is scanned from the segment holding the smaller of the
-//! checkpoint's confirmed offset and the least advanced queue's end; after an
-//! abnormal stop (abort file present) the queues are emptied and rebuilt from
-//! the first segment, because their write-behind tail may hold torn entries
-//! that look valid (a deviation: RocketMQ trusts them). BODYCRC is verified
-//! from the confirmed offset on, records are re-dispatched (duplicates
-//! ignored), the log is truncated at the first invalid record and every queue
-//! cut there. After an abnormal stop appends continue in a fresh segment
-//! behind a durable BLANK fence (see [`crate::commit_log`]).
+//! Recovery (RocketMQ 6.9, adapted): ConsumeQueues and index are loaded;
+//! after a clean stop the CommitLog is scanned from the smallest of the
+//! checkpoint's confirmed offset, the least advanced queue's last entry and
+//! the newest indexed record; after an abnormal stop (abort file present) the
+//! queues and the index are first cut back to the checkpoint's durable points
+//! (what was fdatasynced; their write-behind tail may hold torn entries that
+//! look valid, which RocketMQ trusts) and the scan starts at the smallest of
+//! those points and the confirmed offset (`recover`: with no durable points,
+//! or kept files that disagree with the CommitLog, they are rebuilt from the
+//! whole CommitLog instead). A scan start is a record boundary; if no valid
+//! record is there, the scan starts at its segment's start. BODYCRC is
+//! verified from the confirmed offset on, records are re-dispatched
+//! (duplicates ignored), the log is truncated at the first invalid record and
+//! every queue cut there. After an abnormal stop appends continue in a fresh
+//! segment behind a durable BLANK fence (see [`crate::commit_log`]), and a
+//! new checkpoint is written before `open` returns.
 //!
 //! Retention runs in `poll` (see [`crate::retention`]): every
 //! `clean_resource_interval_ms`, or at once on a disk above the
@@ -66,19 +72,21 @@ use std::path::PathBuf;
 use ringmq_protocol::message::layout::is_dispatched_to_consume_queue;
 use ringmq_protocol::message::properties::{NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 use ringmq_protocol::message::property_key::{KEYS, TAGS, UNIQ_KEY};
-use ringmq_protocol::message::{RecordSpec, RecordView, peek_total_size, tags_code};
+use ringmq_protocol::message::{RecordSpec, peek_total_size, tags_code};
 
-use crate::checkpoint::{self, Checkpoint, ShardFiles};
+use crate::checkpoint::{self, Checkpoint, DurablePoints, ShardFiles};
 use crate::commit_log::appender::FlushMode;
 use crate::commit_log::{
     self, CommitLog, CommitLogConfig, RecoveryReport, SegmentRemoval, shard_offset,
     split_shard_offset,
 };
 use crate::consume_queue::{ConsumeQueueSet, CqEntry};
+
+mod recover;
 use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, Wait};
 use crate::error::StorageError;
 use crate::index_file::{
-    INDEX_DIR_NAME, IndexGeometry, IndexQueryResult, IndexRecord, IndexService,
+    INDEX_DIR_NAME, IndexDurablePoint, IndexGeometry, IndexQueryResult, IndexRecord, IndexService,
 };
 use crate::limits::{
     CHECKPOINT_FILE_SIZE, CHECKPOINT_INTERVAL_MS_DEFAULT, CLEAN_RESOURCE_INTERVAL_MS_DEFAULT,
@@ -324,6 +332,10 @@ pub struct OpenReport {
     pub recovery: RecoveryReport,
     /// Records re-dispatched into ConsumeQueues.
     pub redispatched: u64,
+    /// Whether the ConsumeQueues and the index were rebuilt from the whole
+    /// CommitLog (an abnormal stop without usable durable points, or kept
+    /// files that disagreed with the CommitLog).
+    pub derived_rebuilt: bool,
 }
 
 #[derive(Debug)]
@@ -410,24 +422,33 @@ impl<D: Disk> Store<D> {
             None
         };
         let confirm_local = stored.map_or(0, |c| split_shard_offset(c.confirm_offset as u64).1);
-        let mut queue_floors = Vec::new();
-        let (mut queues, mut index, scan_from) = if abnormal {
-            // ConsumeQueues are written behind through the page cache: after
-            // a crash their unsynced tail may hold torn entries that still look
-            // valid (a torn write keeps old zeros in an offset's top bytes).
-            // They are derived data, so rebuild them from the CommitLog.
-            // What they say about records retention removed is old and
-            // flushed: kept, so such queues keep their offsets.
-            queue_floors = removed_queue_floors(&mut disk, &config);
-            remove_consume_queue_files(&mut disk, &config.consume_queue_root)?;
-            remove_files_in(&mut disk, &config.index_dir())?;
+        let durable_points = stored.and_then(|c| c.durable);
+        // Abnormal stop: the derived files are kept up to the checkpoint's
+        // durable points when it has them (see `recover`), else rebuilt.
+        let kept = match durable_points {
+            Some(points) if abnormal => {
+                recover::load_to_durable_points(&mut disk, &config, points)?
+            }
+            _ => None,
+        };
+        let mut rebuilt = abnormal && kept.is_none();
+        let (mut queues, mut index, scan_from, strict_from) = if let Some((queues, index, from)) =
+            kept
+        {
+            let from_local = split_shard_offset(from).1.min(confirm_local);
+            let strict = durable_points.map(|p| p.queues_offset.max(0) as u64);
+            (queues, index, from_local, strict)
+        } else if abnormal {
+            // Rebuilt after the CommitLog is open (`recover::rebuild`); the
+            // first scan only validates the CommitLog.
+            let queues = ConsumeQueueSet::new(&config.consume_queue_root);
             let index = IndexService::new(&config.index_dir(), config.index_geometry)?;
-            (ConsumeQueueSet::new(&config.consume_queue_root), index, 0)
+            (queues, index, confirm_local, None)
         } else {
             let queues = ConsumeQueueSet::load_all(&mut disk, &config.consume_queue_root)?;
             let resume_local = queues
                 .iter()
-                .map(|q| split_shard_offset(q.max_physical_offset()).1)
+                .map(|q| split_shard_offset(q.resume_offset()).1)
                 .min();
             let index = IndexService::load(&mut disk, &config.index_dir(), config.index_geometry)?;
             // Index entries resume after the newest indexed record.
@@ -436,7 +457,7 @@ impl<D: Disk> Store<D> {
                 Some(resume) => resume.min(confirm_local).min(indexed_local),
                 None => 0,
             };
-            (queues, index, scan_from)
+            (queues, index, scan_from, None)
         };
         let log_config = CommitLogConfig {
             dir: config.commit_log_dir(),
@@ -446,57 +467,75 @@ impl<D: Disk> Store<D> {
             flush_interval_ms: config.flush_interval_ms,
             tail_cache_bytes: config.tail_cache_bytes,
         };
-        let mut dispatch_error = None;
-        let mut redispatched = 0;
-        let shard_id = config.shard_id;
-        let mut visit = |local: u64, view: &RecordView<'_>| {
-            let topic = view.topic();
-            let properties = DispatchProperties::find(view.properties_bytes());
-            let record = IndexRecord {
-                topic,
-                commit_log_offset: shard_offset(shard_id, local),
-                store_timestamp_ms: view.store_timestamp_ms(),
-                sys_flag: view.sys_flag(),
-                uniq_key: properties.uniq_key,
-                keys: properties.keys,
-            };
-            index.build_index(&record, now_ms as i64);
-            if dispatch_error.is_some() || !is_dispatched_to_consume_queue(view.sys_flag()) {
-                return;
-            }
-            let entry = CqEntry {
-                commit_log_offset: shard_offset(shard_id, local),
-                size: view.total_size(),
-                tags_code: tags_code(properties.tags),
-            };
-            let queue_offset = view.queue_offset() as u64;
-            let appended = queues
-                .index_or_create(topic, view.queue_id() as u32)
-                .and_then(|index| queues.queue_at_mut(index).append(queue_offset, entry));
-            match appended {
-                Ok(_) => redispatched += 1,
-                Err(error) => dispatch_error = Some(error),
-            }
+        let mut dispatcher = recover::Dispatcher {
+            queues: &mut queues,
+            index: &mut index,
+            shard_id: config.shard_id,
+            now_ms,
+            strict_from,
+            error: None,
+            inconsistent: None,
+            redispatched: 0,
         };
-        let (commit_log, recovery) = CommitLog::open(
+        let dispatch = !rebuilt;
+        let (mut commit_log, recovery) = CommitLog::open(
             &mut disk,
             log_config,
             scan_from,
             confirm_local,
             abnormal,
             now_ms,
-            &mut visit,
+            &mut |local, view| {
+                if dispatch {
+                    dispatcher.visit(local, view);
+                }
+            },
         )?;
-        if let Some(error) = dispatch_error {
+        let mut redispatched = dispatcher.redispatched;
+        let mut inconsistent = dispatcher.inconsistent.take();
+        if let Some(error) = dispatcher.error.take() {
             return Err(error);
         }
         queues.truncate_from_commit_log_offset(
             &mut disk,
             shard_offset(config.shard_id, recovery.scan.end),
         )?;
-        for (topic, queue_id, floor) in queue_floors {
-            let index = queues.index_or_create(&topic, queue_id)?;
-            queues.queue_at_mut(index).start_at(floor);
+        if strict_from.is_some() {
+            // Records past the end are gone: so are their index entries, and
+            // the durable points cannot be past the end (new records will
+            // be written there).
+            let end = shard_offset(config.shard_id, recovery.scan.end);
+            queues.set_durable_point(queues.durable_point().min(end));
+            if inconsistent.is_none() && !index.truncate_from_commit_log_offset(&mut disk, end)? {
+                inconsistent = Some("an index file could not be cut at the commit log end".into());
+            }
+            if inconsistent.is_none() {
+                inconsistent = recover::check_queue_tails(&mut disk, &mut commit_log, &mut queues)?;
+            }
+        }
+        if let Some(reason) = &inconsistent {
+            tracing::warn!(
+                reason,
+                "the kept consume queues disagree with the commit log; rebuilding them from it"
+            );
+            queues.close_all(&mut disk)?;
+            index.close_and_remove_all(&mut disk)?;
+            rebuilt = true;
+        }
+        if rebuilt {
+            let (new_queues, new_index, count) =
+                recover::rebuild(&mut disk, &config, &mut commit_log, now_ms)?;
+            (queues, index, redispatched) = (new_queues, new_index, count);
+        }
+        if !abnormal && let Some(points) = durable_points {
+            // After a clean stop the files are as durable as the checkpoint
+            // written at the stop says.
+            queues.set_durable_point(points.queues_offset.max(0) as u64);
+            index.set_durable_point(IndexDurablePoint {
+                offset: points.index_offset.max(0) as u64,
+                file_created_ms: points.index_file_created_ms,
+                index_count: points.index_count,
+            });
         }
         // Retention may have removed segments that queues and index still
         // point into; their min offsets move past them.
@@ -511,6 +550,7 @@ impl<D: Disk> Store<D> {
             checkpoint_valid: stored.is_some(),
             recovery,
             redispatched,
+            derived_rebuilt: rebuilt,
         };
         let store = Store {
             disk,
@@ -539,6 +579,10 @@ impl<D: Disk> Store<D> {
             unsubmitted_since_ms: None,
             sizes_scratch: Vec::new(),
         };
+        let mut store = store;
+        if abnormal {
+            store.write_checkpoint_sync()?;
+        }
         Ok((store, report))
     }
 
@@ -866,6 +910,12 @@ impl<D: Disk> Store<D> {
             for error in self.queues.take_errors() {
                 tracing::warn!(%error, "consume queue flush failed; it is retried");
             }
+            // A durability round starts before the flush, so it completes
+            // with this flush's fdatasyncs (see `current_checkpoint`).
+            let dispatched_to =
+                shard_offset(self.config.shard_id, self.commit_log.appender().encoded());
+            self.queues.advance_durable_point(dispatched_to);
+            self.index.advance_durable_point(dispatched_to);
             self.queues.flush_all(&mut self.disk)?;
             for error in self.index.take_errors() {
                 tracing::warn!(%error, "index file flush failed; it is retried");
@@ -1002,8 +1052,50 @@ impl<D: Disk> Store<D> {
         self.disk_usage_ratio
     }
 
-    fn current_checkpoint(&self) -> Checkpoint {
+    /// Writes the checkpoint and waits for its fdatasync (shutdown, and the
+    /// end of an abnormal recovery: the checkpoint on disk then describes a
+    /// CommitLog that recovery may have cut or fenced, and must not outlive
+    /// it). Call with nothing else in flight.
+    fn write_checkpoint_sync(&mut self) -> Result<(), StorageError> {
+        let buf = self.current_checkpoint().to_buf(&mut self.disk);
+        let file = self.checkpoint_file;
+        let write = DiskOp::Write {
+            file,
+            file_offset: 0,
+            buf,
+            buf_range: 0..CHECKPOINT_FILE_SIZE,
+        };
+        let mut stash = Vec::new();
+        let (_, buf) = commit_log::run_sync(
+            &mut self.disk,
+            OpId::new(OpTag::Checkpoint, 0),
+            write,
+            &mut stash,
+        )?;
+        if let Some(buf) = buf {
+            self.disk.recycle(buf);
+        }
+        commit_log::run_sync(
+            &mut self.disk,
+            OpId::new(OpTag::Checkpoint, 0),
+            DiskOp::Fdatasync { file },
+            &mut stash,
+        )?;
+        assert!(
+            stash.is_empty(),
+            "a checkpoint written with operations in flight"
+        );
+        Ok(())
+    }
+
+    /// The checkpoint to write now; moves the derived files' durable points
+    /// first (every record below the encoded end has its entries in memory).
+    fn current_checkpoint(&mut self) -> Checkpoint {
         let durable = shard_offset(self.config.shard_id, self.commit_log.appender().durable());
+        let dispatched_to =
+            shard_offset(self.config.shard_id, self.commit_log.appender().encoded());
+        let queues_offset = self.queues.advance_durable_point(dispatched_to);
+        let index = self.index.advance_durable_point(dispatched_to);
         Checkpoint {
             physic_msg_timestamp_ms: self.last_durable_store_timestamp_ms,
             logics_msg_timestamp_ms: self.last_durable_store_timestamp_ms,
@@ -1011,6 +1103,12 @@ impl<D: Disk> Store<D> {
             master_flushed_offset: 0,
             confirm_offset: durable as i64,
             shard_id: u32::from(self.config.shard_id),
+            durable: Some(DurablePoints {
+                queues_offset: queues_offset as i64,
+                index_offset: index.offset as i64,
+                index_file_created_ms: index.file_created_ms,
+                index_count: index.index_count,
+            }),
         }
     }
 
@@ -1357,34 +1455,13 @@ impl<D: Disk> Store<D> {
                 "shutdown after a commit log failure; recovery will run at the next start"
             );
         } else {
-            let buf = self.current_checkpoint().to_buf(&mut self.disk);
-            let file = self.checkpoint_file;
-            let write = DiskOp::Write {
-                file,
-                file_offset: 0,
-                buf,
-                buf_range: 0..CHECKPOINT_FILE_SIZE,
-            };
-            let mut stash = Vec::new();
-            let (_, buf) = commit_log::run_sync(
-                &mut self.disk,
-                OpId::new(OpTag::Checkpoint, 0),
-                write,
-                &mut stash,
-            )?;
-            if let Some(buf) = buf {
-                self.disk.recycle(buf);
-            }
-            commit_log::run_sync(
-                &mut self.disk,
-                OpId::new(OpTag::Checkpoint, 0),
-                DiskOp::Fdatasync { file },
-                &mut stash,
-            )?;
+            self.write_checkpoint_sync()?;
             checkpoint::remove_abort(&mut self.disk, &self.files)?;
         }
         self.disk.close(self.checkpoint_file)?;
         self.commit_log.close(&mut self.disk)?;
+        self.queues.close_all(&mut self.disk)?;
+        self.index.close_all(&mut self.disk)?;
         Ok(self.disk)
     }
 }

@@ -304,6 +304,11 @@ struct Coverage {
     rollovers_precreated: u64,
     /// Crashes while the next segment's creation was in flight.
     crashes_mid_creation: usize,
+    /// Abnormal recoveries that kept the derived files up to the
+    /// checkpoint's durable points.
+    derived_kept: usize,
+    /// Abnormal recoveries that rebuilt them from the whole CommitLog.
+    derived_rebuilt: usize,
 }
 
 fn run_seed(seed: u64, coverage: &mut Coverage) {
@@ -332,6 +337,8 @@ fn run_seed(seed: u64, coverage: &mut Coverage) {
         let (mut store, report) = Store::open(disk, config(h.mode, h.shard_id), h.now_ms)
             .unwrap_or_else(|e| panic!("seed {seed} round {round}: open failed: {e}"));
         coverage.fenced += usize::from(report.recovery.fenced);
+        coverage.derived_kept += usize::from(report.abnormal && !report.derived_rebuilt);
+        coverage.derived_rebuilt += usize::from(report.derived_rebuilt);
         coverage.torn_tails += usize::from(matches!(
             report.recovery.scan.stop,
             ScanStop::Invalid { .. }
@@ -401,6 +408,10 @@ fn acknowledged_records_survive_the_crashes_their_flush_mode_promises() {
         assert!(
             coverage.crashes_mid_creation > 0,
             "no crash between the steps of a segment creation: {coverage:?}"
+        );
+        assert!(
+            coverage.derived_kept > coverage.derived_rebuilt,
+            "abnormal recoveries mostly rebuild the derived files: {coverage:?}"
         );
     }
 }

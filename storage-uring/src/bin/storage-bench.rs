@@ -24,7 +24,10 @@
 //!    `rollovers_waited` count background segment creations and roll-overs
 //!    that had to wait for one.
 //! 3. Recover (`--recover`): marks the store as not shut down (abort file)
-//!    and times the abnormal recovery of `Store::open`.
+//!    and times the abnormal recovery of `Store::open`. `recover_log_bytes`
+//!    is the CommitLog recovered, `recover_scan_bytes` what the scan read
+//!    (from the checkpointed segment on; all of the log when
+//!    `recover_derived_rebuilt=1`).
 //!
 //! Output: one line of `key=value` pairs, or a JSON object (`--json`).
 //! MB are 10^6 bytes; latencies are microseconds.
@@ -404,6 +407,11 @@ fn floor_direct(disk: &mut UringDisk, file: FileId, seconds: Duration) -> anyhow
     Ok(rate)
 }
 
+/// The shard-local part of an outside-visible CommitLog offset.
+fn split_local(offset: u64) -> u64 {
+    ringmq_storage::commit_log::split_shard_offset(offset).1
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -601,17 +609,24 @@ fn recover_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let (store, open) =
         Store::open(disk, store_config(args), now_ms()).context("recovering the store")?;
     let elapsed = start.elapsed();
-    // Bytes the scan covered: up to the end of the last valid record.
-    let bytes = open
-        .recovery
-        .scan
-        .end
-        .saturating_sub(store.commit_log_min_offset());
+    // The CommitLog recovered (up to the end of the last valid record), and
+    // the part of it the scan read (from the checkpointed segment on, or
+    // all of it when the derived files were rebuilt).
+    let end = open.recovery.scan.end;
+    let log_bytes = end.saturating_sub(split_local(store.commit_log_min_offset()));
+    let scan_bytes = if open.derived_rebuilt {
+        log_bytes
+    } else {
+        end.saturating_sub(open.recovery.scanned_from)
+    };
     report.int("recover_abnormal", u64::from(open.abnormal));
+    report.int("recover_derived_rebuilt", u64::from(open.derived_rebuilt));
     report.int("recover_ms", elapsed.as_millis() as u64);
-    report.int("recover_scan_bytes", bytes);
+    report.int("recover_log_bytes", log_bytes);
+    report.int("recover_scan_bytes", scan_bytes);
     report.int("recover_records", open.recovery.scan.record_count);
-    report.float("recover_mb_per_s", mb_per_s(bytes, elapsed));
+    report.int("recover_redispatched", open.redispatched);
+    report.float("recover_scan_mb_per_s", mb_per_s(scan_bytes, elapsed));
     let mut acks = Vec::new();
     store
         .shutdown(now_ms(), &mut acks)

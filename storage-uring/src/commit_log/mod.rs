@@ -99,6 +99,8 @@ pub struct CommitLogConfig {
 /// What recovery found and did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecoveryReport {
+    /// Where the scan started.
+    pub scanned_from: u64,
     /// The scan's result (`end` = after the last valid record).
     pub scan: ScanOutcome,
     /// Where appends continue (the scan end, or the next segment when the
@@ -171,9 +173,12 @@ pub struct CommitLog {
 }
 
 impl CommitLog {
-    /// Opens the CommitLog, scanning from local `scan_from` (rounded down to
-    /// its segment start), verifying BODYCRC from `verify_crc_from`, calling
-    /// `visit` for every valid record, truncating at the first invalid one.
+    /// Opens the CommitLog, scanning from local `scan_from`, verifying
+    /// BODYCRC from `verify_crc_from`, calling `visit` for every valid
+    /// record, truncating at the first invalid one. `scan_from` is a record
+    /// boundary at or below the durable end (the checkpoint's confirmed
+    /// offset bounds it); if the record there does not validate, the scan
+    /// starts again from its segment's start instead.
     /// With `fence` (abnormal recovery) the tail past the last valid record
     /// is fenced off and appends continue in a fresh segment.
     ///
@@ -195,8 +200,9 @@ impl CommitLog {
         );
         let mut segments = SegmentSet::open(disk, &config.dir, size)?;
         let first_base = segments.segments().first().map_or(0, |s| s.base);
-        let scan_from = segments.base_of(scan_from).max(first_base);
-        let outcome = scan(
+        let segment_start = segments.base_of(scan_from).max(first_base);
+        let mut scan_from = scan_from.max(first_base);
+        let mut outcome = scan(
             disk,
             &segments,
             config.shard_id,
@@ -204,6 +210,25 @@ impl CommitLog {
             verify_crc_from,
             visit,
         )?;
+        if scan_from > segment_start
+            && outcome.record_count == 0
+            && matches!(outcome.stop, ScanStop::Invalid { .. })
+        {
+            tracing::warn!(
+                scan_from,
+                ?outcome.stop,
+                "no valid record where the scan was to start; scanning from the segment start"
+            );
+            scan_from = segment_start;
+            outcome = scan(
+                disk,
+                &segments,
+                config.shard_id,
+                scan_from,
+                verify_crc_from,
+                visit,
+            )?;
+        }
         let end = outcome.end;
         let end_base = segments.base_of(end);
         let before = segments.segments().len();
@@ -263,6 +288,7 @@ impl CommitLog {
             }
         }
         let report = RecoveryReport {
+            scanned_from: scan_from,
             scan: outcome,
             append_from,
             fenced,
@@ -860,6 +886,28 @@ impl CommitLog {
         self.segments.remove_oldest(disk)?;
         self.min_offset = self.segments.segments().first().map_or(0, |s| s.base);
         Ok(Some(self.min_offset()))
+    }
+
+    /// Visits every record again, from the first segment to the end found
+    /// by `open` (recovery rebuilding the derived files after `open`; BODYCRC
+    /// is not verified again). Call before any other operation is
+    /// submitted.
+    ///
+    /// # Errors
+    /// Disk errors of the reads.
+    pub fn rescan(
+        &mut self,
+        disk: &mut impl Disk,
+        visit: &mut dyn FnMut(u64, &RecordView<'_>),
+    ) -> Result<ScanOutcome, StorageError> {
+        scan(
+            disk,
+            &self.segments,
+            self.config.shard_id,
+            self.min_offset,
+            u64::MAX,
+            visit,
+        )
     }
 
     /// Closes all files and gives buffers back. Call when idle.

@@ -391,13 +391,17 @@ impl<'s> SegmentScanner<'s> {
     ) -> Result<bool, StorageError> {
         loop {
             let carry_end = self.carry_start + self.carry.len() as u64;
-            let window = self.window.as_slice();
-            let from = (carry_end - self.window_start) as usize;
-            let take = missing.min(window.len().saturating_sub(from));
-            self.carry.extend_from_slice(&window[from..from + take]);
-            missing -= take;
-            if missing == 0 {
-                return Ok(true);
+            // Before the first chunk arrives (a scan starting inside a
+            // chunk) the window may end before the carry does.
+            if carry_end < self.window_start + self.window.len() as u64 {
+                let window = self.window.as_slice();
+                let from = (carry_end - self.window_start) as usize;
+                let take = missing.min(window.len() - from);
+                self.carry.extend_from_slice(&window[from..from + take]);
+                missing -= take;
+                if missing == 0 {
+                    return Ok(true);
+                }
             }
             // The carry holds the whole current chunk's tail: move on.
             if !self.fill(disk)? {

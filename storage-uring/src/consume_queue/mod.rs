@@ -295,6 +295,57 @@ impl ConsumeQueue {
         self.last_real_entry().map_or(0, |e| e.commit_log_offset)
     }
 
+    /// Queue offset below which every entry is written and fdatasynced
+    /// (`max_offset` when nothing waits for the disk). Files are flushed in
+    /// order, so this is the first file that is not fully synced, at its
+    /// synced length.
+    pub fn synced_offset(&self) -> u64 {
+        for file in &self.files {
+            let synced = if file.file.is_some() {
+                file.synced_len.min(file.image.len())
+            } else {
+                0
+            };
+            if synced < file.image.len() {
+                return file.base + (synced / CQ_ENTRY_SIZE) as u64;
+            }
+        }
+        self.max_offset()
+    }
+
+    /// Whether the flush should go on at once instead of at the next
+    /// interval (nothing in flight, and either a completed write waits for
+    /// its fdatasync or files before the last one still wait to be written:
+    /// a fast queue fills several files per interval, and one file per
+    /// interval would fall behind for good).
+    pub fn wants_flush_now(&self) -> bool {
+        if self.files.iter().any(|f| f.in_flight.is_some()) {
+            return false;
+        }
+        let pending = |f: &CqFile| {
+            f.sync_before_write || f.written_len < f.dirty_end() || f.synced_len < f.written_len
+        };
+        self.files.iter().any(|f| f.sync_before_write)
+            || self.files.iter().filter(|f| pending(f)).count() >= 2
+    }
+
+    /// Drops every entry from queue offset `cut` on, as
+    /// [`ConsumeQueue::truncate_from_commit_log_offset`] does by CommitLog
+    /// offset (recovery: a last entry that does not match its record).
+    ///
+    /// # Errors
+    /// As [`ConsumeQueue::truncate_from_commit_log_offset`].
+    pub fn truncate_from_queue_offset<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        cut: u64,
+    ) -> Result<(), StorageError> {
+        match self.raw_entry(cut) {
+            Some(entry) => self.truncate_from_commit_log_offset(disk, entry.commit_log_offset),
+            None => Ok(()),
+        }
+    }
+
     /// Number of files the queue has in memory (and on disk once flushed).
     pub fn file_count(&self) -> usize {
         self.files.len()

@@ -20,6 +20,19 @@ pub struct ConsumeQueueSet {
     /// Index of the queue found last (appends come in runs to one queue):
     /// checked by name before use, so it needs no invalidation.
     last_found: Option<usize>,
+    /// The durability round in progress (see
+    /// [`ConsumeQueueSet::advance_durable_point`]).
+    round: Option<DurableRound>,
+    /// The latest durable point (0 until a round completes).
+    durable_point: u64,
+}
+
+/// A round of [`ConsumeQueueSet::advance_durable_point`]: once every queue
+/// listed is synced up to its target queue offset, `point` is durable.
+#[derive(Debug)]
+struct DurableRound {
+    point: u64,
+    targets: Vec<(usize, u64)>,
 }
 
 impl ConsumeQueueSet {
@@ -30,7 +43,61 @@ impl ConsumeQueueSet {
             queues: Vec::new(),
             by_topic: HashMap::new(),
             last_found: None,
+            round: None,
+            durable_point: 0,
         }
+    }
+
+    /// The set's durable point: a CommitLog offset such that every entry of
+    /// every record below it is written and fdatasynced. Call it after each
+    /// flush with `dispatched_to`, the offset below which every record has
+    /// its entry in memory: a round started at one call notes each queue's
+    /// end, and once every queue is synced that far, a later call makes the
+    /// round's `dispatched_to` the durable point and starts the next round.
+    /// Never moves back.
+    pub fn advance_durable_point(&mut self, dispatched_to: u64) -> u64 {
+        if let Some(round) = &self.round
+            && round
+                .targets
+                .iter()
+                .all(|&(index, target)| self.queues[index].synced_offset() >= target)
+        {
+            self.durable_point = self.durable_point.max(round.point);
+            self.round = None;
+        }
+        if self.round.is_none() {
+            let targets = self
+                .queues
+                .iter()
+                .enumerate()
+                .filter(|(_, queue)| queue.synced_offset() < queue.max_offset())
+                .map(|(index, queue)| (index, queue.max_offset()))
+                .collect();
+            let targets: Vec<(usize, u64)> = targets;
+            if targets.is_empty() {
+                // Everything is synced already.
+                self.durable_point = self.durable_point.max(dispatched_to);
+            } else {
+                self.round = Some(DurableRound {
+                    point: dispatched_to,
+                    targets,
+                });
+            }
+        }
+        self.durable_point
+    }
+
+    /// The durable point as of the last
+    /// [`ConsumeQueueSet::advance_durable_point`].
+    pub fn durable_point(&self) -> u64 {
+        self.durable_point
+    }
+
+    /// Starts the durable point at `point` (recovery: what the checkpoint
+    /// said, or the CommitLog end after a clean stop).
+    pub fn set_durable_point(&mut self, point: u64) {
+        self.durable_point = point;
+        self.round = None;
     }
 
     fn insert(&mut self, mut queue: ConsumeQueue) -> Result<usize, StorageError> {
@@ -213,7 +280,18 @@ impl ConsumeQueueSet {
     pub fn on_completion<D: Disk + ?Sized>(&mut self, disk: &mut D, completion: DiskCompletion) {
         let index = (completion.op_id.seq() >> LOCAL_SEQ_BITS) as usize;
         match self.queues.get_mut(index) {
-            Some(queue) => queue.on_completion(disk, completion),
+            Some(queue) => {
+                queue.on_completion(disk, completion);
+                // A completed write is synced at once rather than at the
+                // next flush interval (so the durable point trails the
+                // flushes by one sync, not one interval), and a queue that
+                // filled several files goes on with the next one.
+                if queue.wants_flush_now()
+                    && let Err(error) = queue.flush(disk)
+                {
+                    tracing::warn!(%error, "consume queue sync after a write failed; it is retried");
+                }
+            }
             None => {
                 if let Some(buf) = completion.buf {
                     disk.recycle(buf);
@@ -273,5 +351,72 @@ impl ConsumeQueueSet {
             removed += queue.delete_below_commit_log_offset(disk, commit_log_min_offset)?;
         }
         Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::disk::Wait;
+    use crate::disk::sim::{SimConfig, SimDisk};
+
+    fn entry(offset: u64) -> CqEntry {
+        CqEntry {
+            commit_log_offset: offset,
+            size: 100,
+            tags_code: 0,
+        }
+    }
+
+    fn io_turn(disk: &mut SimDisk, set: &mut ConsumeQueueSet) {
+        let mut out = Vec::new();
+        disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+            .unwrap();
+        for completion in out {
+            set.on_completion(disk, completion);
+        }
+    }
+
+    #[test]
+    fn the_durable_point_is_a_rounds_start_once_every_queue_is_synced_past_it() {
+        let mut disk = SimDisk::new(SimConfig::new(3));
+        let mut set = ConsumeQueueSet::new(Path::new("/store"));
+        for queue_id in 0..2 {
+            let at = set.index_or_create("T", queue_id).unwrap();
+            for i in 0..3 {
+                let offset = 1_000 * u64::from(queue_id) + 100 * i;
+                set.queue_at_mut(at).append(i, entry(offset)).unwrap();
+            }
+        }
+        assert_eq!(set.advance_durable_point(5_000), 0, "nothing synced yet");
+        // Entries dispatched after the round started are not its business.
+        let at = set.index_or_create("T", 0).unwrap();
+        set.queue_at_mut(at).append(3, entry(6_000)).unwrap();
+        set.flush_all(&mut disk).unwrap();
+        for _ in 0..100 {
+            io_turn(&mut disk, &mut set);
+        }
+        assert!(
+            set.queues
+                .iter()
+                .all(|q| q.synced_offset() == q.max_offset())
+        );
+        // An entry not yet synced holds the next round back, not this one.
+        set.queue_at_mut(at).append(4, entry(6_500)).unwrap();
+        assert_eq!(set.advance_durable_point(7_000), 5_000);
+        assert_eq!(set.advance_durable_point(7_500), 5_000);
+        set.flush_all(&mut disk).unwrap();
+        for _ in 0..100 {
+            io_turn(&mut disk, &mut set);
+        }
+        assert_eq!(
+            set.advance_durable_point(8_000),
+            8_000,
+            "all synced: at once"
+        );
+        set.set_durable_point(1_000);
+        assert_eq!(set.durable_point(), 1_000);
     }
 }

@@ -45,6 +45,12 @@ impl SparseImage {
         self.pages.iter().filter(|p| p.is_some()).count()
     }
 
+    /// Whether page `page` is allocated (holds a non-zero byte or was
+    /// written).
+    pub fn is_allocated(&self, page: usize) -> bool {
+        self.pages.get(page).is_some_and(Option::is_some)
+    }
+
     /// Number of dirty pages.
     pub fn dirty_count(&self) -> usize {
         self.dirty_count

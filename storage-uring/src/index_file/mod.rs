@@ -23,7 +23,10 @@
 //! (about 800 KiB) and a full one about 420 MB of RAM: a shard holds
 //! `used bytes of its index files` in memory, which retention bounds. The image is written behind
 //! through the disk (page cache, [`OpTag::IndexFile`]): dirty pages are
-//! written in runs, then an fdatasync follows.
+//! written in runs, then an fdatasync follows (at once, before any further
+//! write); the `index_count` taken with those pages becomes the file's
+//! durable count when the fdatasync completes, which the store's checkpoint
+//! records for abnormal recovery ([`IndexFile::recover_to`]).
 //!
 //! # Invariants
 //! - `1 <= index_count <= entry_count_max`; entries `1..index_count` are
@@ -36,7 +39,7 @@
 pub mod image;
 mod service;
 
-pub use service::{IndexQueryResult, IndexRecord, IndexService};
+pub use service::{IndexDurablePoint, IndexQueryResult, IndexRecord, IndexService};
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -264,6 +267,17 @@ struct Flush {
     sync: Option<u32>,
     /// Writes completed since the last successful fdatasync.
     needs_sync: bool,
+    /// `index_count` when the writes in flight took the dirty pages.
+    writing_count: i32,
+    /// A write of the flush in flight failed or came up short (its pages
+    /// are dirty again).
+    writing_failed: bool,
+    /// `index_count` whose entries are all written (not yet synced).
+    written_count: i32,
+    /// `written_count` when the fdatasync in flight was submitted.
+    syncing_count: i32,
+    /// `index_count` whose entries are all written and fdatasynced.
+    durable_count: i32,
 }
 
 /// One index file in memory.
@@ -473,11 +487,15 @@ impl IndexFile {
             return Ok(0);
         }
         let id = self.ensure_open(disk, dir)?;
-        if self.image.dirty_count() == 0 {
+        // Completed writes are synced before more are written, so under a
+        // steady stream of keys the entries still become durable (and
+        // `durable_count` moves).
+        if self.flush.needs_sync {
             let local_seq = self.take_local_seq();
             return match disk.submit(self.op_id(local_seq), DiskOp::Fdatasync { file: id }, false) {
                 Ok(()) => {
                     self.flush.sync = Some(local_seq);
+                    self.flush.syncing_count = self.flush.written_count;
                     Ok(1)
                 }
                 Err((DiskError::QueueFull { .. }, _)) => Ok(0),
@@ -487,6 +505,8 @@ impl IndexFile {
         let runs = self
             .image
             .take_dirty_runs(INDEX_FLUSH_WRITE_SIZE_MAX / PAGE_SIZE);
+        self.flush.writing_count = self.header.index_count;
+        self.flush.writing_failed = false;
         let mut submitted = 0;
         let mut runs = runs.into_iter();
         while let Some(run) = runs.next() {
@@ -552,7 +572,11 @@ impl IndexFile {
             self.flush.sync = None;
             return match result {
                 Ok(_) => {
-                    self.flush.needs_sync = false;
+                    // Writes completed after the sync was submitted keep
+                    // `needs_sync`; they were not covered.
+                    self.flush.needs_sync = self.flush.written_count > self.flush.syncing_count;
+                    self.flush.durable_count =
+                        self.flush.durable_count.max(self.flush.syncing_count);
                     None
                 }
                 Err(error) => Some(error.into()),
@@ -560,7 +584,7 @@ impl IndexFile {
         }
         let run = self.flush.writes.remove(&local_seq)?;
         let expected = ((run.end * PAGE_SIZE).min(self.image.size())) - run.start * PAGE_SIZE;
-        match result {
+        let error = match result {
             Ok(n) if n == expected => {
                 self.flush.needs_sync = true;
                 None
@@ -568,13 +592,19 @@ impl IndexFile {
             Ok(n) => {
                 tracing::debug!(written = n, expected, "short index file write");
                 self.image.mark_dirty_range(run);
+                self.flush.writing_failed = true;
                 None
             }
             Err(error) => {
                 self.image.mark_dirty_range(run);
+                self.flush.writing_failed = true;
                 Some(error.into())
             }
+        };
+        if self.flush.writes.is_empty() && !self.flush.writing_failed {
+            self.flush.written_count = self.flush.written_count.max(self.flush.writing_count);
         }
+        error
     }
 
     /// Loads a file: header, then the slots and written entries, keeping only
@@ -644,7 +674,98 @@ impl IndexFile {
         file.header_dirty = false;
         file.image = image;
         file.file = Some(id);
+        // What a file holds when the store opens counts as durable: after a
+        // clean stop it was synced, and after an abnormal one recovery
+        // either cuts it back to its durable count (`recover_to`) or
+        // rebuilds the index.
+        file.flush.written_count = header.index_count;
+        file.flush.durable_count = header.index_count;
         Ok(file)
+    }
+
+    /// The CommitLog offset of entry `n` (`1 <= n < index_count`).
+    pub fn entry_phy_offset(&self, n: usize) -> u64 {
+        self.image.read_i64(self.geometry.entry_position(n) + 4) as u64
+    }
+
+    /// `index_count` up to which every entry is written and fdatasynced.
+    pub fn durable_count(&self) -> i32 {
+        self.flush.durable_count
+    }
+
+    /// Abnormal recovery: keeps entries `1..count` (known durable), drops
+    /// the rest, and rebuilds every hash slot and the header from the kept
+    /// entries, since slot pages written after them may be torn or point at
+    /// dropped entries. False, changing nothing, if the loaded file cannot
+    /// hold those entries (a header with fewer, or a begin offset that is
+    /// not the first entry's).
+    pub fn recover_to(&mut self, count: i32) -> bool {
+        let loaded = self.header.index_count;
+        if count < 1 || count > loaded {
+            return false;
+        }
+        let read_entry = |image: &SparseImage, n: usize| {
+            let position = self.geometry.entry_position(n);
+            (
+                image.read_i32(position),
+                image.read_i64(position + 4),
+                image.read_i32(position + 12),
+            )
+        };
+        if count > 1 && read_entry(&self.image, 1).1 != self.header.begin_phy_offset {
+            return false;
+        }
+        let slot_count = self.geometry.hash_slot_count as usize;
+        let zero_page = [0u8; PAGE_SIZE];
+        // Slots: zeroed, then each set to the newest kept entry of its hash.
+        let slots_start = self.geometry.slot_position(0);
+        let slots_end = self.geometry.slot_position(slot_count);
+        let mut at = slots_start;
+        while at < slots_end {
+            let len = (slots_end - at).min(PAGE_SIZE - at % PAGE_SIZE);
+            if self.image.is_allocated(at / PAGE_SIZE) {
+                self.image.write(at, &zero_page[..len]);
+            }
+            at += len;
+        }
+        let mut used_slots = 0;
+        for n in 1..count as usize {
+            let (key_hash, _, _) = read_entry(&self.image, n);
+            let slot = (key_hash.max(0) as usize) % slot_count;
+            let position = self.geometry.slot_position(slot);
+            if self.image.read_i32(position) == 0 {
+                used_slots += 1;
+            }
+            self.image.write(position, &(n as i32).to_be_bytes());
+        }
+        // Entries past the durable ones are zeroed.
+        let mut at = self.geometry.entry_position(count as usize);
+        let end = self.geometry.entry_position(loaded as usize);
+        while at < end {
+            let len = (end - at).min(PAGE_SIZE - at % PAGE_SIZE);
+            if self.image.is_allocated(at / PAGE_SIZE) {
+                self.image.write(at, &zero_page[..len]);
+            }
+            at += len;
+        }
+        self.header.index_count = count;
+        self.header.hash_slot_count = used_slots;
+        if count > 1 {
+            let (_, phy_offset, time_diff_s) = read_entry(&self.image, count as usize - 1);
+            self.header.end_phy_offset = phy_offset;
+            // Entry times are whole seconds after the begin: the end is set
+            // to the last millisecond of the last entry's second, so queries
+            // still find the file (a later end only costs a scan).
+            self.header.end_timestamp =
+                self.header.begin_timestamp + (i64::from(time_diff_s) + 1) * 1000 - 1;
+        } else {
+            self.header.end_phy_offset = self.header.begin_phy_offset;
+            self.header.end_timestamp = self.header.begin_timestamp;
+        }
+        self.header_dirty = true;
+        self.flush.written_count = count;
+        self.flush.durable_count = count;
+        true
     }
 
     fn close_and_remove<D: Disk + ?Sized>(
@@ -881,5 +1002,33 @@ mod tests {
         ] {
             assert_eq!(parse_index_file_name(name), None, "{name}");
         }
+    }
+
+    #[test]
+    fn recover_to_keeps_the_durable_entries_and_rebuilds_their_slots() {
+        let mut file = IndexFile::new(SMALL, 1_000, None);
+        // Hashes 1 and 9 share slot 1 of 8.
+        for (hash, phy) in [(1, 10), (9, 20), (2, 30), (1, 40), (9, 50)] {
+            assert!(file.put_key(hash, phy, 2_000 + phy as i64));
+        }
+        assert_eq!(file.header().index_count, 6);
+        assert!(!file.recover_to(7), "more entries than the file holds");
+        assert!(file.recover_to(4));
+        let select = |file: &IndexFile, hash| {
+            let mut out = Vec::new();
+            file.select_phy_offsets(&mut out, hash, 10, 0, i64::MAX);
+            out
+        };
+        assert_eq!(select(&file, 1), vec![10]);
+        assert_eq!(select(&file, 9), vec![20]);
+        assert_eq!(select(&file, 2), vec![30]);
+        assert_eq!(file.header().index_count, 4);
+        assert_eq!(file.header().end_phy_offset, 30);
+        assert_eq!(file.header().hash_slot_count, 2);
+        assert!(file.header().end_timestamp >= 2_030);
+        assert_eq!(file.durable_count(), 4);
+        // New keys continue after the kept ones.
+        assert!(file.put_key(1, 60, 2_060));
+        assert_eq!(select(&file, 1), vec![60, 10]);
     }
 }

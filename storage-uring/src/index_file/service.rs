@@ -54,6 +54,32 @@ pub struct IndexService {
     key: String,
     errors: Vec<StorageError>,
     error_count: u64,
+    /// The durability round in progress (see
+    /// [`IndexService::advance_durable_point`]).
+    round: Option<IndexRound>,
+    /// The latest durable point.
+    durable: IndexDurablePoint,
+}
+
+/// How far the index is known durable: every entry of every record below
+/// `offset` is written and fdatasynced, in the files up to the one created
+/// at `file_created_ms` (0: none) and below `index_count` in that one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexDurablePoint {
+    /// Outside-visible CommitLog offset.
+    pub offset: u64,
+    /// Creation time (name) of the newest file then, 0 if none.
+    pub file_created_ms: i64,
+    /// That file's `index_count` then.
+    pub index_count: i32,
+}
+
+/// A round of [`IndexService::advance_durable_point`]: `point` is durable
+/// once every file listed is durable up to its count.
+#[derive(Debug)]
+struct IndexRound {
+    point: IndexDurablePoint,
+    targets: Vec<(u32, i32)>,
 }
 
 impl IndexService {
@@ -72,7 +98,192 @@ impl IndexService {
             key: String::new(),
             errors: Vec::new(),
             error_count: 0,
+            round: None,
+            durable: IndexDurablePoint::default(),
         })
+    }
+
+    /// The index's durable point, as
+    /// [`crate::consume_queue::ConsumeQueueSet::advance_durable_point`] for
+    /// the ConsumeQueues: a round notes every file's `index_count` (files
+    /// never lose entries, so each count is a durable target) and
+    /// `dispatched_to` (every record below it is indexed in memory); a later
+    /// call after every file became durable that far makes it the point.
+    pub fn advance_durable_point(&mut self, dispatched_to: u64) -> IndexDurablePoint {
+        if let Some(round) = &self.round
+            && round.targets.iter().all(|&(serial, target)| {
+                self.files
+                    .iter()
+                    .find(|f| f.serial == serial)
+                    .is_none_or(|f| f.durable_count() >= target)
+            })
+        {
+            self.durable = round.point;
+            self.round = None;
+        }
+        if self.round.is_none() {
+            let last = self.files.last();
+            let point = IndexDurablePoint {
+                offset: dispatched_to,
+                file_created_ms: last.map_or(0, |f| f.created_ms),
+                index_count: last.map_or(0, |f| f.header.index_count),
+            };
+            let targets: Vec<(u32, i32)> = self
+                .files
+                .iter()
+                .filter(|f| f.durable_count() < f.header.index_count)
+                .map(|f| (f.serial, f.header.index_count))
+                .collect();
+            if targets.is_empty() {
+                // Everything is synced already.
+                self.durable = point;
+            } else {
+                self.round = Some(IndexRound { point, targets });
+            }
+        }
+        self.durable
+    }
+
+    /// Closes every file (shutdown, once idle).
+    ///
+    /// # Errors
+    /// The disk's error closing a file.
+    pub fn close_all<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<(), StorageError> {
+        for file in &mut self.files {
+            assert!(
+                file.is_idle(),
+                "closing index file {} with a flush in flight",
+                file.name
+            );
+            if let Some(id) = file.file.take() {
+                disk.close(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes and removes every file (recovery, before a rebuild).
+    ///
+    /// # Errors
+    /// The disk's error closing or removing a file.
+    pub fn close_and_remove_all<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+    ) -> Result<(), StorageError> {
+        let any = !self.files.is_empty();
+        for file in std::mem::take(&mut self.files) {
+            file.close_and_remove(disk, &self.dir)?;
+        }
+        if any {
+            disk.sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Recovery: drops every entry of a record at or past CommitLog offset
+    /// `end` (records the CommitLog lost), removing files that start there
+    /// and cutting the last one as [`IndexFile::recover_to`] does; then
+    /// lowers the durable point to what is left. False if a cut file cannot
+    /// be recovered (the caller rebuilds).
+    ///
+    /// # Errors
+    /// The disk's error closing or removing a file.
+    pub fn truncate_from_commit_log_offset<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        end: u64,
+    ) -> Result<bool, StorageError> {
+        let mut removed_any = false;
+        while let Some(last) = self.files.last() {
+            if last.header.index_count <= 1 || last.entry_phy_offset(1) < end {
+                break;
+            }
+            let file = self.files.pop().expect("last exists");
+            file.close_and_remove(disk, &self.dir)?;
+            removed_any = true;
+        }
+        if removed_any {
+            disk.sync_dir(&self.dir)?;
+        }
+        if let Some(last) = self.files.last_mut() {
+            let mut count = last.header.index_count;
+            while count > 1 && last.entry_phy_offset(count as usize - 1) >= end {
+                count -= 1;
+            }
+            if count < last.header.index_count && !last.recover_to(count) {
+                return Ok(false);
+            }
+        }
+        let durable = self.durable;
+        self.durable = match self.files.last() {
+            Some(last) if last.created_ms == durable.file_created_ms => IndexDurablePoint {
+                offset: durable.offset.min(end),
+                file_created_ms: durable.file_created_ms,
+                index_count: durable.index_count.min(last.header.index_count),
+            },
+            // The point's file went: every file left is older, so durable.
+            Some(last) if last.created_ms < durable.file_created_ms => IndexDurablePoint {
+                offset: durable.offset.min(end),
+                file_created_ms: last.created_ms,
+                index_count: last.header.index_count,
+            },
+            Some(_) => durable,
+            None => IndexDurablePoint {
+                offset: durable.offset.min(end),
+                file_created_ms: 0,
+                index_count: 0,
+            },
+        };
+        Ok(true)
+    }
+
+    /// Starts the durable point at `point` (recovery).
+    pub fn set_durable_point(&mut self, point: IndexDurablePoint) {
+        self.durable = point;
+        self.round = None;
+    }
+
+    /// Abnormal recovery: cuts the loaded index back to `point` (files
+    /// created after its file are removed, its file keeps the entries below
+    /// its count, see [`IndexFile::recover_to`]). False if the files on disk
+    /// cannot be what the point describes (its file is missing or holds
+    /// fewer entries): the caller then rebuilds the index.
+    ///
+    /// # Errors
+    /// The disk's error closing or removing a file.
+    pub fn recover_to<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        point: IndexDurablePoint,
+    ) -> Result<bool, StorageError> {
+        let keep = if point.file_created_ms == 0 {
+            0
+        } else {
+            match self
+                .files
+                .iter()
+                .position(|f| f.created_ms == point.file_created_ms)
+            {
+                Some(at) => at + 1,
+                None => return Ok(false),
+            }
+        };
+        if let Some(file) = keep.checked_sub(1).map(|at| &mut self.files[at])
+            && !file.recover_to(point.index_count)
+        {
+            return Ok(false);
+        }
+        let removed: Vec<IndexFile> = self.files.drain(keep..).collect();
+        let any_removed = !removed.is_empty();
+        for file in removed {
+            tracing::warn!(name = %file.name, "removing an index file newer than the checkpoint");
+            file.close_and_remove(disk, &self.dir)?;
+        }
+        if any_removed {
+            disk.sync_dir(&self.dir)?;
+        }
+        self.set_durable_point(point);
+        Ok(true)
     }
 
     /// Loads the files in `dir` (names that are not `yyyyMMddHHmmssSSS` are
@@ -236,6 +447,13 @@ impl IndexService {
             return;
         };
         if let Some(error) = file.on_completion(local_seq, result) {
+            record_error(&mut self.errors, &mut self.error_count, &file.name, error);
+        }
+        // Completed writes are synced at once (see the ConsumeQueues).
+        if file.is_idle()
+            && file.flush.needs_sync
+            && let Err(error) = file.flush(disk, &self.dir)
+        {
             record_error(&mut self.errors, &mut self.error_count, &file.name, error);
         }
     }

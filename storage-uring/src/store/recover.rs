@@ -1,0 +1,277 @@
+//! Recovery of the derived files (ConsumeQueues and index) while the store
+//! opens.
+//!
+//! After a clean stop they are loaded as they are. After an abnormal stop
+//! they may hold torn or unsynced entries past what was fdatasynced, so the
+//! checkpoint's durable points ([`crate::checkpoint::DurablePoints`]) say
+//! how far each is known good:
+//!
+//! ```text
+//!  CommitLog   [.........................|.............|~~~~~ torn tail]
+//!                              queues durable   end of valid records
+//!  ConsumeQueue [entries of records below | cut here, re-dispatched ]
+//!  scan         from the segment of min(durable points, confirm) to the end
+//! ```
+//!
+//! Every queue is cut at its first entry pointing at or past the queues'
+//! durable point, the index back to its durable file and count, and the
+//! CommitLog scan re-dispatches from the earliest point. Entries below the
+//! point were synced before the checkpoint that names it was written, so
+//! they are intact; what can still be wrong is an entry past a queue's
+//! synced prefix whose torn offset happens to point below the durable point.
+//! Such an entry is caught either by the scan (a record past the point that
+//! does not append at its queue offset) or by checking each queue's last
+//! entry against its record. On any such inconsistency, and when the
+//! checkpoint has no durable points, the derived files are rebuilt from the
+//! whole CommitLog instead (slower: recovery then reads every segment).
+//!
+//! # Invariants
+//! - After recovery every ConsumeQueue entry points at the record with its
+//!   topic, queue id and queue offset (checked for the last entry of each
+//!   queue, implied for the others by the synced prefix and the scan).
+
+use ringmq_protocol::message::layout::is_dispatched_to_consume_queue;
+use ringmq_protocol::message::{CrcCheck, RecordView, decode_record, tags_code};
+
+use super::{
+    DispatchProperties, StoreConfig, remove_consume_queue_files, remove_files_in,
+    removed_queue_floors,
+};
+use crate::checkpoint::DurablePoints;
+use crate::commit_log::{CommitLog, shard_offset};
+use crate::consume_queue::{AppendOutcome, ConsumeQueueSet, CqEntry};
+use crate::disk::Disk;
+use crate::error::StorageError;
+use crate::index_file::{IndexDurablePoint, IndexRecord, IndexService};
+
+/// Entries dropped from one queue's tail while looking for one that matches
+/// its record; more means the queue is not what a crash can leave, and the
+/// derived files are rebuilt.
+const TAIL_ENTRIES_DROPPED_MAX: usize = 64;
+
+/// Dispatches recovered records into the ConsumeQueues and the index.
+pub(super) struct Dispatcher<'a> {
+    pub(super) queues: &'a mut ConsumeQueueSet,
+    pub(super) index: &'a mut IndexService,
+    pub(super) shard_id: u8,
+    pub(super) now_ms: u64,
+    /// Records at or past this offset must append at their queue offset
+    /// (the queues were cut there); None after a rebuild or a clean stop.
+    pub(super) strict_from: Option<u64>,
+    /// The first dispatch error.
+    pub(super) error: Option<StorageError>,
+    /// Why the kept derived files disagree with the CommitLog, if they do.
+    pub(super) inconsistent: Option<String>,
+    /// Records appended to a ConsumeQueue.
+    pub(super) redispatched: u64,
+}
+
+impl Dispatcher<'_> {
+    pub(super) fn visit(&mut self, local: u64, view: &RecordView<'_>) {
+        let topic = view.topic();
+        let properties = DispatchProperties::find(view.properties_bytes());
+        let commit_log_offset = shard_offset(self.shard_id, local);
+        let record = IndexRecord {
+            topic,
+            commit_log_offset,
+            store_timestamp_ms: view.store_timestamp_ms(),
+            sys_flag: view.sys_flag(),
+            uniq_key: properties.uniq_key,
+            keys: properties.keys,
+        };
+        self.index.build_index(&record, self.now_ms as i64);
+        if self.error.is_some() || !is_dispatched_to_consume_queue(view.sys_flag()) {
+            return;
+        }
+        let entry = CqEntry {
+            commit_log_offset,
+            size: view.total_size(),
+            tags_code: tags_code(properties.tags),
+        };
+        let queue_offset = view.queue_offset() as u64;
+        let appended = self
+            .queues
+            .index_or_create(topic, view.queue_id() as u32)
+            .and_then(|index| self.queues.queue_at_mut(index).append(queue_offset, entry));
+        match appended {
+            Ok(outcome) => {
+                if outcome == AppendOutcome::Appended {
+                    self.redispatched += 1;
+                }
+                if self
+                    .strict_from
+                    .is_some_and(|from| commit_log_offset >= from)
+                    && outcome != AppendOutcome::Appended
+                    && self.inconsistent.is_none()
+                {
+                    self.inconsistent = Some(format!(
+                        "record at {commit_log_offset} ({topic}/{} offset {queue_offset}) past the durable point was {outcome:?}",
+                        view.queue_id()
+                    ));
+                }
+            }
+            Err(error) => {
+                if self.strict_from.is_some() {
+                    self.inconsistent = Some(error.to_string());
+                } else {
+                    self.error = Some(error);
+                }
+            }
+        }
+    }
+}
+
+/// Loads the ConsumeQueues and the index cut back to `points`, and returns
+/// them with the outside-visible offset the scan must start from; None if
+/// the index files cannot be what the points describe (the caller rebuilds).
+///
+/// # Errors
+/// Disk errors loading or cutting the files.
+pub(super) fn load_to_durable_points<D: Disk>(
+    disk: &mut D,
+    config: &StoreConfig,
+    points: DurablePoints,
+) -> Result<Option<(ConsumeQueueSet, IndexService, u64)>, StorageError> {
+    let queues_offset = points.queues_offset.max(0) as u64;
+    let index_point = IndexDurablePoint {
+        offset: points.index_offset.max(0) as u64,
+        file_created_ms: points.index_file_created_ms,
+        index_count: points.index_count,
+    };
+    // Entries of records retention removed are below every point a round
+    // reaches; a point below the CommitLog's first segment would cut them
+    // (and the offsets of queues left with no record): rebuild, which keeps
+    // those offsets.
+    let log_min_local = disk
+        .list_dir(&config.commit_log_dir())?
+        .iter()
+        .filter_map(|name| crate::commit_log::segment::parse_segment_file_name(name))
+        .min()
+        .unwrap_or(0);
+    if crate::commit_log::split_shard_offset(queues_offset).1 < log_min_local {
+        tracing::warn!(
+            queues_offset,
+            log_min_local,
+            "the consume queues' durable point is below the commit log; rebuilding them"
+        );
+        return Ok(None);
+    }
+    let mut queues = ConsumeQueueSet::load_all(disk, &config.consume_queue_root)?;
+    queues.truncate_from_commit_log_offset(disk, queues_offset)?;
+    queues.set_durable_point(queues_offset);
+    let mut index = IndexService::load(disk, &config.index_dir(), config.index_geometry)?;
+    if !index.recover_to(disk, index_point)? {
+        tracing::warn!(
+            ?index_point,
+            "index files do not match the checkpoint; rebuilding the derived files"
+        );
+        queues.close_all(disk)?;
+        index.close_and_remove_all(disk)?;
+        return Ok(None);
+    }
+    Ok(Some((queues, index, queues_offset.min(index_point.offset))))
+}
+
+/// Checks each queue's last entry against its record, dropping entries that
+/// do not match (at most [`TAIL_ENTRIES_DROPPED_MAX`] per queue); returns why
+/// the queues cannot be trusted, if they cannot.
+///
+/// # Errors
+/// Disk errors reading records or cutting queues.
+pub(super) fn check_queue_tails<D: Disk>(
+    disk: &mut D,
+    commit_log: &mut CommitLog,
+    queues: &mut ConsumeQueueSet,
+) -> Result<Option<String>, StorageError> {
+    let log_min = commit_log.min_offset();
+    for index in 0..queues.len() {
+        let mut dropped = 0;
+        loop {
+            let queue = queues.queue_at(index);
+            let max = queue.max_offset();
+            if max <= queue.min_offset() {
+                break;
+            }
+            let queue_offset = max - 1;
+            let Some(entry) = queue.entry(queue_offset) else {
+                break;
+            };
+            // Entries of records retention removed cannot be checked; they
+            // were synced long before the durable point.
+            if entry.is_filler() || entry.commit_log_offset < log_min {
+                break;
+            }
+            let matches = commit_log
+                .read(disk, entry.commit_log_offset, entry.size as usize)?
+                .is_some_and(|bytes| {
+                    decode_record(&bytes, CrcCheck::Skip).is_ok_and(|view| {
+                        view.topic() == queue.topic()
+                            && view.queue_id() as u32 == queue.queue_id()
+                            && view.queue_offset() as u64 == queue_offset
+                    })
+                });
+            if matches {
+                break;
+            }
+            dropped += 1;
+            if dropped > TAIL_ENTRIES_DROPPED_MAX {
+                return Ok(Some(format!(
+                    "consume queue {}/{}: more than {TAIL_ENTRIES_DROPPED_MAX} last entries match no record",
+                    queue.topic(),
+                    queue.queue_id()
+                )));
+            }
+            tracing::warn!(
+                topic = queue.topic(),
+                queue_id = queue.queue_id(),
+                queue_offset,
+                ?entry,
+                "dropping a consume queue entry that matches no record"
+            );
+            queues
+                .queue_at_mut(index)
+                .truncate_from_queue_offset(disk, queue_offset)?;
+        }
+    }
+    Ok(None)
+}
+
+/// Throws the derived files away and rebuilds them from the whole
+/// CommitLog; returns the new queues and index and the records
+/// re-dispatched. Queues whose records retention removed keep their
+/// offsets (their old files say where they ended).
+///
+/// # Errors
+/// Disk errors; a dispatch error of the rebuild.
+pub(super) fn rebuild<D: Disk>(
+    disk: &mut D,
+    config: &StoreConfig,
+    commit_log: &mut CommitLog,
+    now_ms: u64,
+) -> Result<(ConsumeQueueSet, IndexService, u64), StorageError> {
+    let queue_floors = removed_queue_floors(disk, config);
+    remove_consume_queue_files(disk, &config.consume_queue_root)?;
+    remove_files_in(disk, &config.index_dir())?;
+    let mut queues = ConsumeQueueSet::new(&config.consume_queue_root);
+    let mut index = IndexService::new(&config.index_dir(), config.index_geometry)?;
+    let mut dispatcher = Dispatcher {
+        queues: &mut queues,
+        index: &mut index,
+        shard_id: config.shard_id,
+        now_ms,
+        strict_from: None,
+        error: None,
+        inconsistent: None,
+        redispatched: 0,
+    };
+    commit_log.rescan(disk, &mut |local, view| dispatcher.visit(local, view))?;
+    let redispatched = dispatcher.redispatched;
+    if let Some(error) = dispatcher.error {
+        return Err(error);
+    }
+    for (topic, queue_id, floor) in queue_floors {
+        let at = queues.index_or_create(&topic, queue_id)?;
+        queues.queue_at_mut(at).start_at(floor);
+    }
+    Ok((queues, index, redispatched))
+}
