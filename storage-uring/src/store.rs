@@ -363,6 +363,14 @@ pub struct Store<D: Disk> {
     checkpoint_file: FileId,
     checkpoint_in_flight: bool,
     last_checkpoint_ms: u64,
+    /// A ConsumeQueue or index operation completed since the last turn (a
+    /// durability round may have completed).
+    derived_io_completed: bool,
+    /// The durable points moved past those of the last checkpoint: write one
+    /// now.
+    checkpoint_due: bool,
+    /// (queues, index) durable points the last checkpoint carried.
+    checkpointed_points: (u64, u64),
     last_cq_flush_ms: u64,
     last_space_check_ms: u64,
     disk_full: Option<f64>,
@@ -562,6 +570,9 @@ impl<D: Disk> Store<D> {
             checkpoint_file,
             checkpoint_in_flight: false,
             last_checkpoint_ms: now_ms,
+            derived_io_completed: false,
+            checkpoint_due: false,
+            checkpointed_points: (0, 0),
             last_cq_flush_ms: now_ms,
             last_space_check_ms: 0,
             disk_full: None,
@@ -922,8 +933,22 @@ impl<D: Disk> Store<D> {
             }
             self.index.flush(&mut self.disk)?;
         }
+        // When a durability round completes, the checkpoint goes out at once
+        // rather than at the next interval: the durable points it carries are
+        // where the next abnormal recovery starts.
+        if std::mem::take(&mut self.derived_io_completed) {
+            let dispatched_to =
+                shard_offset(self.config.shard_id, self.commit_log.appender().encoded());
+            let points = (
+                self.queues.advance_durable_point(dispatched_to),
+                self.index.advance_durable_point(dispatched_to).offset,
+            );
+            self.checkpoint_due |= points != self.checkpointed_points;
+        }
         if !self.checkpoint_in_flight
-            && now_ms.saturating_sub(self.last_checkpoint_ms) >= self.config.checkpoint_interval_ms
+            && (self.checkpoint_due
+                || now_ms.saturating_sub(self.last_checkpoint_ms)
+                    >= self.config.checkpoint_interval_ms)
         {
             self.last_checkpoint_ms = now_ms;
             self.submit_checkpoint()?;
@@ -1096,6 +1121,8 @@ impl<D: Disk> Store<D> {
             shard_offset(self.config.shard_id, self.commit_log.appender().encoded());
         let queues_offset = self.queues.advance_durable_point(dispatched_to);
         let index = self.index.advance_durable_point(dispatched_to);
+        self.checkpointed_points = (queues_offset, index.offset);
+        self.checkpoint_due = false;
         Checkpoint {
             physic_msg_timestamp_ms: self.last_durable_store_timestamp_ms,
             logics_msg_timestamp_ms: self.last_durable_store_timestamp_ms,
@@ -1144,8 +1171,14 @@ impl<D: Disk> Store<D> {
             Some(OpTag::CommitLog) => {
                 self.commit_log.on_completion(&mut self.disk, completion);
             }
-            Some(OpTag::ConsumeQueue) => self.queues.on_completion(&mut self.disk, completion),
-            Some(OpTag::IndexFile) => self.index.on_completion(&mut self.disk, completion),
+            Some(OpTag::ConsumeQueue) => {
+                self.queues.on_completion(&mut self.disk, completion);
+                self.derived_io_completed = true;
+            }
+            Some(OpTag::IndexFile) => {
+                self.index.on_completion(&mut self.disk, completion);
+                self.derived_io_completed = true;
+            }
             Some(OpTag::Retention) => {
                 if let Err(error) = &completion.result {
                     tracing::warn!(%error, "removing an expired file failed");

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use ringmq_protocol::message::{CrcCheck, decode_record};
+use ringmq_storage::checkpoint::ShardFiles;
 use ringmq_storage::commit_log::appender::FlushMode;
 use ringmq_storage::commit_log::recovery::ScanStop;
 use ringmq_storage::disk::sim::{CrashKind, SimConfig, SimDisk, SimRng};
@@ -468,6 +469,7 @@ fn a_clean_shutdown_keeps_every_appended_record_and_reopens_normally() {
 
 #[test]
 fn records_larger_than_a_scan_read_are_recovered_whole_after_a_kill() {
+    use ringmq_storage::disk::Disk;
     use ringmq_storage::limits::{MESSAGE_SIZE_MAX_BYTES, RECOVERY_READ_SIZE};
     let mut store_config = config(FlushMode::Sync, 0);
     store_config.segment_size_bytes = 10 * 1024 * 1024;
@@ -517,9 +519,13 @@ fn records_larger_than_a_scan_read_are_recovered_whole_after_a_kill() {
         store.commit_log().encoded_offset() > store_config.segment_size_bytes,
         "the records should fill more than one segment"
     );
-    let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+    let mut disk = store.disk_mut().crash(CrashKind::ProcessKill);
+    // Without a checkpoint the scan covers the whole log, every record.
+    let checkpoint = ShardFiles::new(&store_config.root, 0).checkpoint;
+    disk.remove(&checkpoint).unwrap();
     let (mut store, report) = Store::open(disk, store_config, 1_000).unwrap();
     assert!(report.abnormal);
+    assert_eq!(report.recovery.scanned_from, 0);
     assert_eq!(report.recovery.scan.record_count, sizes.len() as u64);
     assert_eq!(store.queue_max_offset(TOPIC, 0), sizes.len() as u64);
     for (ticket, body) in &tickets {
