@@ -9,14 +9,16 @@
     reason = "test harness: a failure is the test's answer"
 )]
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::{Broker, fresh_store, start_broker};
 use ringmq_protocol::code::{SerializeType, request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::frame;
@@ -32,83 +34,16 @@ use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-
-/// A temporary store root, removed when dropped.
-struct StoreDir(PathBuf);
-
-impl std::ops::Deref for StoreDir {
-    type Target = Path;
-
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for StoreDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn fresh_store() -> StoreDir {
-    let dir = std::env::temp_dir().join(format!(
-        "ringmq-broker-test-{}-{}",
-        std::process::id(),
-        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    StoreDir(dir)
-}
-
-struct Broker {
-    child: Child,
-    port: u16,
-}
-
-/// Starts the broker on `store` (kernel-chosen ports); None (skip) when
+/// Starts the broker on `store` with `shards` shards; None (skip) when
 /// io_uring is unavailable here.
 fn start(store: &Path, shards: u32) -> Option<Broker> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
-        .arg("broker")
-        .arg(format!("--storePathRootDir={}", store.display()))
-        .arg("--listenPort=0")
-        .arg("--namesrvListenPort=0")
-        .arg("--brokerIP1=127.0.0.1")
-        .arg(format!("--shards={shards}"))
-        .arg("--mapedFileSizeCommitLog=16777216")
-        .arg("--maxMessageSize=65536")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    if line.is_empty() {
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
-        let _ = child.wait();
-        if stderr.contains("io_uring") && stderr.contains("navailable") {
-            eprintln!("SKIPPED: io_uring is unavailable: {stderr}");
-            return None;
-        }
-        panic!("the broker did not boot: {stderr}");
-    }
-    let address = line
-        .split(", ")
-        .nth(1)
-        .and_then(|rest| rest.split(']').next())
-        .unwrap_or_else(|| panic!("boot line {line:?}"));
-    let port = address.rsplit(':').next().unwrap().parse().unwrap();
-    assert!(line.contains("boot success. serializeType=JSON and name server is 127.0.0.1:"));
-    Some(Broker { child, port })
+    start_broker(
+        store,
+        &[
+            format!("--shards={shards}"),
+            "--maxMessageSize=65536".into(),
+        ],
+    )
 }
 
 impl Broker {
@@ -116,20 +51,6 @@ impl Broker {
         let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream.set_read_timeout(Some(TIMEOUT)).unwrap();
         Client { stream, opaque: 0 }
-    }
-
-    /// SIGTERM, then the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -352,7 +273,7 @@ impl Client {
 
 #[test]
 fn a_sent_message_is_pulled_back_with_its_body_and_offsets() {
-    let store = fresh_store();
+    let store = fresh_store("roundtrip");
     let Some(broker) = start(&store, 1) else {
         return;
     };
@@ -381,7 +302,7 @@ fn a_sent_message_is_pulled_back_with_its_body_and_offsets() {
 
 #[test]
 fn a_second_broker_on_the_same_store_is_refused() {
-    let store = fresh_store();
+    let store = fresh_store("roundtrip");
     let Some(broker) = start(&store, 1) else {
         return;
     };
@@ -403,7 +324,7 @@ fn a_second_broker_on_the_same_store_is_refused() {
 
 #[test]
 fn sigterm_exits_zero_and_a_restart_keeps_messages_and_offsets() {
-    let store = fresh_store();
+    let store = fresh_store("roundtrip");
     let Some(broker) = start(&store, 1) else {
         return;
     };
@@ -439,7 +360,7 @@ fn sigterm_exits_zero_and_a_restart_keeps_messages_and_offsets() {
 
 #[test]
 fn two_shards_forward_sends_and_pulls_to_the_queue_owner() {
-    let store = fresh_store();
+    let store = fresh_store("roundtrip");
     let Some(broker) = start(&store, 2) else {
         return;
     };
@@ -535,7 +456,7 @@ fn two_shards_forward_sends_and_pulls_to_the_queue_owner() {
 
 #[test]
 fn a_held_pull_is_answered_by_the_next_append_to_its_queue() {
-    let store = fresh_store();
+    let store = fresh_store("roundtrip");
     let Some(broker) = start(&store, 2) else {
         return;
     };
@@ -588,7 +509,7 @@ fn a_message_sent_back_with_delay_level_minus_one_goes_straight_to_the_dlq() {
     // Retries through the delay ladder (level 3 + reconsume times) are
     // covered with a short ladder in broker_schedule.rs; here the direct
     // path, which needs no waiting.
-    let store = fresh_store();
+    let store = fresh_store("roundtrip");
     let Some(broker) = start(&store, 2) else {
         return;
     };

@@ -18,14 +18,15 @@
     reason = "test harness: a failure is the test's answer"
 )]
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use common::{Broker, fresh_store, start_broker};
 use ringmq_protocol::code::{SerializeType, request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
@@ -46,36 +47,6 @@ const LADDER: &str = "1s 3s 1s 1s 1s 1s";
 const LEVEL_1_MS: i64 = 1_000;
 const LEVEL_2_MS: i64 = 3_000;
 
-static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-
-/// A temporary store root, removed when dropped.
-struct StoreDir(PathBuf);
-
-impl std::ops::Deref for StoreDir {
-    type Target = Path;
-
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for StoreDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn fresh_store() -> StoreDir {
-    let dir = std::env::temp_dir().join(format!(
-        "ringmq-schedule-test-{}-{}",
-        std::process::id(),
-        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    StoreDir(dir)
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -83,53 +54,17 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-struct Broker {
-    child: Child,
-    port: u16,
-}
-
-/// Starts the broker on `store` (kernel-chosen ports); None (skip) when
-/// io_uring is unavailable here.
+/// Starts the broker on `store` with `shards` shards and the test's delay
+/// ladder; None (skip) when io_uring is unavailable here.
 fn start(store: &Path, shards: u32) -> Option<Broker> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
-        .arg("broker")
-        .arg(format!("--storePathRootDir={}", store.display()))
-        .arg("--listenPort=0")
-        .arg("--namesrvListenPort=0")
-        .arg("--brokerIP1=127.0.0.1")
-        .arg(format!("--shards={shards}"))
-        .arg("--mapedFileSizeCommitLog=16777216")
-        .arg("--maxMessageSize=65536")
-        .arg(format!("--messageDelayLevel={LADDER}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    if line.is_empty() {
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
-        let _ = child.wait();
-        if stderr.contains("io_uring") && stderr.contains("navailable") {
-            eprintln!("SKIPPED: io_uring is unavailable: {stderr}");
-            return None;
-        }
-        panic!("the broker did not boot: {stderr}");
-    }
-    let address = line
-        .split(", ")
-        .nth(1)
-        .and_then(|rest| rest.split(']').next())
-        .unwrap_or_else(|| panic!("boot line {line:?}"));
-    let port = address.rsplit(':').next().unwrap().parse().unwrap();
-    Some(Broker { child, port })
+    start_broker(
+        store,
+        &[
+            format!("--shards={shards}"),
+            "--maxMessageSize=65536".into(),
+            format!("--messageDelayLevel={LADDER}"),
+        ],
+    )
 }
 
 impl Broker {
@@ -137,27 +72,6 @@ impl Broker {
         let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream.set_read_timeout(Some(TIMEOUT)).unwrap();
         Client { stream, opaque: 0 }
-    }
-
-    /// SIGTERM, then the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().unwrap()
-    }
-
-    /// SIGKILL: no shutdown work at all.
-    fn kill_nine(mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -347,7 +261,7 @@ impl Client {
 
 #[test]
 fn a_delayed_message_is_not_pullable_before_it_is_due_and_is_delivered_after() {
-    let store = fresh_store();
+    let store = fresh_store("schedule");
     let Some(broker) = start(&store, 2) else {
         return;
     };
@@ -379,7 +293,7 @@ fn a_delayed_message_is_not_pullable_before_it_is_due_and_is_delivered_after() {
 
 #[test]
 fn a_delayed_message_survives_a_sigterm_restart_before_it_is_due() {
-    let store = fresh_store();
+    let store = fresh_store("schedule");
     let Some(broker) = start(&store, 2) else {
         return;
     };
@@ -416,7 +330,7 @@ fn a_delayed_message_survives_a_sigterm_restart_before_it_is_due() {
 #[test]
 fn a_kill_nine_loses_no_delayed_message() {
     const COUNT: usize = 20;
-    let store = fresh_store();
+    let store = fresh_store("schedule");
     let Some(broker) = start(&store, 2) else {
         return;
     };
@@ -463,7 +377,7 @@ fn a_kill_nine_loses_no_delayed_message() {
 #[test]
 fn a_message_sent_back_retries_through_the_ladder_then_goes_to_the_dlq() {
     const MAX_RECONSUME_TIMES: i32 = 2;
-    let store = fresh_store();
+    let store = fresh_store("schedule");
     let Some(broker) = start(&store, 2) else {
         return;
     };
@@ -512,7 +426,7 @@ fn a_message_sent_back_retries_through_the_ladder_then_goes_to_the_dlq() {
 #[test]
 fn a_timer_message_is_delivered_at_its_time_and_once_across_restarts() {
     const TIMER_MS: i64 = 2_000;
-    let store = fresh_store();
+    let store = fresh_store("schedule");
     let Some(broker) = start(&store, 2) else {
         return;
     };

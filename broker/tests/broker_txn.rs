@@ -10,14 +10,15 @@
     reason = "test harness: a failure is the test's answer"
 )]
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::{Broker, fresh_store, start_broker};
 use ringmq_protocol::code::{SerializeType, request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::frame;
@@ -37,74 +38,12 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The producer group of the transactional sends.
 const GROUP: &str = "txn-pg";
 
-static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-
-/// A temporary store root, removed when dropped.
-struct StoreDir(PathBuf);
-
-impl Drop for StoreDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn fresh_store() -> StoreDir {
-    let dir = std::env::temp_dir().join(format!(
-        "ringmq-broker-txn-{}-{}",
-        std::process::id(),
-        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    StoreDir(dir)
-}
-
-struct Broker {
-    child: Child,
-    port: u16,
-}
-
 /// Starts the broker on `store` with two shards and `extra` options; None
 /// (skip) when io_uring is unavailable here.
 fn start(store: &Path, extra: &[&str]) -> Option<Broker> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
-        .arg("broker")
-        .arg(format!("--storePathRootDir={}", store.display()))
-        .arg("--listenPort=0")
-        .arg("--namesrvListenPort=0")
-        .arg("--brokerIP1=127.0.0.1")
-        .arg("--shards=2")
-        .arg("--mapedFileSizeCommitLog=16777216")
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    if line.is_empty() {
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
-        let _ = child.wait();
-        if stderr.contains("io_uring") && stderr.contains("navailable") {
-            eprintln!("SKIPPED: io_uring is unavailable: {stderr}");
-            return None;
-        }
-        panic!("the broker did not boot: {stderr}");
-    }
-    let address = line
-        .split(", ")
-        .nth(1)
-        .and_then(|rest| rest.split(']').next())
-        .unwrap_or_else(|| panic!("boot line {line:?}"));
-    let port = address.rsplit(':').next().unwrap().parse().unwrap();
-    Some(Broker { child, port })
+    let mut options = vec!["--shards=2".to_owned()];
+    options.extend(extra.iter().map(|option| (*option).to_owned()));
+    start_broker(store, &options)
 }
 
 impl Broker {
@@ -116,19 +55,6 @@ impl Broker {
             opaque: 0,
             requests: Vec::new(),
         }
-    }
-
-    /// SIGKILL, then reap.
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -362,9 +288,9 @@ impl Client {
 
 #[test]
 fn committed_and_checked_back_halves_arrive_and_the_rolled_back_never_across_a_kill_9() {
-    let store = fresh_store();
+    let store = fresh_store("txn");
     // No check-back in the first run: every half is younger than the timeout.
-    let Some(broker) = start(&store.0, &["--transactionTimeOut=3600000"]) else {
+    let Some(broker) = start(&store, &["--transactionTimeOut=3600000"]) else {
         return;
     };
     let mut client = broker.connect();
@@ -392,11 +318,11 @@ fn committed_and_checked_back_halves_arrive_and_the_rolled_back_never_across_a_k
     let records = client.pull_until("TxT", 1, 1);
     assert_eq!(records, vec![("commit".to_owned(), b"commit".to_vec())]);
     drop(client);
-    broker.kill9();
+    broker.kill_nine();
 
     // Second run: check back at once; the unknown half is asked about.
     let broker = start(
-        &store.0,
+        &store,
         &["--transactionTimeOut=0", "--transactionCheckInterval=500"],
     )
     .unwrap();
@@ -441,8 +367,8 @@ fn committed_and_checked_back_halves_arrive_and_the_rolled_back_never_across_a_k
 
 #[test]
 fn sql92_pulls_get_exactly_the_matching_messages() {
-    let store = fresh_store();
-    let Some(broker) = start(&store.0, &["--enablePropertyFilter=true"]) else {
+    let store = fresh_store("txn");
+    let Some(broker) = start(&store, &["--enablePropertyFilter=true"]) else {
         return;
     };
     let mut client = broker.connect();
@@ -465,8 +391,8 @@ fn sql92_pulls_get_exactly_the_matching_messages() {
 
 #[test]
 fn sql92_pulls_are_refused_unless_the_property_filter_is_enabled() {
-    let store = fresh_store();
-    let Some(broker) = start(&store.0, &[]) else {
+    let store = fresh_store("txn");
+    let Some(broker) = start(&store, &[]) else {
         return;
     };
     let mut client = broker.connect();
@@ -479,9 +405,9 @@ fn sql92_pulls_are_refused_unless_the_property_filter_is_enabled() {
 
 #[test]
 fn a_half_checked_transaction_check_max_times_goes_to_the_check_max_time_topic() {
-    let store = fresh_store();
+    let store = fresh_store("txn");
     let Some(broker) = start(
-        &store.0,
+        &store,
         &[
             "--transactionTimeOut=0",
             "--transactionCheckInterval=500",
