@@ -49,7 +49,7 @@ pub mod tag;
 
 pub use batch::{BatchEntry, BatchIter, encode_batch, iter_batch};
 pub use decode::{CrcCheck, Decoded, RecordView, decode_entry, decode_record};
-pub use encode::{RecordSpec, body_crc, encode_blank};
+pub use encode::{RecordSpec, body_crc, crc32_ieee, encode_blank};
 pub use error::{BatchFault, RecordError};
 pub use id::{UniqIdGenerator, decode_offset_msg_id, offset_msg_id, write_offset_msg_id};
 pub use layout::MessageVersion;

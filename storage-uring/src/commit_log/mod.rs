@@ -36,7 +36,7 @@ pub mod segment;
 
 use std::path::PathBuf;
 
-use ringmq_protocol::message::{RecordSpec, RecordView, encode_blank};
+use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank};
 
 use self::appender::{
     Appender, FlushMode, Progress, SEQ_READ, SEQ_SEGMENT_CREATE, SEQ_SEGMENT_REMOVE,
@@ -475,7 +475,7 @@ impl CommitLog {
             // around the body instead of a second pass over the record (only
             // for a large body when the combination has no carry-less
             // multiplication, where it costs more than the pass).
-            let body_crc_raw = crc32fast::hash(spec.body);
+            let body_crc_raw = crc32_ieee(spec.body);
             spec.body_crc = Some(body_crc_raw);
             let active = self.appender.active();
             let at = (active.data_end - active.base) as usize;

@@ -16,7 +16,7 @@
 //! # Invariants
 //! - The trailer is always the last 20 bytes of PROPERTIES, so of the record.
 
-use ringmq_protocol::message::body_crc;
+use ringmq_protocol::message::{body_crc, crc32_ieee};
 
 use super::crc_combine::combine;
 use ringmq_protocol::message::property_key::CRC32 as CRC32_KEY;
@@ -74,10 +74,11 @@ pub fn seal_with_body_crc(record: &mut [u8], body: std::ops::Range<usize>, body_
         body.start <= body.end && body.end <= covered,
         "body {body:?} outside the {covered} covered bytes"
     );
-    let before_body = crc32fast::hash(&record[..body.start]);
+    let before_body = crc32_ieee(&record[..body.start]);
     let through_body = combine(before_body, body_crc_raw, body.len() as u64);
     // The bytes after the body continue from the combined CRC (cheaper than
-    // a second combination).
+    // a second combination, even though `new_with_initial` detects the CPU's
+    // features once more).
     let mut hasher = crc32fast::Hasher::new_with_initial(through_body);
     hasher.update(&record[body.end..covered]);
     // Checked after the CRC work, still before anything is written: the
