@@ -19,16 +19,17 @@
     reason = "test harness: a failure is the test's answer"
 )]
 
+mod common;
+
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::{StoreDir, fresh_store};
 use ringmq_protocol::code::{SerializeType, request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::frame;
@@ -64,29 +65,6 @@ enum TargetKind {
 /// The targets every case runs against.
 const TARGETS: [TargetKind; 2] = [TargetKind::NameServer, TargetKind::Broker];
 
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "ringmq-malformed-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A running target, killed when dropped.
 struct Target {
     kind: TargetKind,
@@ -94,7 +72,7 @@ struct Target {
     addr: SocketAddr,
     /// The whole stderr (the log), once the process has exited.
     log: mpsc::Receiver<String>,
-    _store: Option<TempDir>,
+    _store: Option<StoreDir>,
 }
 
 /// Why a target did not start.
@@ -104,7 +82,7 @@ enum Unavailable {
 }
 
 impl Target {
-    fn command(kind: TargetKind, store: Option<&TempDir>) -> Command {
+    fn command(kind: TargetKind, store: Option<&StoreDir>) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_ringmq"));
         match kind {
             TargetKind::NameServer => {
@@ -116,7 +94,7 @@ impl Target {
                     "broker".to_owned(),
                     "--listenPort=0".to_owned(),
                     "--namesrvListenPort=0".to_owned(),
-                    format!("--storePathRootDir={}", store.0.display()),
+                    format!("--storePathRootDir={}", store.display()),
                     "--brokerIP1=127.0.0.1".to_owned(),
                     // Small segments and one shard: the machine is shared.
                     "--mapedFileSizeCommitLog=16777216".to_owned(),
@@ -136,7 +114,7 @@ impl Target {
     fn start(kind: TargetKind) -> Result<Target, Unavailable> {
         let store = match kind {
             TargetKind::NameServer => None,
-            TargetKind::Broker => Some(TempDir::new("store")),
+            TargetKind::Broker => Some(fresh_store("malformed")),
         };
         let mut child = Self::command(kind, store.as_ref())
             .spawn()

@@ -1082,14 +1082,7 @@ impl<D: Disk> Store<D> {
     /// CommitLog that recovery may have cut or fenced, and must not outlive
     /// it). Call with nothing else in flight.
     fn write_checkpoint_sync(&mut self) -> Result<(), StorageError> {
-        let buf = self.current_checkpoint().to_buf(&mut self.disk);
-        let file = self.checkpoint_file;
-        let write = DiskOp::Write {
-            file,
-            file_offset: 0,
-            buf,
-            buf_range: 0..CHECKPOINT_FILE_SIZE,
-        };
+        let (file, write) = self.checkpoint_write();
         let mut stash = Vec::new();
         let (_, buf) = commit_log::run_sync(
             &mut self.disk,
@@ -1139,7 +1132,8 @@ impl<D: Disk> Store<D> {
         }
     }
 
-    fn submit_checkpoint(&mut self) -> Result<(), StorageError> {
+    /// The checkpoint file and the write of the current checkpoint to it.
+    fn checkpoint_write(&mut self) -> (FileId, DiskOp) {
         let buf = self.current_checkpoint().to_buf(&mut self.disk);
         let file = self.checkpoint_file;
         let write = DiskOp::Write {
@@ -1148,6 +1142,11 @@ impl<D: Disk> Store<D> {
             buf,
             buf_range: 0..CHECKPOINT_FILE_SIZE,
         };
+        (file, write)
+    }
+
+    fn submit_checkpoint(&mut self) -> Result<(), StorageError> {
+        let (file, write) = self.checkpoint_write();
         self.disk
             .submit(
                 OpId::new(OpTag::Checkpoint, CHECKPOINT_SEQ_WRITE),

@@ -79,6 +79,33 @@ fn body(rng: &mut SimRng) -> Vec<u8> {
     (0..len).map(|i| fill.wrapping_add(i as u8)).collect()
 }
 
+/// Asserts that the record at `commit_log_offset` is there, passes its CRC
+/// and has `body`.
+fn assert_body(store: &mut Store<SimDisk>, commit_log_offset: u64, body: &[u8]) {
+    let bytes = store.read_record(commit_log_offset).unwrap().unwrap();
+    assert_eq!(
+        decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
+        body,
+        "record at {commit_log_offset}"
+    );
+}
+
+/// A message of `TOPIC` tagged `TagA` to `queue_id`.
+fn tagged_message(queue_id: u32, body: &[u8]) -> AppendMessage<'_> {
+    AppendMessage {
+        topic: TOPIC,
+        queue_id,
+        body,
+        properties: b"TAGS\x01TagA\x02",
+        flag: 0,
+        sys_flag: 0,
+        born_timestamp_ms: 5,
+        born_host: host(1),
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    }
+}
+
 fn properties(rng: &mut SimRng) -> Vec<u8> {
     let tag = ["TagA", "TagB", "TagC"][rng.below(3) as usize];
     format!("TAGS\u{1}{tag}\u{2}KEYS\u{1}k{}\u{2}", rng.below(1000)).into_bytes()
@@ -423,18 +450,7 @@ fn a_clean_shutdown_keeps_every_appended_record_and_reopens_normally() {
     let (mut store, report) = Store::open(disk, config(FlushMode::Async, 0), 0).unwrap();
     assert!(!report.abnormal);
     let body = vec![7u8; 300];
-    let message = AppendMessage {
-        topic: TOPIC,
-        queue_id: 1,
-        body: &body,
-        properties: b"TAGS\x01TagA\x02",
-        flag: 0,
-        sys_flag: 0,
-        born_timestamp_ms: 5,
-        born_host: host(1),
-        reconsume_times: 0,
-        prepared_transaction_offset: 0,
-    };
+    let message = tagged_message(1, &body);
     let mut tickets = Vec::new();
     for i in 0..200 {
         tickets.push(store.append(&message, i).unwrap());
@@ -449,14 +465,7 @@ fn a_clean_shutdown_keeps_every_appended_record_and_reopens_normally() {
     assert!(!report.recovery.fenced);
     assert_eq!(store.queue_max_offset(TOPIC, 1), 200);
     for ticket in &tickets {
-        let bytes = store
-            .read_record(ticket.commit_log_offset)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
-            &body[..]
-        );
+        assert_body(&mut store, ticket.commit_log_offset, &body);
     }
     // Appends continue where the log ended, not in a fresh segment.
     let next = store.append(&message, 3_000).unwrap();
@@ -494,18 +503,7 @@ fn records_larger_than_a_scan_read_are_recovered_whole_after_a_kill() {
     let mut tickets = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         let body: Vec<u8> = (0..size).map(|b| (b * 31 + i) as u8).collect();
-        let message = AppendMessage {
-            topic: TOPIC,
-            queue_id: 0,
-            body: &body,
-            properties: b"TAGS\x01TagA\x02",
-            flag: 0,
-            sys_flag: 0,
-            born_timestamp_ms: 5,
-            born_host: host(1),
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-        };
+        let message = tagged_message(0, &body);
         tickets.push((store.append(&message, 10).unwrap(), body));
         while store.pending_appends() > 0 {
             store
@@ -529,13 +527,6 @@ fn records_larger_than_a_scan_read_are_recovered_whole_after_a_kill() {
     assert_eq!(report.recovery.scan.record_count, sizes.len() as u64);
     assert_eq!(store.queue_max_offset(TOPIC, 0), sizes.len() as u64);
     for (ticket, body) in &tickets {
-        let bytes = store
-            .read_record(ticket.commit_log_offset)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
-            &body[..]
-        );
+        assert_body(&mut store, ticket.commit_log_offset, body);
     }
 }

@@ -15,9 +15,12 @@
 //!      [`FLOOR_DIRECT_IN_FLIGHT`] in flight, no fdatasync;
 //!    - `floor_commit1m_mb_per_s`: 1 MiB write linked to an fdatasync, one
 //!      at a time.
-//! 2. Append (`--seconds` > 0): the shard's `Store` on `UringDisk`, closed
-//!    loop with `--inflight` appends outstanding, in turns of at most
-//!    `--appends-per-turn` appends followed by a ring turn (non-blocking
+//! 2. Append (`--seconds` > 0): after `--idle-seconds` of idle polling (the
+//!    store's background zero fill then writes the first segment, so
+//!    appends land on written extents until it is full), the shard's
+//!    `Store` on `UringDisk`, closed loop with `--inflight` appends
+//!    outstanding, in turns of at most `--appends-per-turn` appends
+//!    followed by a ring turn (non-blocking
 //!    while more may be appended, waiting otherwise), as a shard loop runs;
 //!    latency from the start of the turn that appended a record to the ring
 //!    turn that acked it (one clock reading per turn, as a shard takes one
@@ -124,6 +127,12 @@ struct Args {
     /// Appends per loop turn before a ring turn submits them.
     #[arg(long, default_value_t = APPENDS_PER_TURN_DEFAULT)]
     appends_per_turn: usize,
+    /// Seconds the opened store polls idle before the first append, so its
+    /// background zero fill writes the first segment's extents (as a broker
+    /// idle after its start would); 0: append at once, into fallocated
+    /// (unwritten) extents under sustained load.
+    #[arg(long, default_value_t = 0)]
+    idle_seconds: u64,
     /// Development only: allow a file system without O_DIRECT.
     #[arg(long)]
     allow_buffered: bool,
@@ -204,6 +213,7 @@ fn main() -> anyhow::Result<()> {
     report.int("inflight", args.inflight as u64);
     report.int("seconds", args.seconds);
     report.int("appends_per_turn", args.appends_per_turn as u64);
+    report.int("idle_seconds", args.idle_seconds);
     report.int("zero_fill", u64::from(args.zero_fill));
     if args.floor_seconds > 0 {
         measure_floor(&args, &mut report).context("measuring the disk floor")?;
@@ -473,6 +483,13 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     );
     let (mut store, _) =
         Store::open(disk, store_config(args), now_ms()).context("opening the store")?;
+    let idle_until = Instant::now() + Duration::from_secs(args.idle_seconds);
+    let mut idle_acks = Vec::new();
+    while Instant::now() < idle_until {
+        store
+            .poll_wait(now_ms(), APPEND_POLL_WAIT, &mut idle_acks)
+            .context("store poll while idle")?;
+    }
     let overhead = RECORD_OVERHEAD_BYTES + BENCH_TOPIC.len();
     let mut body = vec![0x5A_u8; args.record_size.saturating_sub(overhead).max(1)];
     let born_host = SocketAddr::from(([127, 0, 0, 1], 40000));

@@ -202,14 +202,17 @@ impl CommitLog {
         let first_base = segments.segments().first().map_or(0, |s| s.base);
         let segment_start = segments.base_of(scan_from).max(first_base);
         let mut scan_from = scan_from.max(first_base);
-        let mut outcome = scan(
-            disk,
-            &segments,
-            config.shard_id,
-            scan_from,
-            verify_crc_from,
-            visit,
-        )?;
+        let mut scan_at = |disk: &mut _, from| {
+            scan(
+                disk,
+                &segments,
+                config.shard_id,
+                from,
+                verify_crc_from,
+                visit,
+            )
+        };
+        let mut outcome = scan_at(disk, scan_from)?;
         if scan_from > segment_start
             && outcome.record_count == 0
             && matches!(outcome.stop, ScanStop::Invalid { .. })
@@ -220,14 +223,7 @@ impl CommitLog {
                 "no valid record where the scan was to start; scanning from the segment start"
             );
             scan_from = segment_start;
-            outcome = scan(
-                disk,
-                &segments,
-                config.shard_id,
-                scan_from,
-                verify_crc_from,
-                visit,
-            )?;
+            outcome = scan_at(disk, scan_from)?;
         }
         let end = outcome.end;
         let end_base = segments.base_of(end);
