@@ -14,7 +14,11 @@
 //!    - `floor_direct_mb_per_s`: 1 MiB O_DIRECT writes,
 //!      [`FLOOR_DIRECT_IN_FLIGHT`] in flight, no fdatasync;
 //!    - `floor_commit1m_mb_per_s`: 1 MiB write linked to an fdatasync, one
-//!      at a time.
+//!      at a time;
+//!    - `floor_direct_fresh_mb_per_s`, `floor_commit1m_fresh_mb_per_s`: the
+//!      same two on freshly fallocated files (no zero fill), once through,
+//!      so every write lands on an unwritten extent, as appends into a
+//!      segment created under sustained load do.
 //! 2. Append (`--seconds` > 0): after `--idle-seconds` of idle polling (the
 //!    store's background zero fill then writes the first segment, so
 //!    appends land on written extents until it is full), the shard's
@@ -65,6 +69,10 @@ use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreF
 
 /// Size of the floor's scratch file (writes wrap around inside it).
 const FLOOR_FILE_SIZE: u64 = 256 << 20;
+/// Size of each fresh floor file (fallocated, not zero-filled): writes go
+/// through it once, without wrapping, so every one lands on an unwritten
+/// extent; the measurement stops at its end if the time is not up.
+const FLOOR_FRESH_FILE_SIZE: u64 = 4 << 30;
 /// Size of the floor's large writes.
 const FLOOR_LARGE_WRITE_SIZE: usize = 1 << 20;
 /// Size of the floor's small writes.
@@ -79,6 +87,7 @@ const COMPLETION_TIMEOUT: Duration = Duration::from_secs(30);
 const LATENCY_US_MAX: u64 = 60_000_000;
 
 const _: () = assert!(FLOOR_FILE_SIZE.is_multiple_of(FLOOR_LARGE_WRITE_SIZE as u64));
+const _: () = assert!(FLOOR_FRESH_FILE_SIZE.is_multiple_of(FLOOR_LARGE_WRITE_SIZE as u64));
 const _: () = assert!(FLOOR_LARGE_WRITE_SIZE.is_multiple_of(FLOOR_SMALL_WRITE_SIZE));
 
 /// Flush mode of the append phase.
@@ -309,20 +318,94 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report.int("floor_create_256m_ms", created.elapsed().as_millis() as u64);
     report.int("o_direct", u64::from(disk.is_o_direct(file)?));
 
-    let histogram = floor_write_sync(&mut disk, file, FLOOR_SMALL_WRITE_SIZE, seconds)?.0;
+    let histogram = floor_write_sync(
+        &mut disk,
+        file,
+        FLOOR_SMALL_WRITE_SIZE,
+        seconds,
+        Extent::Wrap,
+    )?
+    .0;
     report.int("floor_fsync4k_p50_us", histogram.value_at_quantile(0.50));
     report.int("floor_fsync4k_p99_us", histogram.value_at_quantile(0.99));
     report.int("floor_fsync4k_count", histogram.len());
     report.float(
         "floor_direct_mb_per_s",
-        floor_direct(&mut disk, file, seconds)?,
+        floor_direct(&mut disk, file, seconds, Extent::Wrap)?,
     );
-    let (histogram, rate) = floor_write_sync(&mut disk, file, FLOOR_LARGE_WRITE_SIZE, seconds)?;
+    let (histogram, rate) = floor_write_sync(
+        &mut disk,
+        file,
+        FLOOR_LARGE_WRITE_SIZE,
+        seconds,
+        Extent::Wrap,
+    )?;
     report.float("floor_commit1m_mb_per_s", rate);
     report.int("floor_commit1m_p50_us", histogram.value_at_quantile(0.50));
     disk.close(file)?;
     disk.remove(&path)?;
+    // The same large writes into freshly fallocated files (no zero fill),
+    // once through: every write lands on an unwritten extent, as appends
+    // into a segment created under sustained load do (ext4 converts the
+    // extent at each write's completion and commits its journal at each
+    // fdatasync).
+    let mut fresh_config = disk_config(args, FLOOR_DIRECT_IN_FLIGHT, FLOOR_LARGE_WRITE_SIZE);
+    fresh_config.zero_fill_on_create = false;
+    let mut fresh = UringDisk::new(fresh_config).context("setting up io_uring")?;
+    let path = args.dir.join("storage-bench-floor-fresh.tmp");
+    let file = fresh
+        .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
+        .context("creating the fresh floor file")?;
+    report.float(
+        "floor_direct_fresh_mb_per_s",
+        floor_direct(
+            &mut fresh,
+            file,
+            seconds,
+            Extent::Once(FLOOR_FRESH_FILE_SIZE),
+        )?,
+    );
+    fresh.close(file)?;
+    fresh.remove(&path)?;
+    let file = fresh
+        .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
+        .context("creating the fresh floor file")?;
+    let (_, rate) = floor_write_sync(
+        &mut fresh,
+        file,
+        FLOOR_LARGE_WRITE_SIZE,
+        seconds,
+        Extent::Once(FLOOR_FRESH_FILE_SIZE),
+    )?;
+    report.float("floor_commit1m_fresh_mb_per_s", rate);
+    fresh.close(file)?;
+    fresh.remove(&path)?;
     Ok(())
+}
+
+/// How floor writes move through their file.
+#[derive(Clone, Copy, Debug)]
+enum Extent {
+    /// Around the zero-filled floor file, again and again.
+    Wrap,
+    /// Once through a fresh file of this size.
+    Once(u64),
+}
+
+impl Extent {
+    fn exhausted(self, file_offset: u64, size: usize) -> bool {
+        match self {
+            Extent::Wrap => false,
+            Extent::Once(len) => file_offset + size as u64 > len,
+        }
+    }
+
+    fn next(self, file_offset: u64, size: usize) -> u64 {
+        match self {
+            Extent::Wrap => (file_offset + size as u64) % FLOOR_FILE_SIZE,
+            Extent::Once(_) => file_offset + size as u64,
+        }
+    }
 }
 
 /// `size`-byte writes each linked to an fdatasync, one pair at a time.
@@ -332,6 +415,7 @@ fn floor_write_sync(
     file: FileId,
     size: usize,
     seconds: Duration,
+    extent: Extent,
 ) -> anyhow::Result<(Histogram<u64>, f64)> {
     let mut histogram = latency_histogram()?;
     let mut buf = disk.buffer(size);
@@ -341,7 +425,7 @@ fn floor_write_sync(
     let mut file_offset = 0u64;
     let mut bytes = 0u64;
     for seq in 0..FLOOR_OPS_MAX {
-        if start.elapsed() >= seconds {
+        if start.elapsed() >= seconds || extent.exhausted(file_offset, size) {
             break;
         }
         let began = Instant::now();
@@ -372,7 +456,7 @@ fn floor_write_sync(
         }
         buf = returned.context("the write's buffer came back")?;
         bytes += size as u64;
-        file_offset = (file_offset + size as u64) % FLOOR_FILE_SIZE;
+        file_offset = extent.next(file_offset, size);
     }
     let rate = mb_per_s(bytes, start.elapsed());
     disk.recycle(buf);
@@ -380,7 +464,12 @@ fn floor_write_sync(
 }
 
 /// 1 MiB O_DIRECT writes, several in flight, no fdatasync.
-fn floor_direct(disk: &mut UringDisk, file: FileId, seconds: Duration) -> anyhow::Result<f64> {
+fn floor_direct(
+    disk: &mut UringDisk,
+    file: FileId,
+    seconds: Duration,
+    extent: Extent,
+) -> anyhow::Result<f64> {
     let mut free: Vec<AlignedBuf> = (0..FLOOR_DIRECT_IN_FLIGHT)
         .map(|_| disk.buffer(FLOOR_LARGE_WRITE_SIZE))
         .collect();
@@ -391,7 +480,9 @@ fn floor_direct(disk: &mut UringDisk, file: FileId, seconds: Duration) -> anyhow
     let mut in_flight = 0usize;
     let mut seq = 0u64;
     loop {
-        let running = start.elapsed() < seconds && seq < FLOOR_OPS_MAX;
+        let running = start.elapsed() < seconds
+            && seq < FLOOR_OPS_MAX
+            && !extent.exhausted(file_offset, FLOOR_LARGE_WRITE_SIZE);
         while running && let Some(buf) = free.pop() {
             let write = DiskOp::Write {
                 file,
@@ -403,7 +494,7 @@ fn floor_direct(disk: &mut UringDisk, file: FileId, seconds: Duration) -> anyhow
                 .map_err(|(error, _)| error)?;
             seq += 1;
             in_flight += 1;
-            file_offset = (file_offset + FLOOR_LARGE_WRITE_SIZE as u64) % FLOOR_FILE_SIZE;
+            file_offset = extent.next(file_offset, FLOOR_LARGE_WRITE_SIZE);
         }
         if in_flight == 0 {
             break;
