@@ -11,28 +11,19 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use bytes::Bytes;
-use common::{Broker, fresh_store, start_broker};
-use ringmq_protocol::code::{SerializeType, request_code, response_code};
+use common::{Broker, Client, fresh_store, start_broker};
+use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
-use ringmq_protocol::frame;
 use ringmq_protocol::header::{
-    ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader, CustomHeader,
-    PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
-    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader,
-    SendMessageRequestHeaderV2, SendMessageResponseHeader,
+    ConsumerSendMsgBackRequestHeader, CustomHeader, PullMessageRequestHeader,
+    PullMessageResponseHeader, PullSysFlag, QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader, SendMessageResponseHeader,
 };
 use ringmq_protocol::json::KvTable;
-use ringmq_protocol::limits::FRAME_SIZE_MAX;
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
-
-const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Starts the broker on `store` with `shards` shards; None (skip) when
 /// io_uring is unavailable here.
@@ -46,86 +37,16 @@ fn start(store: &Path, shards: u32) -> Option<Broker> {
     )
 }
 
-impl Broker {
-    fn connect(&self) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-        Client { stream, opaque: 0 }
-    }
-}
-
-struct Client {
-    stream: TcpStream,
-    opaque: i32,
-}
-
 impl Client {
-    fn call(&mut self, mut request: RemotingCommand) -> RemotingCommand {
-        self.opaque += 1;
-        request.opaque = self.opaque;
-        let mut out = Vec::new();
-        request.encode(SerializeType::Json, &mut out).unwrap();
-        self.stream.write_all(&out).unwrap();
-        loop {
-            let response = self.read();
-            if response.is_response() && response.opaque == self.opaque {
-                return response;
-            }
-        }
-    }
-
-    fn read(&mut self) -> RemotingCommand {
-        let mut length = [0u8; 4];
-        self.stream.read_exact(&mut length).unwrap();
-        let mut bytes = length.to_vec();
-        bytes.resize(4 + u32::from_be_bytes(length) as usize, 0);
-        self.stream.read_exact(&mut bytes[4..]).unwrap();
-        let raw = frame::decode_frame(&Bytes::from(bytes), FRAME_SIZE_MAX)
-            .unwrap()
-            .unwrap();
-        RemotingCommand::from_frame(&raw).unwrap()
-    }
-
-    fn create_topic(&mut self, topic: &str, queues: i32) {
-        let header = CreateTopicRequestHeader {
-            topic: topic.to_owned(),
-            default_topic: "TBW102".to_owned(),
-            read_queue_nums: queues,
-            write_queue_nums: queues,
-            perm: 6,
-            topic_filter_type: "SINGLE_TAG".to_owned(),
-            order: false,
-            ..CreateTopicRequestHeader::default()
-        };
-        let response = self.call(RemotingCommand::new_request(
-            request_code::UPDATE_AND_CREATE_TOPIC,
-            header.to_ext_fields(),
-        ));
-        assert_eq!(response.code, 0, "{:?}", response.remark);
-    }
-
     fn send(&mut self, topic: &str, queue_id: i32, body: &[u8]) -> SendMessageResponseHeader {
-        let header = SendMessageRequestHeaderV2 {
-            producer_group: "pg".to_owned(),
-            topic: topic.to_owned(),
-            default_topic: "TBW102".to_owned(),
-            default_topic_queue_nums: 4,
+        self.send_message(
+            "pg",
+            topic,
             queue_id,
-            born_timestamp: 1_700_000_000_000,
-            properties: Some("TAGS\u{1}TagA\u{2}KEYS\u{1}k1\u{2}".to_owned()),
-            ..SendMessageRequestHeaderV2::default()
-        };
-        let request =
-            RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
-                .with_body(Bytes::copy_from_slice(body));
-        let response = self.call(request);
-        assert_eq!(
-            response.code,
-            response_code::SUCCESS,
-            "{:?}",
-            response.remark
-        );
-        response.decode_custom_header().unwrap()
+            1_700_000_000_000,
+            "TAGS\u{1}TagA\u{2}KEYS\u{1}k1\u{2}".to_owned(),
+            body,
+        )
     }
 
     /// Pulls with the header's subscription, without suspending; returns
@@ -186,14 +107,10 @@ impl Client {
             expression_type: Some("TAG".to_owned()),
             ..PullMessageRequestHeader::default()
         };
-        let mut request =
-            RemotingCommand::new_request(request_code::PULL_MESSAGE, header.to_ext_fields());
-        self.opaque += 1;
-        request.opaque = self.opaque;
-        let mut out = Vec::new();
-        request.encode(SerializeType::Json, &mut out).unwrap();
-        self.stream.write_all(&out).unwrap();
-        self.opaque
+        self.send_request(RemotingCommand::new_request(
+            request_code::PULL_MESSAGE,
+            header.to_ext_fields(),
+        ))
     }
 
     /// Pulls once and returns the decoded records' (commit log offset,

@@ -20,24 +20,18 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use common::{Broker, fresh_store, start_broker};
-use ringmq_protocol::code::{SerializeType, request_code, response_code};
+use common::{Broker, Client, fresh_store, start_broker};
+use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
-use ringmq_protocol::frame;
 use ringmq_protocol::header::{
-    ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader, CustomHeader,
-    PullMessageRequestHeader, PullSysFlag, SendMessageRequestHeaderV2, SendMessageResponseHeader,
+    ConsumerSendMsgBackRequestHeader, CustomHeader, PullMessageRequestHeader, PullSysFlag,
+    SendMessageResponseHeader,
 };
-use ringmq_protocol::limits::FRAME_SIZE_MAX;
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
-const TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a wait for a delivery may take before the test gives up (a
 /// bound on a broken broker, not an assertion on timing).
 const DELIVERY_WAIT: Duration = Duration::from_secs(30);
@@ -67,14 +61,6 @@ fn start(store: &Path, shards: u32) -> Option<Broker> {
     )
 }
 
-impl Broker {
-    fn connect(&self) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-        Client { stream, opaque: 0 }
-    }
-}
-
 /// A pulled record's facts.
 #[derive(Debug, Clone)]
 struct Pulled {
@@ -87,56 +73,7 @@ struct Pulled {
     body: Vec<u8>,
 }
 
-struct Client {
-    stream: TcpStream,
-    opaque: i32,
-}
-
 impl Client {
-    fn call(&mut self, mut request: RemotingCommand) -> RemotingCommand {
-        self.opaque += 1;
-        request.opaque = self.opaque;
-        let mut out = Vec::new();
-        request.encode(SerializeType::Json, &mut out).unwrap();
-        self.stream.write_all(&out).unwrap();
-        loop {
-            let response = self.read();
-            if response.is_response() && response.opaque == self.opaque {
-                return response;
-            }
-        }
-    }
-
-    fn read(&mut self) -> RemotingCommand {
-        let mut length = [0u8; 4];
-        self.stream.read_exact(&mut length).unwrap();
-        let mut bytes = length.to_vec();
-        bytes.resize(4 + u32::from_be_bytes(length) as usize, 0);
-        self.stream.read_exact(&mut bytes[4..]).unwrap();
-        let raw = frame::decode_frame(&Bytes::from(bytes), FRAME_SIZE_MAX)
-            .unwrap()
-            .unwrap();
-        RemotingCommand::from_frame(&raw).unwrap()
-    }
-
-    fn create_topic(&mut self, topic: &str, queues: i32) {
-        let header = CreateTopicRequestHeader {
-            topic: topic.to_owned(),
-            default_topic: "TBW102".to_owned(),
-            read_queue_nums: queues,
-            write_queue_nums: queues,
-            perm: 6,
-            topic_filter_type: "SINGLE_TAG".to_owned(),
-            order: false,
-            ..CreateTopicRequestHeader::default()
-        };
-        let response = self.call(RemotingCommand::new_request(
-            request_code::UPDATE_AND_CREATE_TOPIC,
-            header.to_ext_fields(),
-        ));
-        assert_eq!(response.code, 0, "{:?}", response.remark);
-    }
-
     /// Sends `body` with `DELAY=level` (0: none) to `queue_id`.
     fn send_delayed(
         &mut self,
@@ -162,27 +99,7 @@ impl Client {
         body: &[u8],
     ) -> SendMessageResponseHeader {
         let properties = format!("TAGS\u{1}TagA\u{2}KEYS\u{1}k1\u{2}{extra}");
-        let header = SendMessageRequestHeaderV2 {
-            producer_group: "pg".to_owned(),
-            topic: topic.to_owned(),
-            default_topic: "TBW102".to_owned(),
-            default_topic_queue_nums: 4,
-            queue_id,
-            born_timestamp: now_ms(),
-            properties: Some(properties),
-            ..SendMessageRequestHeaderV2::default()
-        };
-        let request =
-            RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
-                .with_body(Bytes::copy_from_slice(body));
-        let response = self.call(request);
-        assert_eq!(
-            response.code,
-            response_code::SUCCESS,
-            "{:?}",
-            response.remark
-        );
-        response.decode_custom_header().unwrap()
+        self.send_message("pg", topic, queue_id, now_ms(), properties, body)
     }
 
     /// Pulls once from `offset` without suspending.

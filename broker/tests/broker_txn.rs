@@ -12,27 +12,22 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Broker, fresh_store, start_broker};
-use ringmq_protocol::code::{SerializeType, request_code, response_code};
+use common::{Broker, Client, fresh_store, start_broker};
+use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
-use ringmq_protocol::frame;
 use ringmq_protocol::header::{
-    CheckTransactionStateRequestHeader, CreateTopicRequestHeader, CustomHeader,
-    EndTransactionRequestHeader, PullMessageRequestHeader, PullSysFlag, SendMessageRequestHeaderV2,
-    SendMessageResponseHeader, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE,
+    CheckTransactionStateRequestHeader, CustomHeader, EndTransactionRequestHeader,
+    PullMessageRequestHeader, PullSysFlag, SendMessageResponseHeader, TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
 };
 use ringmq_protocol::json::{HeartbeatData, JsonStyle, ProducerData};
-use ringmq_protocol::limits::FRAME_SIZE_MAX;
 use ringmq_protocol::message::{CrcCheck, decode_offset_msg_id, decode_record, iter_pull_body};
 
 /// Read timeout of one frame.
-const TIMEOUT: Duration = Duration::from_secs(20);
 /// Longest wait for a check-back or a delivery before the test fails.
 const DEADLINE: Duration = Duration::from_secs(60);
 /// The producer group of the transactional sends.
@@ -46,25 +41,6 @@ fn start(store: &Path, extra: &[&str]) -> Option<Broker> {
     start_broker(store, &options)
 }
 
-impl Broker {
-    fn connect(&self) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-        Client {
-            stream,
-            opaque: 0,
-            requests: Vec::new(),
-        }
-    }
-}
-
-struct Client {
-    stream: TcpStream,
-    opaque: i32,
-    /// Requests from the broker read while waiting for a response.
-    requests: Vec<RemotingCommand>,
-}
-
 /// A half message's identity, as the Java client keeps it from the send.
 #[derive(Debug, Clone)]
 struct Half {
@@ -74,77 +50,6 @@ struct Half {
 }
 
 impl Client {
-    fn write(&mut self, request: &RemotingCommand) {
-        let mut out = Vec::new();
-        request.encode(SerializeType::Json, &mut out).unwrap();
-        self.stream.write_all(&out).unwrap();
-    }
-
-    fn call(&mut self, mut request: RemotingCommand) -> RemotingCommand {
-        self.opaque += 1;
-        request.opaque = self.opaque;
-        self.write(&request);
-        loop {
-            let command = self.read();
-            if command.is_response() && command.opaque == self.opaque {
-                return command;
-            }
-            if !command.is_response() {
-                self.requests.push(command);
-            }
-        }
-    }
-
-    fn oneway(&mut self, mut request: RemotingCommand) {
-        self.opaque += 1;
-        request.opaque = self.opaque;
-        request.mark_oneway();
-        self.write(&request);
-    }
-
-    fn read(&mut self) -> RemotingCommand {
-        let mut length = [0u8; 4];
-        self.stream.read_exact(&mut length).unwrap();
-        let mut bytes = length.to_vec();
-        bytes.resize(4 + u32::from_be_bytes(length) as usize, 0);
-        self.stream.read_exact(&mut bytes[4..]).unwrap();
-        let raw = frame::decode_frame(&Bytes::from(bytes), FRAME_SIZE_MAX)
-            .unwrap()
-            .unwrap();
-        RemotingCommand::from_frame(&raw).unwrap()
-    }
-
-    /// The next request the broker sends on this connection.
-    fn next_request(&mut self) -> RemotingCommand {
-        if !self.requests.is_empty() {
-            return self.requests.remove(0);
-        }
-        loop {
-            let command = self.read();
-            if !command.is_response() {
-                return command;
-            }
-        }
-    }
-
-    fn create_topic(&mut self, topic: &str, queues: i32) {
-        let header = CreateTopicRequestHeader {
-            topic: topic.to_owned(),
-            default_topic: "TBW102".to_owned(),
-            read_queue_nums: queues,
-            write_queue_nums: queues,
-            perm: 6,
-            topic_filter_type: "SINGLE_TAG".to_owned(),
-            order: false,
-            ..CreateTopicRequestHeader::default()
-        };
-        let response = self.call(RemotingCommand::new_request(
-            request_code::UPDATE_AND_CREATE_TOPIC,
-            header.to_ext_fields(),
-        ));
-        assert_eq!(response.code, 0, "{:?}", response.remark);
-    }
-
     /// HEART_BEAT registering this connection as a producer of [`GROUP`].
     fn register_producer(&mut self) {
         let data = HeartbeatData {
@@ -174,31 +79,19 @@ impl Client {
         properties: &str,
         body: &[u8],
     ) -> SendMessageResponseHeader {
-        let header = SendMessageRequestHeaderV2 {
-            producer_group: GROUP.to_owned(),
-            topic: topic.to_owned(),
-            default_topic: "TBW102".to_owned(),
-            default_topic_queue_nums: 4,
+        // Now: a half born more than fileReservedTime ago is discarded unchecked.
+        let born_timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        self.send_message(
+            GROUP,
+            topic,
             queue_id,
-            // Now: a half born more than fileReservedTime ago is discarded unchecked.
-            born_timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis() as i64,
-            properties: Some(properties.to_owned()),
-            ..SendMessageRequestHeaderV2::default()
-        };
-        let request =
-            RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
-                .with_body(Bytes::copy_from_slice(body));
-        let response = self.call(request);
-        assert_eq!(
-            response.code,
-            response_code::SUCCESS,
-            "{:?}",
-            response.remark
-        );
-        response.decode_custom_header().unwrap()
+            born_timestamp,
+            properties.to_owned(),
+            body,
+        )
     }
 
     /// A half message (TRAN_MSG) for `topic`/`queue_id`, as the Java

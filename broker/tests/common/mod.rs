@@ -1,17 +1,28 @@
 //! The broker process harness shared by the integration tests: a temporary
 //! store root, and `ringmq broker` started on it with kernel-chosen ports,
-//! stopped with SIGTERM or SIGKILL. Each test file keeps its own protocol
-//! client and adds `connect` to [`Broker`].
+//! stopped with SIGTERM or SIGKILL, and a remoting [`Client`] connection to
+//! it, to which each test file adds its own request helpers.
 
 #![allow(
     dead_code,
     reason = "each test file uses the part of the harness it needs"
 )]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ringmq_protocol::code::{SerializeType, request_code, response_code};
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::frame;
+use ringmq_protocol::header::{
+    CreateTopicRequestHeader, CustomHeader, SendMessageRequestHeaderV2, SendMessageResponseHeader,
+};
+use ringmq_protocol::limits::FRAME_SIZE_MAX;
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
 
@@ -118,5 +129,146 @@ impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// How long a test waits for one frame from the broker before failing.
+const READ_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A remoting connection to the broker, JSON-serialized. Each test file adds
+/// its own request helpers in an `impl Client` of its own.
+pub struct Client {
+    stream: TcpStream,
+    opaque: i32,
+    /// Requests from the broker read while waiting for a response.
+    requests: Vec<RemotingCommand>,
+}
+
+impl Broker {
+    /// A new connection to the broker.
+    pub fn connect(&self) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        Client {
+            stream,
+            opaque: 0,
+            requests: Vec::new(),
+        }
+    }
+}
+
+impl Client {
+    /// Writes `request` with the next opaque, without waiting; returns the
+    /// opaque.
+    pub fn send_request(&mut self, mut request: RemotingCommand) -> i32 {
+        self.opaque += 1;
+        request.opaque = self.opaque;
+        let mut out = Vec::new();
+        request.encode(SerializeType::Json, &mut out).unwrap();
+        self.stream.write_all(&out).unwrap();
+        self.opaque
+    }
+
+    /// Sends `request` and waits for its response; requests the broker sends
+    /// meanwhile are kept for [`Client::next_request`], other responses
+    /// dropped.
+    pub fn call(&mut self, request: RemotingCommand) -> RemotingCommand {
+        let opaque = self.send_request(request);
+        loop {
+            let command = self.read();
+            if command.is_response() && command.opaque == opaque {
+                return command;
+            }
+            if !command.is_response() {
+                self.requests.push(command);
+            }
+        }
+    }
+
+    /// Sends `request` one-way (no response comes).
+    pub fn oneway(&mut self, mut request: RemotingCommand) {
+        request.mark_oneway();
+        self.send_request(request);
+    }
+
+    /// The next frame from the broker.
+    pub fn read(&mut self) -> RemotingCommand {
+        let mut length = [0u8; 4];
+        self.stream.read_exact(&mut length).unwrap();
+        let mut bytes = length.to_vec();
+        bytes.resize(4 + u32::from_be_bytes(length) as usize, 0);
+        self.stream.read_exact(&mut bytes[4..]).unwrap();
+        let raw = frame::decode_frame(&Bytes::from(bytes), FRAME_SIZE_MAX)
+            .unwrap()
+            .unwrap();
+        RemotingCommand::from_frame(&raw).unwrap()
+    }
+
+    /// The next request the broker sends on this connection.
+    pub fn next_request(&mut self) -> RemotingCommand {
+        if !self.requests.is_empty() {
+            return self.requests.remove(0);
+        }
+        loop {
+            let command = self.read();
+            if !command.is_response() {
+                return command;
+            }
+        }
+    }
+
+    /// UPDATE_AND_CREATE_TOPIC with `queues` read and write queues; asserts
+    /// success.
+    pub fn create_topic(&mut self, topic: &str, queues: i32) {
+        let header = CreateTopicRequestHeader {
+            topic: topic.to_owned(),
+            default_topic: "TBW102".to_owned(),
+            read_queue_nums: queues,
+            write_queue_nums: queues,
+            perm: 6,
+            topic_filter_type: "SINGLE_TAG".to_owned(),
+            order: false,
+            ..CreateTopicRequestHeader::default()
+        };
+        let response = self.call(RemotingCommand::new_request(
+            request_code::UPDATE_AND_CREATE_TOPIC,
+            header.to_ext_fields(),
+        ));
+        assert_eq!(response.code, 0, "{:?}", response.remark);
+    }
+
+    /// SEND_MESSAGE_V2 of `body` with `properties` to `topic`/`queue_id`
+    /// (auto-creation from TBW102 with 4 queues); asserts SUCCESS and returns
+    /// the response header.
+    pub fn send_message(
+        &mut self,
+        producer_group: &str,
+        topic: &str,
+        queue_id: i32,
+        born_timestamp: i64,
+        properties: String,
+        body: &[u8],
+    ) -> SendMessageResponseHeader {
+        let header = SendMessageRequestHeaderV2 {
+            producer_group: producer_group.to_owned(),
+            topic: topic.to_owned(),
+            default_topic: "TBW102".to_owned(),
+            default_topic_queue_nums: 4,
+            queue_id,
+            born_timestamp,
+            properties: Some(properties),
+            ..SendMessageRequestHeaderV2::default()
+        };
+        let request =
+            RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
+                .with_body(Bytes::copy_from_slice(body));
+        let response = self.call(request);
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "{:?}",
+            response.remark
+        );
+        response.decode_custom_header().unwrap()
     }
 }
