@@ -81,8 +81,6 @@ use crate::commit_log::{
     split_shard_offset,
 };
 use crate::consume_queue::{ConsumeQueueSet, CqEntry};
-
-mod recover;
 use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, Wait};
 use crate::error::StorageError;
 use crate::index_file::{
@@ -97,6 +95,8 @@ use crate::limits::{
     SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
 };
 use crate::retention::RetentionConfig;
+
+mod recover;
 
 pub use crate::commit_log::appender::FlushMode as StoreFlushMode;
 
@@ -444,7 +444,7 @@ impl<D: Disk> Store<D> {
             kept
         {
             let from_local = split_shard_offset(from).1.min(confirm_local);
-            let strict = durable_points.map(|p| p.queues_offset.max(0) as u64);
+            let strict = durable_points.map(|p| recover::split_points(p).0);
             (queues, index, from_local, strict)
         } else if abnormal {
             // Rebuilt after the CommitLog is open (`recover::rebuild`); the
@@ -538,12 +538,9 @@ impl<D: Disk> Store<D> {
         if !abnormal && let Some(points) = durable_points {
             // After a clean stop the files are as durable as the checkpoint
             // written at the stop says.
-            queues.set_durable_point(points.queues_offset.max(0) as u64);
-            index.set_durable_point(IndexDurablePoint {
-                offset: points.index_offset.max(0) as u64,
-                file_created_ms: points.index_file_created_ms,
-                index_count: points.index_count,
-            });
+            let (queues_offset, index_point) = recover::split_points(points);
+            queues.set_durable_point(queues_offset);
+            index.set_durable_point(index_point);
         }
         // Retention may have removed segments that queues and index still
         // point into; their min offsets move past them.
@@ -923,10 +920,7 @@ impl<D: Disk> Store<D> {
             }
             // A durability round starts before the flush, so it completes
             // with this flush's fdatasyncs (see `current_checkpoint`).
-            let dispatched_to =
-                shard_offset(self.config.shard_id, self.commit_log.appender().encoded());
-            self.queues.advance_durable_point(dispatched_to);
-            self.index.advance_durable_point(dispatched_to);
+            self.advance_durable_points();
             self.queues.flush_all(&mut self.disk)?;
             for error in self.index.take_errors() {
                 tracing::warn!(%error, "index file flush failed; it is retried");
@@ -937,13 +931,8 @@ impl<D: Disk> Store<D> {
         // rather than at the next interval: the durable points it carries are
         // where the next abnormal recovery starts.
         if std::mem::take(&mut self.derived_io_completed) {
-            let dispatched_to =
-                shard_offset(self.config.shard_id, self.commit_log.appender().encoded());
-            let points = (
-                self.queues.advance_durable_point(dispatched_to),
-                self.index.advance_durable_point(dispatched_to).offset,
-            );
-            self.checkpoint_due |= points != self.checkpointed_points;
+            let (queues_offset, index) = self.advance_durable_points();
+            self.checkpoint_due |= (queues_offset, index.offset) != self.checkpointed_points;
         }
         if !self.checkpoint_in_flight
             && (self.checkpoint_due
@@ -1106,14 +1095,22 @@ impl<D: Disk> Store<D> {
         Ok(())
     }
 
-    /// The checkpoint to write now; moves the derived files' durable points
-    /// first (every record below the encoded end has its entries in memory).
-    fn current_checkpoint(&mut self) -> Checkpoint {
-        let durable = shard_offset(self.config.shard_id, self.commit_log.appender().durable());
+    /// Moves the ConsumeQueues' and the index's durable points (every
+    /// record below the encoded end has its entries in memory) and returns
+    /// them.
+    fn advance_durable_points(&mut self) -> (u64, IndexDurablePoint) {
         let dispatched_to =
             shard_offset(self.config.shard_id, self.commit_log.appender().encoded());
-        let queues_offset = self.queues.advance_durable_point(dispatched_to);
-        let index = self.index.advance_durable_point(dispatched_to);
+        (
+            self.queues.advance_durable_point(dispatched_to),
+            self.index.advance_durable_point(dispatched_to),
+        )
+    }
+
+    /// The checkpoint to write now, with the durable points moved first.
+    fn current_checkpoint(&mut self) -> Checkpoint {
+        let durable = shard_offset(self.config.shard_id, self.commit_log.appender().durable());
+        let (queues_offset, index) = self.advance_durable_points();
         self.checkpointed_points = (queues_offset, index.offset);
         self.checkpoint_due = false;
         Checkpoint {

@@ -121,6 +121,19 @@ impl Dispatcher<'_> {
     }
 }
 
+/// The checkpoint's durable points as the ConsumeQueues' offset and the
+/// index's point.
+pub(super) fn split_points(points: DurablePoints) -> (u64, IndexDurablePoint) {
+    (
+        points.queues_offset.max(0) as u64,
+        IndexDurablePoint {
+            offset: points.index_offset.max(0) as u64,
+            file_created_ms: points.index_file_created_ms,
+            index_count: points.index_count,
+        },
+    )
+}
+
 /// Loads the ConsumeQueues and the index cut back to `points`, and returns
 /// them with the outside-visible offset the scan must start from; None if
 /// the index files cannot be what the points describe (the caller rebuilds).
@@ -132,12 +145,7 @@ pub(super) fn load_to_durable_points<D: Disk>(
     config: &StoreConfig,
     points: DurablePoints,
 ) -> Result<Option<(ConsumeQueueSet, IndexService, u64)>, StorageError> {
-    let queues_offset = points.queues_offset.max(0) as u64;
-    let index_point = IndexDurablePoint {
-        offset: points.index_offset.max(0) as u64,
-        file_created_ms: points.index_file_created_ms,
-        index_count: points.index_count,
-    };
+    let (queues_offset, index_point) = split_points(points);
     // Entries of records retention removed are below every point a round
     // reaches; a point below the CommitLog's first segment would cut them
     // (and the offsets of queues left with no record): rebuild, which keeps
