@@ -353,13 +353,25 @@ impl ShardHandler {
         };
         let token = self.next_internal_token();
         self.delay.in_flight.insert(token, (level, queue_offset));
+        self.dispatch_internal_send(token, &repost, &view, now_ms);
+    }
+
+    /// Dispatches `repost` of `view` as an internal send whose answer comes
+    /// back to this shard's [`INTERNAL_CONN`] under `token`.
+    pub(crate) fn dispatch_internal_send(
+        &mut self,
+        token: i32,
+        repost: &Repost,
+        view: &ringmq_protocol::message::RecordView<'_>,
+        now_ms: i64,
+    ) {
         let reply = ReplyTo {
             shard: self.id,
             conn: INTERNAL_CONN,
             opaque: token,
             oneway: false,
         };
-        let request = internal_send(&repost, &view, repost.queue_id, reply);
+        let request = internal_send(repost, view, repost.queue_id, reply);
         self.dispatch(Box::new(request), now_ms);
     }
 

@@ -46,8 +46,6 @@ use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::message::{CrcCheck, decode_record};
 
 use super::ShardHandler;
-use super::link::ReplyTo;
-use super::schedule::{INTERNAL_CONN, internal_send};
 use crate::features::QueueEntry;
 use crate::features::timer::{self, TIMER_QUEUE_ID, TimerConfig, TimerWheel};
 use crate::persist::ConfigFile;
@@ -301,14 +299,7 @@ impl ShardHandler {
         if let Some(state) = self.timer.as_mut() {
             state.in_flight.insert(token, entry);
         }
-        let reply = ReplyTo {
-            shard: self.id,
-            conn: INTERNAL_CONN,
-            opaque: token,
-            oneway: false,
-        };
-        let request = internal_send(&repost, &view, repost.queue_id, reply);
-        self.dispatch(Box::new(request), now_ms);
+        self.dispatch_internal_send(token, &repost, &view, now_ms);
     }
 
     /// The answer to a timer re-delivery; gives `cmd` back when the token
