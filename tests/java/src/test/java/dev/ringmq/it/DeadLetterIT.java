@@ -1,6 +1,7 @@
 package dev.ringmq.it;
 
 import static dev.ringmq.it.FeatureSupport.millisBetween;
+import static dev.ringmq.it.FeatureSupport.recordInto;
 import static dev.ringmq.it.FeatureSupport.unique;
 import static dev.ringmq.it.ItSupport.await;
 import static dev.ringmq.it.ItSupport.body;
@@ -15,10 +16,8 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
-import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.constant.PermName;
 import org.apache.rocketmq.common.message.Message;
@@ -27,11 +26,12 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.route.QueueData;
 import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+import dev.ringmq.it.FeatureSupport.Delivery;
 
 /**
  * Dead letters: a push consumer with {@code maxReconsumeTimes} {@value #MAX_RECONSUME_TIMES} that
@@ -61,36 +61,13 @@ class DeadLetterIT {
     /** Queues of a DLQ topic (RocketMQ's DLQ_NUMS_PER_GROUP). */
     static final int DLQ_QUEUES = 1;
 
-    /** One delivery and when the listener saw it. */
-    record Delivery(MessageExt message, long nanos) {
-    }
-
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("dead-letter", PORT);
     static DefaultMQProducer producer;
-    static DefaultMQPushConsumer consumer;
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("dead-letter", PORT);
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("dlq-producer"));
-    }
-
-    @AfterAll
-    static void stop() {
-        if (consumer != null) {
-            consumer.shutdown();
-        }
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
+        producer = it.startProducer(unique("dlq-producer"));
     }
 
     @Test
@@ -98,35 +75,27 @@ class DeadLetterIT {
         String topic = unique("dlq");
         String group = unique("dlq-group");
         String dlqTopic = MixAll.getDLQTopic(group);
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         ConcurrentLinkedQueue<Delivery> deliveries = new ConcurrentLinkedQueue<>();
-        consumer = ItSupport.pushConsumer(broker, group, "dlq");
-        consumer.subscribe(topic, "*");
-        consumer.setConsumeMessageBatchMaxSize(1);
-        consumer.setMaxReconsumeTimes(MAX_RECONSUME_TIMES);
-        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-            long now = System.nanoTime();
-            for (MessageExt message : messages) {
-                deliveries.add(new Delivery(message, now));
-            }
-            return ConsumeConcurrentlyStatus.RECONSUME_LATER;
-        });
-        consumer.start();
+        DefaultMQPushConsumer consumer = it.startPushConsumer(group, "dlq", topic, "*",
+                recordInto(deliveries, ConsumeConcurrentlyStatus.RECONSUME_LATER), c -> {
+                    c.setConsumeMessageBatchMaxSize(1);
+                    c.setMaxReconsumeTimes(MAX_RECONSUME_TIMES);
+                });
         FeatureSupport.awaitOwned(consumer, topic, queues);
 
         Message message = message(topic, "TagDlq", topic + "-key", "dead letter body");
         message.putUserProperty("dlqCase", "always-fails");
-        SendResult result = producer.send(message);
-        assertEquals(SendStatus.SEND_OK, result.getSendStatus(), "send");
+        SendResult result = ItSupport.sendOk(producer, message, "send");
 
         List<MessageQueue> dlqQueues = new ArrayList<>();
         await("route of " + dlqTopic, DLQ_WAIT_MS, () -> {
             dlqQueues.clear();
-            dlqQueues.addAll(ItSupport.queues(admin, dlqTopic));
+            dlqQueues.addAll(ItSupport.queues(it.admin(), dlqTopic));
             return !dlqQueues.isEmpty();
         }, () -> "deliveries (reconsumeTimes) " + deliveries.stream()
                 .map(d -> d.message().getReconsumeTimes()).toList());
-        List<MessageExt> dead = ItSupport.readAll(broker, admin, dlqQueues, 1);
+        List<MessageExt> dead = it.readAll(dlqQueues, 1);
 
         List<Delivery> seen = new ArrayList<>(deliveries);
         for (int i = 1; i < seen.size(); i++) {
@@ -161,7 +130,7 @@ class DeadLetterIT {
         assertEquals("always-fails", letter.getUserProperty("dlqCase"), "user property of the dead letter");
         assertEquals(result.getMsgId(), letter.getMsgId(), "msgId (UNIQ_KEY) of the dead letter");
 
-        TopicRouteData route = admin.examineTopicRouteInfo(dlqTopic);
+        TopicRouteData route = it.admin().examineTopicRouteInfo(dlqTopic);
         assertEquals(1, route.getQueueDatas().size(), "brokers holding " + dlqTopic);
         QueueData data = route.getQueueDatas().get(0);
         assertEquals(DLQ_QUEUES, data.getReadQueueNums(), "read queues of " + dlqTopic);

@@ -23,11 +23,12 @@ import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+import dev.ringmq.it.FeatureSupport.Delivery;
 
 /**
  * Delayed messages (DELAY property, RocketMQ's default ladder {@code 1s 5s 10s ...}) and timer
@@ -77,56 +78,31 @@ class DelayIT {
     /** How late a timer message may arrive (one wheel slot of either broker, plus delivery). */
     static final long TIMER_SLACK_MS = 1_500;
 
-    /** One delivery: the message and when the listener saw it. */
-    record Receipt(MessageExt message, long nanos) {
-    }
-
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("delay", PORT);
     static DefaultMQProducer producer;
-    static DefaultMQPushConsumer consumer;
     static String topic;
-    static final Map<String, Receipt> FIRST = new ConcurrentHashMap<>();
+    static final Map<String, Delivery> FIRST = new ConcurrentHashMap<>();
     static final ConcurrentLinkedQueue<String> ALL_KEYS = new ConcurrentLinkedQueue<>();
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("delay", PORT);
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("delay-producer"));
+        producer = it.startProducer(unique("delay-producer"));
         topic = unique("delay");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
-        consumer = ItSupport.pushConsumer(broker, unique("delay-group"), "delay");
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-            long now = System.nanoTime();
-            for (MessageExt message : messages) {
-                ALL_KEYS.add(message.getKeys());
-                FIRST.putIfAbsent(message.getKeys(), new Receipt(message, now));
-            }
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
+        DefaultMQPushConsumer consumer = it.startPushConsumer(unique("delay-group"), "delay", topic,
+                (MessageListenerConcurrently) (messages, context) -> {
+                    long now = System.nanoTime();
+                    for (MessageExt message : messages) {
+                        ALL_KEYS.add(message.getKeys());
+                        FIRST.putIfAbsent(message.getKeys(), new Delivery(message, now));
+                    }
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                });
         FeatureSupport.awaitOwned(consumer, topic, queues);
         String key = topic + "-warmup";
-        assertEquals(SendStatus.SEND_OK, producer.send(message(topic, "Warmup", key, "warm-up")).getSendStatus());
+        ItSupport.sendOk(producer, message(topic, "Warmup", key, "warm-up"), "send of the warm-up message");
         await("the warm-up message", () -> FIRST.containsKey(key), () -> "received " + FIRST.keySet());
-    }
-
-    @AfterAll
-    static void stop() {
-        if (consumer != null) {
-            consumer.shutdown();
-        }
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
     }
 
     /** Send timing of one message. */
@@ -145,11 +121,11 @@ class DelayIT {
      * Waits for the delivery of {@code sent}, checks its content, and returns it; fails if it is
      * not there {@code dueMs + slackMs} plus the ordinary wait after the send.
      */
-    static Receipt awaitDelivery(Sent sent, long dueMs, long slackMs) throws Exception {
+    static Delivery awaitDelivery(Sent sent, long dueMs, long slackMs) throws Exception {
         String key = sent.message().getKeys();
         await("delivery of " + key, dueMs + slackMs + ItSupport.WAIT_MS, () -> FIRST.containsKey(key),
                 () -> "received " + FIRST.keySet());
-        Receipt receipt = FIRST.get(key);
+        Delivery receipt = FIRST.get(key);
         MessageExt message = receipt.message();
         assertEquals(topic, message.getTopic(), "topic of the delivered " + key);
         assertEquals(sent.message().getTags(), message.getTags(), "tags of " + key);
@@ -160,7 +136,7 @@ class DelayIT {
     }
 
     /** Checks and logs the delivery time of a delayed message: due after {@code dueMs}. */
-    static void assertOnTime(String what, Sent sent, Receipt receipt, long dueMs, long slackMs) {
+    static void assertOnTime(String what, Sent sent, Delivery receipt, long dueMs, long slackMs) {
         double sinceCall = millisBetween(sent.calledNanos(), receipt.nanos());
         double sinceReturn = millisBetween(sent.returnedNanos(), receipt.nanos());
         System.out.printf("DelayIT %s: due after %d ms, delivered %.1f ms after the send call, %.1f ms after its"
@@ -176,24 +152,33 @@ class DelayIT {
         assertEquals(1, ALL_KEYS.stream().filter(key::equals).count(), "deliveries of " + key);
     }
 
+    /**
+     * Waits for the delivery of {@code sent}, due after {@code dueMs}, and checks its content, its
+     * time (at most {@code slackMs} late) and that it came once.
+     */
+    static void assertDeliveredOnceOnTime(String what, Sent sent, long dueMs, long slackMs) throws Exception {
+        Delivery receipt = awaitDelivery(sent, dueMs, slackMs);
+        assertOnTime(what, sent, receipt, dueMs, slackMs);
+        assertDeliveredOnce(sent.message().getKeys());
+    }
+
+    /** A message of the test topic with key {@code <topic><keySuffix>}, delayed by {@code level}. */
+    static Message delayedByLevel(String tags, String keySuffix, String body, int level) {
+        Message message = message(topic, tags, topic + keySuffix, body);
+        message.setDelayTimeLevel(level);
+        return message;
+    }
+
     @Test
     void levelTwoMessageArrivesAfterFiveSecondsAndWithinSix() throws Exception {
-        Message message = message(topic, "Level2", topic + "-level-2", "delayed by level 2");
-        message.setDelayTimeLevel(2);
-        Sent sent = send(message);
-        Receipt receipt = awaitDelivery(sent, LEVEL_2_MS, DELAY_SLACK_MS);
-        assertOnTime("delay level 2", sent, receipt, LEVEL_2_MS, DELAY_SLACK_MS);
-        assertDeliveredOnce(message.getKeys());
+        Sent sent = send(delayedByLevel("Level2", "-level-2", "delayed by level 2", 2));
+        assertDeliveredOnceOnTime("delay level 2", sent, LEVEL_2_MS, DELAY_SLACK_MS);
     }
 
     @Test
     void levelOneMessageArrivesAfterOneSecondAndWithinTwo() throws Exception {
-        Message message = message(topic, "Level1", topic + "-level-1", "delayed by level 1");
-        message.setDelayTimeLevel(1);
-        Sent sent = send(message);
-        Receipt receipt = awaitDelivery(sent, LEVEL_1_MS, DELAY_SLACK_MS);
-        assertOnTime("delay level 1", sent, receipt, LEVEL_1_MS, DELAY_SLACK_MS);
-        assertDeliveredOnce(message.getKeys());
+        Sent sent = send(delayedByLevel("Level1", "-level-1", "delayed by level 1", 1));
+        assertDeliveredOnceOnTime("delay level 1", sent, LEVEL_1_MS, DELAY_SLACK_MS);
     }
 
     @Test
@@ -206,9 +191,7 @@ class DelayIT {
         long returned = System.nanoTime();
         assertEquals(SendStatus.SEND_OK, result.getSendStatus(), "send of the timer message");
         Sent sent = new Sent(message, result, called, returned);
-        Receipt receipt = awaitDelivery(sent, TIMER_DELAY_MS, TIMER_SLACK_MS);
-        assertOnTime("timer +" + TIMER_DELAY_MS + " ms", sent, receipt, TIMER_DELAY_MS, TIMER_SLACK_MS);
-        assertDeliveredOnce(message.getKeys());
+        assertDeliveredOnceOnTime("timer +" + TIMER_DELAY_MS + " ms", sent, TIMER_DELAY_MS, TIMER_SLACK_MS);
     }
 
     @Test
@@ -218,19 +201,14 @@ class DelayIT {
         message.setDelayTimeSec(TIMER_DELAY_SEC);
         Sent sent = send(message);
         long dueMs = TimeUnit.SECONDS.toMillis(TIMER_DELAY_SEC);
-        Receipt receipt = awaitDelivery(sent, dueMs, TIMER_SLACK_MS);
-        assertOnTime("timer delay " + TIMER_DELAY_SEC + " s", sent, receipt, dueMs, TIMER_SLACK_MS);
-        assertDeliveredOnce(message.getKeys());
+        assertDeliveredOnceOnTime("timer delay " + TIMER_DELAY_SEC + " s", sent, dueMs, TIMER_SLACK_MS);
     }
 
     @Test
     void delayLevelWinsOverATimerPropertyOnTheSameMessage() throws Exception {
-        Message message = message(topic, "LevelAndTimer", topic + "-level-and-timer", "level 1 and a timer");
-        message.setDelayTimeLevel(1);
+        Message message = delayedByLevel("LevelAndTimer", "-level-and-timer", "level 1 and a timer", 1);
         message.setDeliverTimeMs(System.currentTimeMillis() + OVERRIDDEN_DELIVER_MS);
         Sent sent = send(message);
-        Receipt receipt = awaitDelivery(sent, LEVEL_1_MS, DELAY_SLACK_MS);
-        assertOnTime("delay level 1 with a timer property", sent, receipt, LEVEL_1_MS, DELAY_SLACK_MS);
-        assertDeliveredOnce(message.getKeys());
+        assertDeliveredOnceOnTime("delay level 1 with a timer property", sent, LEVEL_1_MS, DELAY_SLACK_MS);
     }
 }

@@ -1,6 +1,8 @@
 package dev.ringmq.it;
 
+import static dev.ringmq.it.FeatureSupport.deliveredKeys;
 import static dev.ringmq.it.FeatureSupport.millisBetween;
+import static dev.ringmq.it.FeatureSupport.recordInto;
 import static dev.ringmq.it.FeatureSupport.unique;
 import static dev.ringmq.it.ItSupport.await;
 import static dev.ringmq.it.ItSupport.body;
@@ -21,7 +23,6 @@ import java.util.stream.Collectors;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -31,10 +32,11 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+import dev.ringmq.it.FeatureSupport.Delivery;
 
 /**
  * kill -9 in the middle of delays and transactions (issue 6): with delayed messages (level 3,
@@ -68,28 +70,13 @@ class FeatureKillNineIT {
     /** Wait, after the unknown half message arrived, during which the rolled back one must not. */
     static final long ROLLBACK_MARGIN_MS = 5_000;
 
-    static BrokerUnderTest broker;
-
-    @BeforeAll
-    static void start() throws Exception {
-        broker = BrokerUnderTest.start("feature-kill9", PORT, "--flushDiskType=SYNC_FLUSH",
-                "--transactionCheckInterval=1000", "--transactionTimeOut=1000");
-    }
-
-    @AfterAll
-    static void stop() {
-        if (broker != null) {
-            broker.close();
-        }
-    }
-
-    /** One delivery and when the listener saw it. */
-    record Delivery(MessageExt message, long nanos) {
-    }
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("feature-kill9", PORT, "--flushDiskType=SYNC_FLUSH",
+            "--transactionCheckInterval=1000", "--transactionTimeOut=1000");
 
     @Test
     void pendingDelaysAndTransactionsSurviveKillNine() throws Exception {
-        broker.assumeControllable("kill -9 of the broker");
+        it.broker().assumeControllable("kill -9 of the broker");
         String topic = unique("feature-kill9");
         ConcurrentLinkedQueue<Delivery> deliveries = new ConcurrentLinkedQueue<>();
         ConcurrentLinkedQueue<String> checked = new ConcurrentLinkedQueue<>();
@@ -98,44 +85,30 @@ class FeatureKillNineIT {
         String rollbackKey = topic + "-tx-rollback";
         String unknownKey = topic + "-tx-unknown";
 
-        DefaultMQAdminExt admin = ItSupport.startAdmin(broker);
-        TransactionMQProducer producer = new TransactionMQProducer(unique("feature-kill9-producer"));
-        DefaultMQPushConsumer consumer = ItSupport.pushConsumer(broker, unique("feature-kill9-group"), "kill9");
-        try {
-            producer.setNamesrvAddr(broker.namesrvAddr());
-            producer.setInstanceName(ItSupport.instanceName("feature-kill9-producer"));
-            producer.setSendMsgTimeout(ItSupport.SEND_TIMEOUT_MS);
-            producer.setPollNameServerInterval(ItSupport.POLL_NAMESRV_INTERVAL_MS);
-            producer.setHeartbeatBrokerInterval(ItSupport.HEARTBEAT_INTERVAL_MS);
-            producer.setTransactionListener(new TransactionListener() {
-                @Override
-                public LocalTransactionState executeLocalTransaction(Message message, Object arg) {
-                    return (LocalTransactionState) arg;
-                }
+        try (Clients clients = new Clients(it::broker)) {
+            DefaultMQAdminExt admin = clients.startAdmin();
+            TransactionMQProducer producer = clients.startTransactionProducer(unique("feature-kill9-producer"),
+                    "feature-kill9-producer", new TransactionListener() {
+                        @Override
+                        public LocalTransactionState executeLocalTransaction(Message message, Object arg) {
+                            return (LocalTransactionState) arg;
+                        }
 
-                @Override
-                public LocalTransactionState checkLocalTransaction(MessageExt message) {
-                    checked.add(message.getKeys());
-                    if (message.getKeys().equals(rollbackKey)) {
-                        return LocalTransactionState.ROLLBACK_MESSAGE;
-                    }
-                    if (message.getKeys().equals(unknownKey) && !commitOnCheck.get()) {
-                        return LocalTransactionState.UNKNOW;
-                    }
-                    return LocalTransactionState.COMMIT_MESSAGE;
-                }
-            });
-            producer.start();
-            List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
-            consumer.subscribe(topic, "*");
-            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-                long now = System.nanoTime();
-                for (MessageExt message : messages) {
-                    deliveries.add(new Delivery(message, now));
-                }
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            consumer.start();
+                        @Override
+                        public LocalTransactionState checkLocalTransaction(MessageExt message) {
+                            checked.add(message.getKeys());
+                            if (message.getKeys().equals(rollbackKey)) {
+                                return LocalTransactionState.ROLLBACK_MESSAGE;
+                            }
+                            if (message.getKeys().equals(unknownKey) && !commitOnCheck.get()) {
+                                return LocalTransactionState.UNKNOW;
+                            }
+                            return LocalTransactionState.COMMIT_MESSAGE;
+                        }
+                    });
+            List<MessageQueue> queues = clients.createTopic(admin, topic, QUEUES);
+            DefaultMQPushConsumer consumer = clients.startPushConsumer(unique("feature-kill9-group"), "kill9", topic,
+                    recordInto(deliveries, ConsumeConcurrentlyStatus.CONSUME_SUCCESS));
             FeatureSupport.awaitOwned(consumer, topic, queues);
 
             // Due times: key -> (send call in nanos, delay in ms).
@@ -146,8 +119,7 @@ class FeatureKillNineIT {
                 Message message = message(topic, "TagDelay", topic + "-delay-" + i, "delayed across kill -9 " + i);
                 message.setDelayTimeLevel(DELAY_LEVEL);
                 long called = System.nanoTime();
-                SendResult result = producer.send(message);
-                assertEquals(SendStatus.SEND_OK, result.getSendStatus(), "send " + message.getKeys());
+                SendResult result = ItSupport.sendOk(producer, message, "send " + message.getKeys());
                 due.put(message.getKeys(), new long[] {called, DELAY_MS});
                 sent.put(message.getKeys(), message);
                 msgIds.put(message.getKeys(), result.getMsgId());
@@ -155,8 +127,7 @@ class FeatureKillNineIT {
             Message timer = message(topic, "TagTimer", topic + "-timer", "timer across kill -9");
             long timerCalled = System.nanoTime();
             timer.setDeliverTimeMs(System.currentTimeMillis() + TIMER_DELAY_MS);
-            SendResult timerResult = producer.send(timer);
-            assertEquals(SendStatus.SEND_OK, timerResult.getSendStatus(), "send of the timer message");
+            SendResult timerResult = ItSupport.sendOk(producer, timer, "send of the timer message");
             due.put(timer.getKeys(), new long[] {timerCalled, TIMER_DELAY_MS});
             sent.put(timer.getKeys(), timer);
             msgIds.put(timer.getKeys(), timerResult.getMsgId());
@@ -175,26 +146,26 @@ class FeatureKillNineIT {
             // The kill lands after the commit was delivered and the unknown one was checked at least
             // once (answered UNKNOW), and before any delayed message is due.
             await("delivery of " + commitKey + " and a check of " + unknownKey,
-                    () -> keys(deliveries).contains(commitKey) && checked.contains(unknownKey),
-                    () -> "delivered " + keys(deliveries) + ", checked " + checked);
-            Set<String> beforeKill = keys(deliveries);
-            broker.kill9();
+                    () -> deliveredKeys(deliveries).contains(commitKey) && checked.contains(unknownKey),
+                    () -> "delivered " + deliveredKeys(deliveries) + ", checked " + checked);
+            Set<String> beforeKill = deliveredKeys(deliveries);
+            it.broker().kill9();
             commitOnCheck.set(true);
-            broker.restart();
+            it.broker().restart();
 
             Set<String> expected = new HashSet<>(due.keySet());
             expected.add(commitKey);
             expected.add(unknownKey);
             await("every delayed, timer and committed message after the restart",
-                    DELAY_MS + ItSupport.RETRY_WAIT_MS, () -> keys(deliveries).containsAll(expected),
-                    () -> "delivered " + keys(deliveries) + ", expected " + expected + ", checked " + checked);
+                    DELAY_MS + ItSupport.RETRY_WAIT_MS, () -> deliveredKeys(deliveries).containsAll(expected),
+                    () -> "delivered " + deliveredKeys(deliveries) + ", expected " + expected + ", checked " + checked);
             long margin = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ROLLBACK_MARGIN_MS);
-            while (System.nanoTime() < margin && !keys(deliveries).contains(rollbackKey)) {
+            while (System.nanoTime() < margin && !deliveredKeys(deliveries).contains(rollbackKey)) {
                 Thread.sleep(ItSupport.POLL_MS);
             }
 
             List<Delivery> seen = new ArrayList<>(deliveries);
-            assertEquals(expected, keys(seen), "keys delivered (the rolled back " + rollbackKey + " must not be)");
+            assertEquals(expected, deliveredKeys(seen), "keys delivered (the rolled back " + rollbackKey + " must not be)");
             Map<String, Long> counts = seen.stream()
                     .collect(Collectors.groupingBy(d -> d.message().getKeys(), Collectors.counting()));
             System.out.println("FeatureKillNineIT: deliveries per key " + counts + ", check-backs per key "
@@ -223,14 +194,6 @@ class FeatureKillNineIT {
                 assertEquals(body(original), body(message), "body of " + message.getKeys());
                 assertEquals(msgIds.get(message.getKeys()), message.getMsgId(), "msgId of " + message.getKeys());
             }
-        } finally {
-            consumer.shutdown();
-            producer.shutdown();
-            admin.shutdown();
         }
-    }
-
-    static Set<String> keys(java.util.Collection<Delivery> deliveries) {
-        return deliveries.stream().map(d -> d.message().getKeys()).collect(Collectors.toSet());
     }
 }

@@ -2,18 +2,24 @@ package dev.ringmq.it;
 
 import static dev.ringmq.it.ItSupport.await;
 
+import java.util.Collection;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.stream.Collectors;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * What the message-feature tests (delay, timer, transactions, dead letters, lookups, SQL92
- * filters) add to {@link ItSupport}: names of their own and waiting for a push consumer's
- * rebalance before the first send.
+ * filters) add to {@link ItSupport}: names of their own, timestamped deliveries, and waiting for
+ * a push consumer's rebalance before the first send.
  *
  * <p>Names start with {@code java6-} (not {@code java-} as {@link ItSupport#unique} makes them),
  * so that the topics and groups these tests leave on a shared broker (Apache RocketMQ run by
@@ -24,6 +30,29 @@ final class FeatureSupport {
     private static final String RUN = Long.toString(System.currentTimeMillis() % 1_000_000_000L, 36);
 
     private FeatureSupport() {
+    }
+
+    /** One delivery and when the listener saw it ({@link System#nanoTime()}). */
+    record Delivery(MessageExt message, long nanos) {
+    }
+
+    /**
+     * A concurrent listener that adds every delivered message to {@code sink}, stamped with the
+     * moment the listener was called, and answers {@code status}.
+     */
+    static MessageListenerConcurrently recordInto(Collection<Delivery> sink, ConsumeConcurrentlyStatus status) {
+        return (messages, context) -> {
+            long now = System.nanoTime();
+            for (MessageExt message : messages) {
+                sink.add(new Delivery(message, now));
+            }
+            return status;
+        };
+    }
+
+    /** The (single) keys of the delivered messages. */
+    static Set<String> deliveredKeys(Collection<Delivery> deliveries) {
+        return deliveries.stream().map(d -> d.message().getKeys()).collect(Collectors.toSet());
     }
 
     /** A topic or group name no other test run uses; every name starts with {@code java6-}. */

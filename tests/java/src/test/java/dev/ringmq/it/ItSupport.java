@@ -7,21 +7,29 @@ import static org.junit.jupiter.api.Assertions.fail;
 import java.io.File;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Collectors;
 
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
@@ -205,9 +213,19 @@ final class ItSupport {
             TopicConfig config = new TopicConfig(topic, queues, queues, 6);
             admin.createAndUpdateTopicConfig(addr, config);
         }
-        int expected = queues * masters.size();
+        return awaitRoutes(admin, "routes of " + topic, topic, queues * masters.size());
+    }
+
+    /**
+     * Waits until the name server routes {@code expected} queues of {@code topic} (after a topic
+     * was created, or a broker restarted).
+     *
+     * @return the topic's message queues
+     */
+    static List<MessageQueue> awaitRoutes(DefaultMQAdminExt admin, String what, String topic, int expected)
+            throws Exception {
         List<MessageQueue> result = new ArrayList<>();
-        await("routes of " + topic, () -> {
+        await(what, () -> {
             result.clear();
             result.addAll(queues(admin, topic));
             return result.size() == expected;
@@ -230,13 +248,71 @@ final class ItSupport {
 
     /** A started producer for {@code group}. */
     static DefaultMQProducer startProducer(BrokerUnderTest broker, String group) throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(group);
-        producer.setNamesrvAddr(broker.namesrvAddr());
-        producer.setInstanceName(instanceName("producer"));
-        producer.setSendMsgTimeout(SEND_TIMEOUT_MS);
-        producer.setPollNameServerInterval(POLL_NAMESRV_INTERVAL_MS);
+        DefaultMQProducer producer = configured(new DefaultMQProducer(group), broker, "producer");
         producer.start();
         return producer;
+    }
+
+    /** {@code producer} set up for {@code broker}'s name server and short test timeouts. */
+    private static <P extends DefaultMQProducer> P configured(P producer, BrokerUnderTest broker, String label) {
+        producer.setNamesrvAddr(broker.namesrvAddr());
+        producer.setInstanceName(instanceName(label));
+        producer.setSendMsgTimeout(SEND_TIMEOUT_MS);
+        producer.setPollNameServerInterval(POLL_NAMESRV_INTERVAL_MS);
+        return producer;
+    }
+
+    /**
+     * A transactional producer for {@code group}, not yet started, whose local transactions and
+     * check-backs {@code listener} answers. It sends heartbeats every
+     * {@link #HEARTBEAT_INTERVAL_MS}: the broker checks back only with a producer of the group it
+     * has a heartbeat from.
+     */
+    static TransactionMQProducer transactionProducer(BrokerUnderTest broker, String group, String label,
+            TransactionListener listener) {
+        TransactionMQProducer producer = configured(new TransactionMQProducer(group), broker, label);
+        producer.setHeartbeatBrokerInterval(HEARTBEAT_INTERVAL_MS);
+        producer.setTransactionListener(listener);
+        return producer;
+    }
+
+    /**
+     * Sends {@code message} synchronously and asserts SEND_OK; the failure message is {@code what}
+     * and the send result.
+     */
+    static SendResult sendOk(DefaultMQProducer producer, Message message, String what) throws Exception {
+        SendResult result = producer.send(message);
+        assertEquals(SendStatus.SEND_OK, result.getSendStatus(), () -> what + ": " + result);
+        return result;
+    }
+
+    /**
+     * A concurrent listener that adds every delivered message to {@code sink} and answers
+     * CONSUME_SUCCESS.
+     */
+    static MessageListenerConcurrently collectInto(Collection<MessageExt> sink) {
+        return (messages, context) -> {
+            sink.addAll(messages);
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        };
+    }
+
+    /** The (single) keys of {@code messages}. */
+    static Set<String> keys(Collection<? extends Message> messages) {
+        return messages.stream().map(Message::getKeys).collect(Collectors.toSet());
+    }
+
+    /**
+     * Waits, at most {@code timeoutMs}, until the messages in {@code received} (filled by a
+     * consumer) include one with each of the keys {@code expected}.
+     */
+    static void awaitKeys(String what, long timeoutMs, Collection<? extends Message> received,
+            Collection<String> expected) throws Exception {
+        await(what, timeoutMs, () -> keys(received).containsAll(expected), () -> {
+            Set<String> missing = new TreeSet<>(expected);
+            missing.removeAll(keys(received));
+            return received.size() + " delivered, missing " + missing;
+        });
     }
 
     /**
@@ -332,16 +408,21 @@ final class ItSupport {
         return text.toString();
     }
 
+    /** True when the broker's committed offset of {@code group} is at the max offset of every queue. */
+    static boolean committedUpToMax(DefaultMQAdminExt admin, String group, List<MessageQueue> queues)
+            throws Exception {
+        for (MessageQueue queue : queues) {
+            if (committedOffset(admin, group, queue) < admin.maxOffset(queue)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
     /** Waits until the broker's committed offset of {@code group} reaches the max offset of every queue. */
     static void awaitCommitted(DefaultMQAdminExt admin, String group, List<MessageQueue> queues) throws Exception {
-        await("offsets of " + group + " committed up to the max offsets", () -> {
-            for (MessageQueue queue : queues) {
-                if (committedOffset(admin, group, queue) < admin.maxOffset(queue)) {
-                    return false;
-                }
-            }
-            return true;
-        }, () -> offsets(admin, group, queues));
+        await("offsets of " + group + " committed up to the max offsets", () -> committedUpToMax(admin, group, queues),
+                () -> offsets(admin, group, queues));
     }
 
     /**
@@ -370,9 +451,15 @@ final class ItSupport {
         reader.start();
         try {
             reader.assign(queues);
-            for (MessageQueue queue : queues) {
-                reader.seekToBegin(queue);
-            }
+            // seekToBegin cancels the queue's running pull task; a pull it interrupts makes the
+            // client close its channel to the broker, and this thread's next request on that
+            // channel (GET_MIN_OFFSET of the next seek) fails. Seeking is idempotent: retried.
+            await("the reader at the first offsets", () -> {
+                for (MessageQueue queue : queues) {
+                    reader.seekToBegin(queue);
+                }
+                return true;
+            }, () -> "seekToBegin failed");
             await(stored + " messages read back", () -> {
                 for (MessageExt message : reader.poll(500)) {
                     byPosition.put(String.format("%s/%05d/%012d", message.getBrokerName(), message.getQueueId(),

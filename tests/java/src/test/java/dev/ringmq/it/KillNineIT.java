@@ -29,10 +29,9 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Durability under SYNC_FLUSH: a producer thread sends synchronously in a loop, the broker is
@@ -52,23 +51,12 @@ class KillNineIT {
     /** Upper bound of sends, so the loop ends even if the kill never lands. */
     static final int MAX_SENDS = 100_000;
 
-    static BrokerUnderTest broker;
-
-    @BeforeAll
-    static void start() throws Exception {
-        broker = BrokerUnderTest.start("kill9", PORT, "--flushDiskType=SYNC_FLUSH");
-    }
-
-    @AfterAll
-    static void stop() {
-        if (broker != null) {
-            broker.close();
-        }
-    }
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("kill9", PORT, "--flushDiskType=SYNC_FLUSH");
 
     @Test
     void everyAcknowledgedSendSurvivesKillNine() throws Exception {
-        broker.assumeControllable("kill -9 of the broker");
+        it.broker().assumeControllable("kill -9 of the broker");
         String topic = unique("kill9");
         Map<String, SendResult> acked = new ConcurrentHashMap<>();
         Map<String, Message> attempted = new ConcurrentHashMap<>();
@@ -77,10 +65,10 @@ class KillNineIT {
         AtomicBoolean stopSending = new AtomicBoolean();
         List<MessageQueue> queues;
 
-        DefaultMQAdminExt admin = ItSupport.startAdmin(broker);
-        DefaultMQProducer producer = ItSupport.startProducer(broker, unique("kill9-producer"));
-        try {
-            queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        try (Clients clients = new Clients(it::broker)) {
+            DefaultMQAdminExt admin = clients.startAdmin();
+            DefaultMQProducer producer = clients.startProducer(unique("kill9-producer"));
+            queues = clients.createTopic(admin, topic, QUEUES);
             // One attempt per send: a retry inside the client would blur which attempt was acked.
             producer.setRetryTimesWhenSendFailed(0);
             Thread sender = new Thread(() -> {
@@ -105,28 +93,20 @@ class KillNineIT {
             sender.start();
             await(ACKED_BEFORE_KILL + " acknowledged sends", () -> acked.size() >= ACKED_BEFORE_KILL || !sender.isAlive(),
                     () -> acked.size() + " acked, " + failures.get() + " failed");
-            broker.kill9();
+            it.broker().kill9();
             // The sender keeps trying against the dead broker until told to stop.
             stopSending.set(true);
             sender.join(TimeUnit.SECONDS.toMillis(60));
             assertFalse(sender.isAlive(), "the sender thread did not stop");
             assertNull(unexpected.get(), "sender thread error");
             assertTrue(acked.size() >= ACKED_BEFORE_KILL, "acked before the kill: " + acked.size());
-        } finally {
-            producer.shutdown();
-            admin.shutdown();
         }
 
-        broker.restart();
-        DefaultMQAdminExt after = ItSupport.startAdmin(broker);
-        try {
-            List<MessageQueue> routed = new ArrayList<>();
-            await("routes of " + topic + " after the restart", () -> {
-                routed.clear();
-                routed.addAll(ItSupport.queues(after, topic));
-                return routed.size() == QUEUES;
-            }, () -> "routed " + routed);
-            List<MessageExt> stored = ItSupport.readAll(broker, after, queues, -1);
+        it.broker().restart();
+        try (Clients clients = new Clients(it::broker)) {
+            DefaultMQAdminExt after = clients.startAdmin();
+            ItSupport.awaitRoutes(after, "routes of " + topic + " after the restart", topic, QUEUES);
+            List<MessageExt> stored = ItSupport.readAll(it.broker(), after, queues, -1);
             Map<String, List<MessageExt>> byKey = new HashMap<>();
             for (MessageExt message : stored) {
                 byKey.computeIfAbsent(message.getKeys(), k -> new ArrayList<>()).add(message);
@@ -151,8 +131,6 @@ class KillNineIT {
             for (MessageExt message : stored) {
                 assertNotNull(attempted.get(message.getKeys()), "stored message never sent: " + message);
             }
-        } finally {
-            after.shutdown();
         }
     }
 }

@@ -9,7 +9,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -18,17 +17,15 @@ import java.util.stream.Collectors;
 
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
-import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * {@link DefaultLitePullConsumer} in subscribe mode with auto commit: every message polled once,
@@ -44,40 +41,26 @@ class LitePullIT {
     static final int MORE = 20;
     static final long AUTO_COMMIT_INTERVAL_MS = 1_000;
 
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("litepull", PORT);
     static DefaultMQProducer producer;
-    final List<DefaultLitePullConsumer> consumers = new ArrayList<>();
+    /** This test's consumers. */
+    final Clients consumers = new Clients(it::broker);
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("litepull", PORT);
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("litepull-producer"));
+        producer = it.startProducer(unique("litepull-producer"));
     }
 
     @AfterEach
     void shutdownConsumers() {
-        consumers.forEach(DefaultLitePullConsumer::shutdown);
-        consumers.clear();
-    }
-
-    @AfterAll
-    static void stop() {
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
+        consumers.close();
     }
 
     DefaultLitePullConsumer startSubscriber(String group, String topic) throws Exception {
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
-        consumer.setNamesrvAddr(broker.namesrvAddr());
+        DefaultLitePullConsumer consumer =
+                consumers.keep(new DefaultLitePullConsumer(group), DefaultLitePullConsumer::shutdown);
+        consumer.setNamesrvAddr(it.broker().namesrvAddr());
         consumer.setInstanceName(ItSupport.instanceName("litepull"));
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setAutoCommit(true);
@@ -87,7 +70,6 @@ class LitePullIT {
         consumer.setHeartbeatBrokerInterval(ItSupport.HEARTBEAT_INTERVAL_MS);
         consumer.subscribe(topic, "*");
         consumer.start();
-        consumers.add(consumer);
         return consumer;
     }
 
@@ -95,7 +77,7 @@ class LitePullIT {
         Map<String, Message> sent = new HashMap<>();
         for (int i = from; i < from + count; i++) {
             Message message = message(topic, i % 2 == 0 ? "TagEven" : "TagOdd", topic + "-key-" + i, "lite " + i);
-            assertEquals(SendStatus.SEND_OK, producer.send(message).getSendStatus(), "send " + i);
+            ItSupport.sendOk(producer, message, "send " + i);
             sent.put(message.getKeys(), message);
         }
         return sent;
@@ -111,61 +93,53 @@ class LitePullIT {
         }
     }
 
+    /** Polls {@code consumer} into {@code polled} until {@code done} holds (see {@link ItSupport#await}). */
+    static void pollUntil(String what, DefaultLitePullConsumer consumer, long pollMs, List<MessageExt> polled,
+            ItSupport.Condition done, ItSupport.Detail detail) throws Exception {
+        await(what, () -> {
+            polled.addAll(consumer.poll(pollMs));
+            return done.holds();
+        }, detail);
+    }
+
+    /** Auto commit runs inside poll(): keeps polling until the broker has offsets at the max offsets. */
+    static void awaitAutoCommitted(String what, DefaultLitePullConsumer consumer, List<MessageExt> polled,
+            String group, List<MessageQueue> queues) throws Exception {
+        pollUntil(what, consumer, 200, polled, () -> ItSupport.committedUpToMax(it.admin(), group, queues),
+                () -> ItSupport.offsets(it.admin(), group, queues));
+    }
+
     @Test
     void subscribeModeWithAutoCommitPollsEverythingOnceAndCommitsTheOffsets() throws Exception {
         String topic = unique("lite");
         String group = unique("lite-group");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         DefaultLitePullConsumer consumer = startSubscriber(group, topic);
         await("the subscriber assigned every queue", () -> consumer.assignment().size() == QUEUES,
                 () -> "assignment " + consumer.assignment());
 
         Map<String, Message> sent = send(topic, 0, COUNT);
         List<MessageExt> polled = new ArrayList<>();
-        await("every message polled", () -> {
-            polled.addAll(consumer.poll(500));
-            return polled.size() >= COUNT;
-        }, () -> polled.size() + " of " + COUNT + " polled");
-        // Auto commit runs inside poll(): keep polling until the broker has the offsets.
-        await("auto-committed offsets at the max offsets", () -> {
-            polled.addAll(consumer.poll(200));
-            for (MessageQueue queue : queues) {
-                if (ItSupport.committedOffset(admin, group, queue) < admin.maxOffset(queue)) {
-                    return false;
-                }
-            }
-            return true;
-        }, () -> ItSupport.offsets(admin, group, queues));
+        pollUntil("every message polled", consumer, 500, polled, () -> polled.size() >= COUNT,
+                () -> polled.size() + " of " + COUNT + " polled");
+        awaitAutoCommitted("auto-committed offsets at the max offsets", consumer, polled, group, queues);
         check(sent, polled);
         for (MessageQueue queue : queues) {
-            assertEquals(admin.maxOffset(queue), consumer.committed(queue), "committed() of " + queue);
-            assertEquals(admin.maxOffset(queue), ItSupport.committedOffset(admin, group, queue), "broker offset of "
-                    + queue);
+            assertEquals(it.admin().maxOffset(queue), consumer.committed(queue), "committed() of " + queue);
+            assertEquals(it.admin().maxOffset(queue), ItSupport.committedOffset(it.admin(), group, queue),
+                    "broker offset of " + queue);
         }
         Set<Integer> queueIds = polled.stream().map(MessageExt::getQueueId).collect(Collectors.toSet());
         assertEquals(QUEUES, queueIds.size(), "queues the messages came from");
 
         // A new member of the group starts from the committed offsets: it sees only new messages.
-        consumer.shutdown();
-        consumers.remove(consumer);
+        consumers.shutdown(consumer);
         DefaultLitePullConsumer next = startSubscriber(group, topic);
         Map<String, Message> more = send(topic, COUNT, MORE);
         List<MessageExt> polledNext = new ArrayList<>();
-        await("the new messages polled by the next consumer", () -> {
-            polledNext.addAll(next.poll(500));
-            Set<String> keys = new HashSet<>();
-            polledNext.forEach(m -> keys.add(m.getKeys()));
-            return keys.containsAll(more.keySet());
-        }, () -> polledNext.size() + " polled");
-        await("the next consumer's offsets committed", () -> {
-            polledNext.addAll(next.poll(200));
-            for (MessageQueue queue : queues) {
-                if (ItSupport.committedOffset(admin, group, queue) < admin.maxOffset(queue)) {
-                    return false;
-                }
-            }
-            return true;
-        }, () -> ItSupport.offsets(admin, group, queues));
+        pollUntil("the new messages polled by the next consumer", next, 500, polledNext,
+                () -> ItSupport.keys(polledNext).containsAll(more.keySet()), () -> polledNext.size() + " polled");
+        awaitAutoCommitted("the next consumer's offsets committed", next, polledNext, group, queues);
         assertTrue(polledNext.stream().noneMatch(m -> sent.containsKey(m.getKeys())),
                 "the next consumer re-polled messages the first one had committed");
         check(more, polledNext);

@@ -21,17 +21,16 @@ import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.MQAdminImpl;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
-import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageId;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Lookups, the way {@code mqadmin queryMsgByKey / queryMsgById / queryMsgByUniqueKey} and the
@@ -60,9 +59,9 @@ class LookupIT {
         }
     }
 
-    static BrokerUnderTest broker;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("lookup", PORT);
     static DefaultMQAdminExt admin;
-    static DefaultMQProducer producer;
     static String topic;
     static String sharedKey;
     static final List<Sent> SENT = new ArrayList<>();
@@ -71,36 +70,20 @@ class LookupIT {
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("lookup", PORT);
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("lookup-producer"));
+        admin = it.admin();
+        DefaultMQProducer producer = it.startProducer(unique("lookup-producer"));
         topic = unique("lookup");
         sharedKey = topic + "-shared";
-        ItSupport.createTopic(admin, broker, topic, QUEUES);
+        it.createTopic(topic, QUEUES);
         sendsBeganMs = System.currentTimeMillis();
         for (int i = 0; i < COUNT; i++) {
             // Two keys: its own and one all messages share (KEYS is space-separated).
             Message message = new Message(topic, "TagLookup" + (i % 2), topic + "-key-" + i + " " + sharedKey,
                     ("lookup body " + i).getBytes(StandardCharsets.UTF_8));
             message.putUserProperty("lookupIndex", Integer.toString(i));
-            SendResult result = producer.send(message);
-            assertEquals(SendStatus.SEND_OK, result.getSendStatus(), "send " + i);
-            SENT.add(new Sent(message, result));
+            SENT.add(new Sent(message, ItSupport.sendOk(producer, message, "send " + i)));
         }
         sendsEndedMs = System.currentTimeMillis();
-    }
-
-    @AfterAll
-    static void stop() {
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
     }
 
     static MQAdminImpl adminImpl() {
@@ -214,7 +197,7 @@ class LookupIT {
     @Test
     void timeLookupsAnswerFromTheStoreTimestamps() throws Exception {
         MessageQueue queue = SENT.get(0).result().getMessageQueue();
-        List<MessageExt> stored = ItSupport.readAll(broker, admin, List.of(queue), -1);
+        List<MessageExt> stored = it.readAll(List.of(queue), -1);
         assertEquals(SENT.stream().filter(s -> s.result().getMessageQueue().equals(queue)).count(), stored.size(),
                 "messages in " + queue);
         Map<Long, Long> storeTimeByOffset = new HashMap<>();

@@ -1,35 +1,27 @@
 package dev.ringmq.it;
 
-import static dev.ringmq.it.ItSupport.await;
 import static dev.ringmq.it.ItSupport.body;
 import static dev.ringmq.it.ItSupport.message;
 import static dev.ringmq.it.ItSupport.unique;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.stream.Collectors;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
-import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Committed consumer offsets survive a consumer restart and a broker restart.
@@ -49,48 +41,31 @@ class OffsetPersistenceIT {
     static final int QUEUES = 4;
     static final int BATCH = 50;
 
-    static BrokerUnderTest broker;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("offsets", PORT);
+    /** This test's clients, started again after a broker restart. */
+    final Clients clients = new Clients(it::broker);
     DefaultMQAdminExt admin;
     DefaultMQProducer producer;
-    final List<DefaultMQPushConsumer> consumers = new ArrayList<>();
-
-    @BeforeAll
-    static void startBroker() throws Exception {
-        broker = BrokerUnderTest.start("offsets", PORT);
-    }
-
-    @AfterAll
-    static void stopBroker() {
-        if (broker != null) {
-            broker.close();
-        }
-    }
 
     @BeforeEach
     void connect() throws Exception {
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("offsets-producer"));
+        admin = clients.startAdmin();
+        producer = clients.startProducer(unique("offsets-producer"));
     }
 
     @AfterEach
     void disconnect() {
-        consumers.forEach(DefaultMQPushConsumer::shutdown);
-        consumers.clear();
-        if (producer != null) {
-            producer.shutdown();
-            producer = null;
-        }
-        if (admin != null) {
-            admin.shutdown();
-            admin = null;
-        }
+        clients.close();
+        producer = null;
+        admin = null;
     }
 
     Map<String, Message> send(String topic, int from, int count) throws Exception {
         Map<String, Message> sent = new HashMap<>();
         for (int i = from; i < from + count; i++) {
             Message message = message(topic, "TagPhase" + (i / BATCH), topic + "-key-" + i, "offsets " + i);
-            assertEquals(SendStatus.SEND_OK, producer.send(message).getSendStatus(), "send " + i);
+            ItSupport.sendOk(producer, message, "send " + i);
             sent.put(message.getKeys(), message);
         }
         return sent;
@@ -104,23 +79,14 @@ class OffsetPersistenceIT {
     void consumeExactly(String group, String topic, List<MessageQueue> queues, Map<String, Message> expected)
             throws Exception {
         ConcurrentLinkedQueue<MessageExt> deliveries = new ConcurrentLinkedQueue<>();
-        DefaultMQPushConsumer consumer = ItSupport.pushConsumer(broker, group, "offsets");
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-            deliveries.addAll(messages);
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
-        consumers.add(consumer);
-        await(expected.size() + " messages consumed", () -> deliveries.stream().map(MessageExt::getKeys)
-                .collect(Collectors.toSet()).containsAll(expected.keySet()),
-                () -> deliveries.size() + " delivered");
+        DefaultMQPushConsumer consumer =
+                clients.startPushConsumer(group, "offsets", topic, ItSupport.collectInto(deliveries));
+        ItSupport.awaitKeys(expected.size() + " messages consumed", ItSupport.WAIT_MS, deliveries, expected.keySet());
         ItSupport.awaitCommitted(admin, group, queues);
-        consumer.shutdown();
-        consumers.remove(consumer);
+        clients.shutdown(consumer);
 
-        Set<String> keys = deliveries.stream().map(MessageExt::getKeys).collect(Collectors.toSet());
-        assertEquals(expected.keySet(), keys, "keys consumed by this consumer (nothing from before its start)");
+        assertEquals(expected.keySet(), ItSupport.keys(deliveries),
+                "keys consumed by this consumer (nothing from before its start)");
         assertEquals(expected.size(), deliveries.size(), "deliveries (each message once)");
         for (MessageExt message : deliveries) {
             Message original = expected.get(message.getKeys());
@@ -133,17 +99,17 @@ class OffsetPersistenceIT {
     void aRestartedConsumerContinuesFromTheCommittedOffsets() throws Exception {
         String topic = unique("offsets");
         String group = unique("offsets-group");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = clients.createTopic(admin, topic, QUEUES);
         consumeExactly(group, topic, queues, send(topic, 0, BATCH));
         consumeExactly(group, topic, queues, send(topic, BATCH, BATCH));
     }
 
     @Test
     void committedOffsetsAndMessagesSurviveABrokerRestart() throws Exception {
-        broker.assumeControllable("a broker restart");
+        it.broker().assumeControllable("a broker restart");
         String topic = unique("restart");
         String group = unique("restart-group");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = clients.createTopic(admin, topic, QUEUES);
         consumeExactly(group, topic, queues, send(topic, 0, BATCH));
         Map<String, Message> second = send(topic, BATCH, BATCH);
         Map<MessageQueue, Long> committed = new HashMap<>();
@@ -152,16 +118,11 @@ class OffsetPersistenceIT {
         }
 
         disconnect();
-        broker.stop();
-        broker.restart();
+        it.broker().stop();
+        it.broker().restart();
         connect();
 
-        List<MessageQueue> routed = new ArrayList<>();
-        await("routes of " + topic + " after the restart", () -> {
-            routed.clear();
-            routed.addAll(ItSupport.queues(admin, topic));
-            return routed.size() == QUEUES;
-        }, () -> "routed " + routed);
+        ItSupport.awaitRoutes(admin, "routes of " + topic + " after the restart", topic, QUEUES);
         for (MessageQueue queue : queues) {
             assertEquals(committed.get(queue).longValue(), ItSupport.committedOffset(admin, group, queue),
                     "committed offset of " + queue + " after the restart");

@@ -16,7 +16,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.IntStream;
 
-import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -26,11 +25,10 @@ import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Ordered messages: a producer picks the queue by order id with a {@link MessageQueueSelector},
@@ -44,44 +42,23 @@ class OrderlyIT {
     static final int ORDERS = 8;
     static final int STEPS = 12;
 
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("orderly", PORT);
     static DefaultMQProducer producer;
-    static DefaultMQPushConsumer consumer;
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("orderly", PORT);
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("orderly-producer"));
-    }
-
-    @AfterAll
-    static void stop() {
-        if (consumer != null) {
-            consumer.shutdown();
-        }
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
+        producer = it.startProducer(unique("orderly-producer"));
     }
 
     @Test
     void everyOrderArrivesInSendOrder() throws Exception {
         String topic = unique("orderly");
         String group = unique("orderly-group");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
 
         Map<Integer, List<MessageExt>> received = new ConcurrentHashMap<>();
-        consumer = ItSupport.pushConsumer(broker, group, "orderly");
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerOrderly) (messages, context) -> {
+        it.startPushConsumer(group, "orderly", topic, (MessageListenerOrderly) (messages, context) -> {
             for (MessageExt message : messages) {
                 int order = Integer.parseInt(message.getUserProperty("orderId"));
                 received.computeIfAbsent(order, o -> Collections.synchronizedList(new ArrayList<>()))
@@ -89,7 +66,6 @@ class OrderlyIT {
             }
             return ConsumeOrderlyStatus.SUCCESS;
         });
-        consumer.start();
 
         MessageQueueSelector byOrder = (mqs, message, arg) -> mqs.get((Integer) arg % mqs.size());
         Map<Integer, Integer> queueOfOrder = new TreeMap<>();
@@ -116,7 +92,7 @@ class OrderlyIT {
             }
             return total >= ORDERS * STEPS;
         }, () -> "received " + received);
-        ItSupport.awaitCommitted(admin, group, queues);
+        ItSupport.awaitCommitted(it.admin(), group, queues);
 
         assertEquals(ORDERS, received.size(), "orders seen");
         List<Integer> expectedSteps = IntStream.range(0, STEPS).boxed().toList();

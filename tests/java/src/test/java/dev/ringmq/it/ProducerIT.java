@@ -4,7 +4,6 @@ import static dev.ringmq.it.ItSupport.await;
 import static dev.ringmq.it.ItSupport.body;
 import static dev.ringmq.it.ItSupport.byKey;
 import static dev.ringmq.it.ItSupport.message;
-import static dev.ringmq.it.ItSupport.readAll;
 import static dev.ringmq.it.ItSupport.unique;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -32,11 +31,10 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * {@link DefaultMQProducer}: sync, async, oneway and batch sends, with keys, tags and user
@@ -50,40 +48,24 @@ class ProducerIT {
     static final int COUNT = 40;
     static final int BATCH = 16;
 
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("producer", PORT);
     static DefaultMQProducer producer;
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("producer", PORT);
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("producer-group"));
-    }
-
-    @AfterAll
-    static void stop() {
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
+        producer = it.startProducer(unique("producer-group"));
     }
 
     @Test
     void syncSendsAnswerSendOkWithConsecutiveOffsetsPerQueue() throws Exception {
         String topic = unique("sync");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         List<Message> sent = new ArrayList<>();
         List<SendResult> results = new ArrayList<>();
         for (int i = 0; i < COUNT; i++) {
             Message message = message(topic, "TagSync", topic + "-key-" + i, "sync body " + i);
-            SendResult result = producer.send(message);
-            assertEquals(SendStatus.SEND_OK, result.getSendStatus(), "send " + i + ": " + result);
+            SendResult result = ItSupport.sendOk(producer, message, "send " + i);
             assertEquals(MessageClientIDSetter.getUniqID(message), result.getMsgId(), "msgId of send " + i);
             assertNotNull(result.getOffsetMsgId(), "offsetMsgId of send " + i);
             assertEquals(topic, result.getMessageQueue().getTopic());
@@ -98,7 +80,7 @@ class ProducerIT {
     @Test
     void asyncSendsCompleteEveryCallbackWithSendOk() throws Exception {
         String topic = unique("async");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         Map<String, SendResult> results = new ConcurrentHashMap<>();
         ConcurrentLinkedQueue<Throwable> errors = new ConcurrentLinkedQueue<>();
         List<Message> sent = new ArrayList<>();
@@ -150,7 +132,7 @@ class ProducerIT {
     @Test
     void onewaySendsAreAllStored() throws Exception {
         String topic = unique("oneway");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         List<Message> sent = new ArrayList<>();
         for (int i = 0; i < COUNT; i++) {
             Message message = message(topic, "TagOneway", topic + "-key-" + i, "oneway body " + i);
@@ -163,7 +145,7 @@ class ProducerIT {
     @Test
     void batchSendStoresTheMessagesConsecutivelyInOneQueue() throws Exception {
         String topic = unique("batch");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         List<Message> batch = new ArrayList<>();
         for (int i = 0; i < BATCH; i++) {
             batch.add(message(topic, "TagBatch", topic + "-key-" + i, "batch body " + i));
@@ -177,11 +159,11 @@ class ProducerIT {
         }
         assertEquals(0, result.getQueueOffset(), "first offset of a batch on a fresh queue");
 
-        List<MessageExt> stored = readAll(broker, admin, queues, BATCH);
+        List<MessageExt> stored = it.readAll(queues, BATCH);
         // Apache RocketMQ 5.3.3 stores every message of a batch under the batch's own UNIQ_KEY
         // (apache/rocketmq issue 9416, fixed by PR 9417 after 5.3.3), so a consumer sees one msgId
         // 16 times. ringmq must store each message's own id, the one SendResult reports.
-        boolean peerWithBatchIdBug = broker.isExternal();
+        boolean peerWithBatchIdBug = it.broker().isExternal();
         if (!peerWithBatchIdBug) {
             assertEquals(ids, stored.stream().map(MessageExt::getMsgId).toList(), "msgIds stored, in offset order");
         }
@@ -198,7 +180,7 @@ class ProducerIT {
     @Test
     void keysTagsAndUserPropertiesSurviveTheRoundTrip() throws Exception {
         String topic = unique("props");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         List<Message> sent = new ArrayList<>();
         for (int i = 0; i < 8; i++) {
             Message message = message(topic, "Tag" + (char) ('A' + i % 3),
@@ -208,7 +190,7 @@ class ProducerIT {
             assertEquals(SendStatus.SEND_OK, producer.send(message).getSendStatus());
             sent.add(message);
         }
-        List<MessageExt> stored = readAll(broker, admin, queues, sent.size());
+        List<MessageExt> stored = it.readAll(queues, sent.size());
         Map<String, MessageExt> byKeys = new HashMap<>();
         for (MessageExt message : stored) {
             byKeys.put(message.getKeys(), message);
@@ -244,7 +226,7 @@ class ProducerIT {
      */
     static void assertReadBackMatches(List<MessageQueue> queues, List<Message> sent, List<SendResult> results)
             throws Exception {
-        Map<String, MessageExt> stored = byKey(readAll(broker, admin, queues, sent.size()));
+        Map<String, MessageExt> stored = byKey(it.readAll(queues, sent.size()));
         assertEquals(sent.stream().map(Message::getKeys).collect(Collectors.toSet()), stored.keySet(), "keys stored");
         for (int i = 0; i < sent.size(); i++) {
             Message message = sent.get(i);

@@ -9,7 +9,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -29,12 +28,11 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.heartbeat.MessageModel;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * {@link DefaultMQPushConsumer}: two consumers of one group in CLUSTERING mode, a tag-filtered
@@ -53,10 +51,11 @@ class PushConsumerIT {
     static final int QUEUES = 4;
     static final int COUNT = 100;
 
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("push", PORT);
     static DefaultMQProducer producer;
-    final List<DefaultMQPushConsumer> consumers = new ArrayList<>();
+    /** This test's consumers. */
+    final Clients consumers = new Clients(it::broker);
 
     /** One delivery to one consumer. */
     record Delivery(String consumer, MessageExt message) {
@@ -64,45 +63,24 @@ class PushConsumerIT {
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("push", PORT);
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("push-producer"));
+        producer = it.startProducer(unique("push-producer"));
     }
 
     @AfterEach
     void shutdownConsumers() {
-        consumers.forEach(DefaultMQPushConsumer::shutdown);
-        consumers.clear();
-    }
-
-    @AfterAll
-    static void stop() {
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
+        consumers.close();
     }
 
     /** A started consumer that records every delivery in {@code deliveries} and acknowledges it. */
     DefaultMQPushConsumer startConsumer(String group, String name, String topic, String expression,
             MessageModel model, ConcurrentLinkedQueue<Delivery> deliveries) throws Exception {
-        DefaultMQPushConsumer consumer = ItSupport.pushConsumer(broker, group, name);
-        consumer.setMessageModel(model);
-        consumer.subscribe(topic, expression);
-        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-            for (MessageExt message : messages) {
-                deliveries.add(new Delivery(name, message));
-            }
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
-        consumers.add(consumer);
-        return consumer;
+        return consumers.startPushConsumer(group, name, topic, expression,
+                (MessageListenerConcurrently) (messages, context) -> {
+                    for (MessageExt message : messages) {
+                        deliveries.add(new Delivery(name, message));
+                    }
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                }, consumer -> consumer.setMessageModel(model));
     }
 
     /** Sends {@code count} messages with tags cycling through {@code tags}; returns them by key. */
@@ -110,7 +88,7 @@ class PushConsumerIT {
         Map<String, Message> sent = new HashMap<>();
         for (int i = 0; i < count; i++) {
             Message message = message(topic, tags[i % tags.length], topic + "-key-" + i, "push body " + i);
-            assertEquals(SendStatus.SEND_OK, producer.send(message).getSendStatus(), "send " + i);
+            ItSupport.sendOk(producer, message, "send " + i);
             sent.put(message.getKeys(), message);
         }
         return sent;
@@ -142,7 +120,7 @@ class PushConsumerIT {
     void clusteringSplitsTheQueuesAndDeliversEveryMessageOnce() throws Exception {
         String topic = unique("cluster");
         String group = unique("cluster-group");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         ConcurrentLinkedQueue<Delivery> deliveries = new ConcurrentLinkedQueue<>();
         DefaultMQPushConsumer first = startConsumer(group, "c1", topic, "*", MessageModel.CLUSTERING, deliveries);
         DefaultMQPushConsumer second = startConsumer(group, "c2", topic, "*", MessageModel.CLUSTERING, deliveries);
@@ -160,8 +138,8 @@ class PushConsumerIT {
                 () -> keys(deliveries, null).size() + " of " + COUNT + " consumed; c1 got "
                         + queueIds(deliveries, "c1") + " holding " + ownedQueues(first, topic) + ", c2 got "
                         + queueIds(deliveries, "c2") + " holding " + ownedQueues(second, topic) + "; offsets "
-                        + ItSupport.offsets(admin, group, queues));
-        ItSupport.awaitCommitted(admin, group, queues);
+                        + ItSupport.offsets(it.admin(), group, queues));
+        ItSupport.awaitCommitted(it.admin(), group, queues);
 
         assertEquals(COUNT, deliveries.size(), "deliveries (each message exactly once)");
         assertEquals(sent.keySet(), keys(deliveries, null));
@@ -180,7 +158,7 @@ class PushConsumerIT {
     void tagExpressionDeliversOnlyTheNamedTags() throws Exception {
         String topic = unique("tags");
         String group = unique("tags-group");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         ConcurrentLinkedQueue<Delivery> deliveries = new ConcurrentLinkedQueue<>();
         startConsumer(group, "tagged", topic, "TagA || TagB", MessageModel.CLUSTERING, deliveries);
         Map<String, Message> sent = send(topic, 60, "TagA", "TagB", "TagC");
@@ -200,7 +178,7 @@ class PushConsumerIT {
         await("the TagA and TagB messages consumed", () -> keys(deliveries, null).containsAll(wanted),
                 () -> keys(deliveries, null).size() + " of " + wanted.size() + " consumed");
         // Committed up to the max offset: the filtered-out TagC messages were passed over too.
-        ItSupport.awaitCommitted(admin, group, queues);
+        ItSupport.awaitCommitted(it.admin(), group, queues);
 
         assertEquals(wanted, keys(deliveries, null), "keys delivered (no TagC)");
         assertEquals(wanted.size(), deliveries.size(), "deliveries (each message exactly once)");
@@ -214,7 +192,7 @@ class PushConsumerIT {
     void broadcastingDeliversEveryMessageToEveryConsumer() throws Exception {
         String topic = unique("broadcast");
         String group = unique("broadcast-group");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         ConcurrentLinkedQueue<Delivery> deliveries = new ConcurrentLinkedQueue<>();
         DefaultMQPushConsumer first = startConsumer(group, "b1", topic, "*", MessageModel.BROADCASTING, deliveries);
         DefaultMQPushConsumer second = startConsumer(group, "b2", topic, "*", MessageModel.BROADCASTING, deliveries);
@@ -231,7 +209,7 @@ class PushConsumerIT {
         // the end so that nothing is still on its way.
         await("local offsets at the end of every queue", () -> {
             for (MessageQueue queue : queues) {
-                long max = admin.maxOffset(queue);
+                long max = it.admin().maxOffset(queue);
                 for (DefaultMQPushConsumer consumer : List.of(first, second)) {
                     long local = consumer.getDefaultMQPushConsumerImpl().getOffsetStore()
                             .readOffset(queue, ReadOffsetType.READ_FROM_MEMORY);

@@ -24,11 +24,10 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * RocketMQ's request-reply API: {@link DefaultMQProducer#request} sends a request message; a push
@@ -51,36 +50,20 @@ class RequestReplyIT {
     static final long REQUEST_TIMEOUT_MS = 15_000;
     static final String REPLY_TOPIC = "DefaultCluster_REPLY_TOPIC";
 
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("request-reply", PORT);
     static DefaultMQProducer requester;
     static DefaultMQProducer replier;
-    static DefaultMQPushConsumer responder;
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("request-reply", PORT);
-        admin = ItSupport.startAdmin(broker);
-        requester = ItSupport.startProducer(broker, unique("rr-requester"));
-        replier = ItSupport.startProducer(broker, unique("rr-replier"));
+        requester = it.startProducer(unique("rr-requester"));
+        replier = it.startProducer(unique("rr-replier"));
     }
 
-    @AfterAll
-    static void stop() {
-        if (responder != null) {
-            responder.shutdown();
-        }
-        for (DefaultMQProducer producer : new DefaultMQProducer[] {requester, replier}) {
-            if (producer != null) {
-                producer.shutdown();
-            }
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
+    /** How many messages the reply topic holds. */
+    static long repliesStored() throws Exception {
+        return ItSupport.storedCount(it.admin(), ItSupport.queues(it.admin(), REPLY_TOPIC));
     }
 
     static String replyBody(String requestBody) {
@@ -90,27 +73,25 @@ class RequestReplyIT {
     @Test
     void everyRequestGetsItsOwnReplyPushedByTheBroker() throws Exception {
         String topic = unique("rr");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
-        responder = ItSupport.pushConsumer(broker, unique("rr-responder"), "rr-responder");
-        responder.subscribe(topic, "*");
-        responder.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-            for (MessageExt request : messages) {
-                try {
-                    Message reply = MessageUtil.createReplyMessage(request,
-                            replyBody(body(request)).getBytes(StandardCharsets.UTF_8));
-                    reply.putUserProperty("answered", request.getKeys());
-                    replier.send(reply);
-                } catch (Exception e) {
-                    System.err.println("RequestReplyIT: replying to " + request.getKeys() + " failed: " + e);
-                    return ConsumeConcurrentlyStatus.RECONSUME_LATER;
-                }
-            }
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        responder.start();
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
+        DefaultMQPushConsumer responder = it.startPushConsumer(unique("rr-responder"), "rr-responder", topic,
+                (MessageListenerConcurrently) (messages, context) -> {
+                    for (MessageExt request : messages) {
+                        try {
+                            Message reply = MessageUtil.createReplyMessage(request,
+                                    replyBody(body(request)).getBytes(StandardCharsets.UTF_8));
+                            reply.putUserProperty("answered", request.getKeys());
+                            replier.send(reply);
+                        } catch (Exception e) {
+                            System.err.println("RequestReplyIT: replying to " + request.getKeys() + " failed: " + e);
+                            return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                        }
+                    }
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                });
         FeatureSupport.awaitOwned(responder, topic, queues);
 
-        long storedBefore = ItSupport.storedCount(admin, ItSupport.queues(admin, REPLY_TOPIC));
+        long storedBefore = repliesStored();
         Map<String, CompletableFuture<Message>> replies = new LinkedHashMap<>();
         Map<String, Message> requests = new LinkedHashMap<>();
         for (int i = 0; i < COUNT; i++) {
@@ -146,10 +127,9 @@ class RequestReplyIT {
         }
 
         // Every reply is also stored in the reply topic.
-        await("the " + COUNT + " replies stored in " + REPLY_TOPIC, () -> ItSupport.storedCount(admin,
-                ItSupport.queues(admin, REPLY_TOPIC)) - storedBefore >= COUNT,
-                () -> "stored " + (ItSupport.storedCount(admin, ItSupport.queues(admin, REPLY_TOPIC)) - storedBefore));
-        assertEquals(COUNT, ItSupport.storedCount(admin, ItSupport.queues(admin, REPLY_TOPIC)) - storedBefore,
+        await("the " + COUNT + " replies stored in " + REPLY_TOPIC, () -> repliesStored() - storedBefore >= COUNT,
+                () -> "stored " + (repliesStored() - storedBefore));
+        assertEquals(COUNT, repliesStored() - storedBefore,
                 "stored copies of the replies (one each: a failed push would make the replier send again)");
     }
 }

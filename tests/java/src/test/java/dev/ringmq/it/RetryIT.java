@@ -14,20 +14,17 @@ import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 
-import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
-import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Redelivery: a concurrent listener answers RECONSUME_LATER to the first delivery of every
@@ -46,58 +43,34 @@ class RetryIT {
     static final int QUEUES = 4;
     static final int COUNT = 12;
 
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("retry", PORT);
     static DefaultMQProducer producer;
-    static DefaultMQPushConsumer consumer;
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("retry", PORT);
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("retry-producer"));
-    }
-
-    @AfterAll
-    static void stop() {
-        if (consumer != null) {
-            consumer.shutdown();
-        }
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
+        producer = it.startProducer(unique("retry-producer"));
     }
 
     @Test
     void reconsumeLaterRedeliversEachMessageOnceMore() throws Exception {
         String topic = unique("retry");
         String group = unique("retry-group");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         ConcurrentLinkedQueue<MessageExt> deliveries = new ConcurrentLinkedQueue<>();
-        consumer = ItSupport.pushConsumer(broker, group, "retry");
-        consumer.subscribe(topic, "*");
-        consumer.setConsumeMessageBatchMaxSize(1);
-        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+        it.startPushConsumer(group, "retry", topic, "*", (MessageListenerConcurrently) (messages, context) -> {
             MessageExt message = messages.get(0);
             deliveries.add(message);
             return message.getReconsumeTimes() == 0
                     ? ConsumeConcurrentlyStatus.RECONSUME_LATER
                     : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
+        }, c -> c.setConsumeMessageBatchMaxSize(1));
 
         Map<String, Message> sent = new HashMap<>();
         Map<String, String> msgIds = new HashMap<>();
         for (int i = 0; i < COUNT; i++) {
             Message message = message(topic, "TagRetry" + (i % 2), topic + "-key-" + i, "retry body " + i);
-            SendResult result = producer.send(message);
-            assertEquals(SendStatus.SEND_OK, result.getSendStatus(), "send " + i);
+            SendResult result = ItSupport.sendOk(producer, message, "send " + i);
             sent.put(message.getKeys(), message);
             msgIds.put(message.getKeys(), result.getMsgId());
         }
@@ -109,7 +82,7 @@ class RetryIT {
                         .map(m -> m.getKeys() + ":" + m.getReconsumeTimes()).toList());
         // The original queues' offsets move past every message once its first delivery was
         // settled (sent back counts as consumed there).
-        ItSupport.awaitCommitted(admin, group, queues);
+        ItSupport.awaitCommitted(it.admin(), group, queues);
 
         Map<String, List<Integer>> timesByKey = deliveries.stream().collect(Collectors.groupingBy(
                 MessageExt::getKeys, Collectors.mapping(MessageExt::getReconsumeTimes, Collectors.toList())));

@@ -23,17 +23,15 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
-import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * SQL92 property filters ({@link MessageSelector#bySql}, expression type SQL92, checked by the
@@ -72,35 +70,20 @@ class SqlFilterIT {
             new Case("a <> 7 AND a >= 10", i -> i < COUNT && i >= 10),
             new Case("b IS NULL", i -> i == COUNT));
 
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("sql-filter", PORT, "--enablePropertyFilter=true");
     static DefaultMQProducer producer;
-    final List<DefaultMQPushConsumer> consumers = new ArrayList<>();
+    /** This test's consumers. */
+    final Clients consumers = new Clients(it::broker);
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("sql-filter", PORT, "--enablePropertyFilter=true");
-        admin = ItSupport.startAdmin(broker);
-        producer = ItSupport.startProducer(broker, unique("sql-producer"));
+        producer = it.startProducer(unique("sql-producer"));
     }
 
     @AfterEach
     void shutdownConsumers() {
-        consumers.forEach(DefaultMQPushConsumer::shutdown);
-        consumers.clear();
-    }
-
-    @AfterAll
-    static void stop() {
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
+        consumers.close();
     }
 
     static String key(String topic, int i) {
@@ -110,24 +93,19 @@ class SqlFilterIT {
     @Test
     void eachSqlSubscriptionReceivesExactlyTheMatchingMessages() throws Exception {
         String topic = unique("sql");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         List<String> groups = new ArrayList<>();
         List<ConcurrentLinkedQueue<MessageExt>> received = new ArrayList<>();
+        List<DefaultMQPushConsumer> started = new ArrayList<>();
         for (int n = 0; n < CASES.size(); n++) {
             String group = unique("sql-group-" + n);
             ConcurrentLinkedQueue<MessageExt> deliveries = new ConcurrentLinkedQueue<>();
-            DefaultMQPushConsumer consumer = ItSupport.pushConsumer(broker, group, "sql-" + n);
-            consumer.subscribe(topic, MessageSelector.bySql(CASES.get(n).expression()));
-            consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-                deliveries.addAll(messages);
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            });
-            consumer.start();
-            consumers.add(consumer);
+            started.add(consumers.startPushConsumer(group, "sql-" + n, topic,
+                    MessageSelector.bySql(CASES.get(n).expression()), ItSupport.collectInto(deliveries)));
             groups.add(group);
             received.add(deliveries);
         }
-        for (DefaultMQPushConsumer consumer : consumers) {
+        for (DefaultMQPushConsumer consumer : started) {
             FeatureSupport.awaitOwned(consumer, topic, queues);
         }
 
@@ -141,11 +119,11 @@ class SqlFilterIT {
                     message.putUserProperty("c", "c" + i);
                 }
             }
-            assertEquals(SendStatus.SEND_OK, producer.send(message).getSendStatus(), "send " + i);
+            ItSupport.sendOk(producer, message, "send " + i);
         }
 
         for (String group : groups) {
-            ItSupport.awaitCommitted(admin, group, queues);
+            ItSupport.awaitCommitted(it.admin(), group, queues);
         }
         for (int n = 0; n < CASES.size(); n++) {
             Case c = CASES.get(n);
@@ -163,12 +141,10 @@ class SqlFilterIT {
     @Test
     void malformedSqlExpressionIsRejectedWhenTheConsumerStarts() throws Exception {
         String topic = unique("sql-bad");
-        ItSupport.createTopic(admin, broker, topic, QUEUES);
-        DefaultMQPushConsumer consumer = ItSupport.pushConsumer(broker, unique("sql-bad-group"), "sql-bad");
-        consumers.add(consumer);
-        consumer.subscribe(topic, MessageSelector.bySql("a > AND b = 'x'"));
-        consumer.registerMessageListener(
+        it.createTopic(topic, QUEUES);
+        DefaultMQPushConsumer consumer = consumers.pushConsumer(unique("sql-bad-group"), "sql-bad",
                 (MessageListenerConcurrently) (messages, context) -> ConsumeConcurrentlyStatus.CONSUME_SUCCESS);
+        consumer.subscribe(topic, MessageSelector.bySql("a > AND b = 'x'"));
         MQClientException error = assertThrows(MQClientException.class, consumer::start,
                 "consumer start with a malformed SQL92 expression");
         System.out.println("SqlFilterIT: malformed expression rejected with: " + error.getMessage());

@@ -3,6 +3,7 @@ package dev.ringmq.it;
 import static dev.ringmq.it.FeatureSupport.unique;
 import static dev.ringmq.it.ItSupport.await;
 import static dev.ringmq.it.ItSupport.body;
+import static dev.ringmq.it.ItSupport.keys;
 import static dev.ringmq.it.ItSupport.message;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -17,8 +18,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.client.producer.TransactionListener;
@@ -28,11 +27,10 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Transactional messages with {@link TransactionMQProducer}: one half message committed by the
@@ -74,10 +72,10 @@ class TransactionIT {
     /** Further wait, after the check-back commit arrived, during which the rolled back must not. */
     static final long ROLLBACK_MARGIN_MS = 5_000;
 
-    static BrokerUnderTest broker;
-    static DefaultMQAdminExt admin;
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("transaction", PORT, "--transactionCheckInterval=" + CHECK_INTERVAL_MS,
+            "--transactionTimeOut=" + TRANSACTION_TIMEOUT_MS);
     static TransactionMQProducer producer;
-    static DefaultMQPushConsumer consumer;
 
     /** What the producer's check listener answers, by key. */
     static final Map<String, LocalTransactionState> CHECK_ANSWERS = new ConcurrentHashMap<>();
@@ -86,17 +84,7 @@ class TransactionIT {
 
     @BeforeAll
     static void start() throws Exception {
-        broker = BrokerUnderTest.start("transaction", PORT, "--transactionCheckInterval=" + CHECK_INTERVAL_MS,
-                "--transactionTimeOut=" + TRANSACTION_TIMEOUT_MS);
-        admin = ItSupport.startAdmin(broker);
-        producer = new TransactionMQProducer(unique("tx-producer"));
-        producer.setNamesrvAddr(broker.namesrvAddr());
-        producer.setInstanceName(ItSupport.instanceName("tx-producer"));
-        producer.setSendMsgTimeout(ItSupport.SEND_TIMEOUT_MS);
-        producer.setPollNameServerInterval(ItSupport.POLL_NAMESRV_INTERVAL_MS);
-        // The broker can only check back with a producer of the group it has a heartbeat from.
-        producer.setHeartbeatBrokerInterval(ItSupport.HEARTBEAT_INTERVAL_MS);
-        producer.setTransactionListener(new TransactionListener() {
+        producer = it.startTransactionProducer(unique("tx-producer"), "tx-producer", new TransactionListener() {
             @Override
             public LocalTransactionState executeLocalTransaction(Message message, Object arg) {
                 return (LocalTransactionState) arg;
@@ -108,37 +96,15 @@ class TransactionIT {
                 return CHECK_ANSWERS.getOrDefault(message.getKeys(), LocalTransactionState.UNKNOW);
             }
         });
-        producer.start();
-    }
-
-    @AfterAll
-    static void stop() {
-        if (consumer != null) {
-            consumer.shutdown();
-        }
-        if (producer != null) {
-            producer.shutdown();
-        }
-        if (admin != null) {
-            admin.shutdown();
-        }
-        if (broker != null) {
-            broker.close();
-        }
     }
 
     @Test
     void committedAndCheckedBackMessagesArriveAndTheRolledBackNever() throws Exception {
         String topic = unique("tx");
-        List<MessageQueue> queues = ItSupport.createTopic(admin, broker, topic, QUEUES);
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
         ConcurrentLinkedQueue<MessageExt> deliveries = new ConcurrentLinkedQueue<>();
-        consumer = ItSupport.pushConsumer(broker, unique("tx-group"), "tx");
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
-            deliveries.addAll(messages);
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
+        DefaultMQPushConsumer consumer =
+                it.startPushConsumer(unique("tx-group"), "tx", topic, ItSupport.collectInto(deliveries));
         FeatureSupport.awaitOwned(consumer, topic, queues);
 
         String commitKey = topic + "-commit";
@@ -163,9 +129,9 @@ class TransactionIT {
             msgIds.put(step.getKey(), result.getMsgId());
         }
 
-        long checkWait = broker.isExternal() ? EXTERNAL_CHECK_WAIT_MS : ItSupport.WAIT_MS;
-        await("delivery of the committed message " + commitKey, () -> keys(deliveries).contains(commitKey),
-                () -> "delivered " + keys(deliveries));
+        long checkWait = it.broker().isExternal() ? EXTERNAL_CHECK_WAIT_MS : ItSupport.WAIT_MS;
+        ItSupport.awaitKeys("delivery of the committed message " + commitKey, ItSupport.WAIT_MS, deliveries,
+                Set.of(commitKey));
         await("check-back of " + unknownKey + " and its delivery", checkWait,
                 () -> keys(deliveries).contains(unknownKey),
                 () -> "delivered " + keys(deliveries) + ", checked " + keys(CHECKS));
@@ -204,9 +170,5 @@ class TransactionIT {
             assertTrue(queues.contains(new MessageQueue(topic, message.getBrokerName(), message.getQueueId())),
                     "queue of " + message.getKeys() + " is one of " + queues);
         }
-    }
-
-    static Set<String> keys(java.util.Collection<MessageExt> messages) {
-        return messages.stream().map(MessageExt::getKeys).collect(Collectors.toSet());
     }
 }
