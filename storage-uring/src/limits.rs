@@ -65,6 +65,10 @@ pub const SYNC_FLUSH_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// fraction (in percent), so an append never waits for a `fallocate`.
 pub const SEGMENT_PREALLOCATE_THRESHOLD_PERCENT: u64 = 50;
 
+/// Default spare pool of retired CommitLog segments kept for reuse
+/// (`StoreConfig::commit_log_recycle_segments`).
+pub const COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT: usize = 2;
+
 /// Pause before a failed background segment creation is tried again.
 pub const SEGMENT_CREATE_RETRY_MS: u64 = 100;
 

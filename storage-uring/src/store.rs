@@ -88,11 +88,12 @@ use crate::index_file::{
 };
 use crate::limits::{
     CHECKPOINT_FILE_SIZE, CHECKPOINT_INTERVAL_MS_DEFAULT, CLEAN_RESOURCE_INTERVAL_MS_DEFAULT,
-    COMMIT_LOG_SEGMENT_SIZE_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX,
-    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS,
-    FLUSH_INTERVAL_MS_DEFAULT, GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX,
-    GET_MESSAGES_SCAN_ENTRIES_MAX, MESSAGE_SIZE_MAX_BYTES, RETENTION_QUEUES_PER_TURN_MAX,
-    SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
+    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_DEFAULT,
+    COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+    DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS, FLUSH_INTERVAL_MS_DEFAULT,
+    GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX, GET_MESSAGES_SCAN_ENTRIES_MAX,
+    MESSAGE_SIZE_MAX_BYTES, RETENTION_QUEUES_PER_TURN_MAX, SHUTDOWN_POLL_ROUNDS_MAX,
+    SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
 };
 use crate::retention::RetentionConfig;
 
@@ -138,6 +139,12 @@ pub struct StoreConfig {
     pub retention: RetentionConfig,
     /// `cleanResourceInterval`: how often retention runs.
     pub clean_resource_interval_ms: u64,
+    /// CommitLog segments retention retires that are kept as spares and
+    /// renamed into later segments, so that appends land on written extents
+    /// (ringmq's own setting; 0 unlinks every retired segment). Spares still
+    /// count as used disk space; a retention run on a disk over
+    /// `diskMaxUsedSpaceRatio` unlinks instead.
+    pub commit_log_recycle_segments: usize,
     /// Offset of the broker's local time from UTC, in minutes: `deleteWhen`
     /// hours are local hours, as in RocketMQ (the store reads no clock or
     /// time zone itself).
@@ -164,6 +171,7 @@ impl StoreConfig {
             index_geometry: IndexGeometry::ROCKETMQ,
             retention: RetentionConfig::default(),
             clean_resource_interval_ms: CLEAN_RESOURCE_INTERVAL_MS_DEFAULT,
+            commit_log_recycle_segments: COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT,
             time_zone_offset_minutes: 0,
         }
     }
@@ -474,6 +482,7 @@ impl<D: Disk> Store<D> {
             flush_mode: config.flush_mode,
             flush_interval_ms: config.flush_interval_ms,
             tail_cache_bytes: config.tail_cache_bytes,
+            recycle_segments_max: config.commit_log_recycle_segments,
         };
         let mut dispatcher = recover::Dispatcher {
             queues: &mut queues,
@@ -1018,7 +1027,12 @@ impl<D: Disk> Store<D> {
     /// then the index, below the new CommitLog min offset.
     fn run_retention_step(&mut self) -> Result<(), StorageError> {
         if let Some(&base) = self.retention_queue.front() {
-            match self.commit_log.remove_segment(&mut self.disk, base)? {
+            // A disk over its max used ratio needs the space back: no spares.
+            let recycle = self.disk_usage_ratio <= self.config.retention.max_used_ratio();
+            match self
+                .commit_log
+                .remove_segment(&mut self.disk, base, recycle)?
+            {
                 SegmentRemoval::Removed => {
                     self.retention_queue.pop_front();
                     self.retention_stats.segments_removed += 1;
@@ -1484,6 +1498,7 @@ impl<D: Disk> Store<D> {
                 "shutdown after a commit log failure; recovery will run at the next start"
             );
         } else {
+            self.commit_log.zero_block_after_clean_end(&mut self.disk)?;
             self.write_checkpoint_sync()?;
             checkpoint::remove_abort(&mut self.disk, &self.files)?;
         }
@@ -1581,6 +1596,15 @@ impl<D: Disk> Disk for BackgroundRemovals<'_, D> {
         path: &std::path::Path,
     ) -> Result<(), crate::disk::DiskError> {
         self.disk.submit_remove(op_id, path)
+    }
+    fn submit_rename(
+        &mut self,
+        op_id: OpId,
+        from: &std::path::Path,
+        to: &std::path::Path,
+        open: Option<crate::disk::OpenOptions>,
+    ) -> Result<(), crate::disk::DiskError> {
+        self.disk.submit_rename(op_id, from, to, open)
     }
     fn poll(
         &mut self,

@@ -5,6 +5,9 @@
 //! rounds per seed. Checked after every recovery: every record acknowledged
 //! Ok is there byte for byte; every record reachable through a ConsumeQueue
 //! passes its CRC and agrees with its entry; queue offsets are dense.
+//! A third of the seeds run retention at every chance (fileReservedTime 0)
+//! with retired segments recycled as spares, and shut down cleanly in some
+//! rounds, so recovery meets recycled segments full of stale records.
 //!
 //! `RINGMQ_SEED=<n>` replays one seed; `RINGMQ_SEEDS=<n>` runs n seeds.
 
@@ -50,6 +53,17 @@ fn config(mode: FlushMode, shard_id: u8) -> StoreConfig {
         hash_slot_count: 1024,
         entry_count_max: 8192,
     };
+    config
+}
+
+/// [`config`] with retention deleting every segment behind the active one
+/// as soon as it may, into a pool of two spares.
+fn recycling_config(mode: FlushMode, shard_id: u8) -> StoreConfig {
+    let mut config = config(mode, shard_id);
+    config.retention.file_reserved_time_hours = 0;
+    config.retention.delete_when_hours = (0..24).collect();
+    config.clean_resource_interval_ms = 0;
+    config.commit_log_recycle_segments = 2;
     config
 }
 
@@ -116,10 +130,14 @@ struct Harness {
     rng: SimRng,
     mode: FlushMode,
     shard_id: u8,
+    /// Retention with recycled segments ([`recycling_config`]).
+    recycling: bool,
     now_ms: u64,
     acked: Vec<Acked>,
     sent: BTreeMap<u64, Sent>,
     acks: Vec<AppendAck>,
+    /// Acknowledgements of a clean shutdown, for the next open.
+    shutdown_acks: Vec<AppendAck>,
 }
 
 impl Harness {
@@ -176,8 +194,21 @@ impl Harness {
         }
     }
 
+    fn config(&self) -> StoreConfig {
+        if self.recycling {
+            recycling_config(self.mode, self.shard_id)
+        } else {
+            config(self.mode, self.shard_id)
+        }
+    }
+
     fn poll(&mut self, store: &mut Store<SimDisk>) {
-        self.now_ms += self.rng.below(4);
+        // Retention runs at most once a second (the disk space check).
+        self.now_ms += if self.recycling {
+            self.rng.below(400)
+        } else {
+            self.rng.below(4)
+        };
         let mut acks = std::mem::take(&mut self.acks);
         store.poll(self.now_ms, &mut acks).unwrap();
         for ack in acks.drain(..) {
@@ -220,10 +251,12 @@ impl Harness {
         }
     }
 
-    /// Every acked record is there byte for byte; the queues are consistent.
+    /// Every acked record retention kept is there byte for byte; the queues
+    /// are consistent.
     fn verify(&self, store: &mut Store<SimDisk>) {
         let seed = self.seed;
-        for acked in &self.acked {
+        let log_min = store.commit_log_min_offset();
+        for acked in self.acked.iter().filter(|a| a.commit_log_offset >= log_min) {
             let bytes = store.read_record(acked.commit_log_offset).unwrap();
             assert_eq!(
                 bytes.as_deref(),
@@ -276,6 +309,20 @@ impl Harness {
                 let result = store
                     .get_messages(TOPIC, queue_id, offset, 32, 1 << 20, None)
                     .unwrap();
+                if result.status == GetMessageStatus::MessageWasRemoving {
+                    let entry = store
+                        .consume_queues()
+                        .get(TOPIC, queue_id)
+                        .and_then(|q| q.entry(offset))
+                        .unwrap();
+                    assert!(
+                        entry.commit_log_offset < log_min,
+                        "seed {seed}: queue {queue_id} at {offset}: {entry:?} is above {log_min}"
+                    );
+                    assert!(result.next_begin_offset > offset, "seed {seed}");
+                    offset = result.next_begin_offset;
+                    continue;
+                }
                 assert_eq!(
                     result.status,
                     GetMessageStatus::Found,
@@ -337,6 +384,10 @@ struct Coverage {
     derived_kept: usize,
     /// Abnormal recoveries that rebuilt them from the whole CommitLog.
     derived_rebuilt: usize,
+    /// Segments made from a spare (a retired segment).
+    segments_recycled: u64,
+    /// Normal restarts after a clean shutdown (recycling seeds only).
+    clean_restarts: usize,
 }
 
 fn run_seed(seed: u64, coverage: &mut Coverage) {
@@ -350,20 +401,42 @@ fn run_seed(seed: u64, coverage: &mut Coverage) {
     let mut sim = SimConfig::new(seed);
     sim.complete_percent = 30 + rng.below(60);
     let mut disk = SimDisk::new(sim);
+    let recycling = rng.below(4) == 0;
     let mut h = Harness {
         seed,
         rng,
         mode,
         shard_id,
+        recycling,
         now_ms: 1_000,
         acked: Vec::new(),
         sent: BTreeMap::new(),
         acks: Vec::new(),
+        shutdown_acks: Vec::new(),
     };
     let rounds = 2 + h.rng.below(3);
+    let mut clean = false;
     for round in 0..=rounds {
-        let (mut store, report) = Store::open(disk, config(h.mode, h.shard_id), h.now_ms)
+        let (mut store, report) = Store::open(disk, h.config(), h.now_ms)
             .unwrap_or_else(|e| panic!("seed {seed} round {round}: open failed: {e}"));
+        if clean {
+            assert!(
+                !report.abnormal,
+                "seed {seed}: a clean shutdown reopens normally"
+            );
+            assert!(
+                matches!(
+                    report.recovery.scan.stop,
+                    ScanStop::Zeros | ScanStop::EndOfSegments
+                ) && !report.recovery.fenced,
+                "seed {seed}: a clean shutdown ends at zeros: {:?}",
+                report.recovery
+            );
+            coverage.clean_restarts += 1;
+            for ack in std::mem::take(&mut h.shutdown_acks) {
+                h.on_ack(&mut store, ack);
+            }
+        }
         coverage.fenced += usize::from(report.recovery.fenced);
         coverage.derived_kept += usize::from(report.abnormal && !report.derived_rebuilt);
         coverage.derived_rebuilt += usize::from(report.derived_rebuilt);
@@ -376,15 +449,35 @@ fn run_seed(seed: u64, coverage: &mut Coverage) {
             coverage.acked += h.acked.len();
             return;
         }
-        if h.rng.below(10) == 0 {
+        let faulty = h.rng.below(10) == 0;
+        if faulty {
             store.disk_mut().faults_mut().write_eio_nth = Some(1 + h.rng.below(10));
         }
-        let steps = 10 + h.rng.below(60);
+        let steps = if h.recycling {
+            60 + h.rng.below(120)
+        } else {
+            10 + h.rng.below(60)
+        };
         for _ in 0..steps {
             match h.rng.below(10) {
                 0..=5 => h.append(&mut store),
                 _ => h.poll(&mut store),
             }
+        }
+        coverage.segments_recycled += store.commit_log().segment_stats().recycled;
+        // A store failed by a write error keeps its abort file.
+        clean = h.recycling && !faulty && h.rng.below(3) == 0;
+        if clean {
+            let mut acks = std::mem::take(&mut h.acks);
+            disk = store.shutdown(h.now_ms, &mut acks).unwrap();
+            assert_eq!(
+                acks.len(),
+                h.sent.len(),
+                "seed {seed}: shutdown left appends unacknowledged"
+            );
+            // Checked (read back) once the store is open again.
+            h.shutdown_acks = acks;
+            continue;
         }
         h.sent.clear();
         let kind = match h.mode {
@@ -436,6 +529,14 @@ fn acknowledged_records_survive_the_crashes_their_flush_mode_promises() {
         assert!(
             coverage.crashes_mid_creation > 0,
             "no crash between the steps of a segment creation: {coverage:?}"
+        );
+        assert!(
+            coverage.segments_recycled > 0,
+            "no segment was made from a spare: {coverage:?}"
+        );
+        assert!(
+            coverage.clean_restarts > 0,
+            "no clean restart of a recycling store: {coverage:?}"
         );
         assert!(
             coverage.derived_kept > coverage.derived_rebuilt,
@@ -528,5 +629,72 @@ fn records_larger_than_a_scan_read_are_recovered_whole_after_a_kill() {
     assert_eq!(store.queue_max_offset(TOPIC, 0), sizes.len() as u64);
     for (ticket, body) in &tickets {
         assert_body(&mut store, ticket.commit_log_offset, body);
+    }
+}
+
+#[test]
+fn retired_segments_become_later_segments_and_a_clean_end_in_one_reopens_at_zeros() {
+    let store_config = recycling_config(FlushMode::Async, 0);
+    let size = store_config.segment_size_bytes;
+    let dir = std::path::PathBuf::from("/store/commitlog/0");
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(91)), store_config, 0).unwrap();
+    // Records of exactly 1 KiB: every fourth one ends on a block boundary.
+    let mut body = vec![3u8; 900];
+    let probe = store.append(&tagged_message(0, &body), 0).unwrap();
+    body.resize(body.len() + 1024 - probe.wrote_bytes as usize, 3);
+    let mut now_ms = 0;
+    let mut acks = Vec::new();
+    let mut tickets = Vec::new();
+    // Until the active segment is a renamed spare, with its old records
+    // past the end, and the end is on a block boundary.
+    loop {
+        let ticket = store.append(&tagged_message(0, &body), now_ms).unwrap();
+        assert_eq!(ticket.wrote_bytes, 1024);
+        tickets.push(ticket);
+        now_ms += 50;
+        store.poll(now_ms, &mut acks).unwrap();
+        let stats = store.commit_log().segment_stats();
+        let end = store.commit_log().encoded_offset();
+        if stats.recycled >= 2 && end % 4096 == 0 && end % size > 8192 {
+            break;
+        }
+    }
+    let stats = store.commit_log().segment_stats();
+    assert!(stats.spared >= 2, "{stats:?}");
+    let end = store.commit_log().encoded_offset();
+    let mut shutdown_acks = Vec::new();
+    let disk = store.shutdown(now_ms, &mut shutdown_acks).unwrap();
+    acks.extend(shutdown_acks);
+    assert!(acks.iter().all(|a| a.status == AckStatus::Ok));
+    let image = disk.snapshot();
+    let segment = &image.files[&dir.join(ringmq_storage::commit_log::segment::segment_file_name(
+        end / size * size,
+    ))];
+    let at = (end % size) as usize;
+    assert!(
+        segment[at..at + 4096].iter().all(|b| *b == 0),
+        "the block after a clean end on a block boundary is zeroed"
+    );
+    assert!(
+        segment[at + 4096..].iter().any(|b| *b != 0),
+        "the active segment holds stale records past the end"
+    );
+    let (mut store, report) =
+        Store::open(disk, recycling_config(FlushMode::Async, 0), now_ms).unwrap();
+    assert!(!report.abnormal);
+    assert_eq!(report.recovery.scan.stop, ScanStop::Zeros);
+    assert!(!report.recovery.fenced);
+    assert_eq!(
+        report.recovery.append_from, end,
+        "appends continue at the end"
+    );
+    let log_min = store.commit_log_min_offset();
+    let kept: Vec<_> = tickets
+        .iter()
+        .filter(|t| t.commit_log_offset >= log_min)
+        .collect();
+    assert!(!kept.is_empty());
+    for ticket in kept {
+        assert_body(&mut store, ticket.commit_log_offset, &body);
     }
 }

@@ -1204,3 +1204,65 @@ fn background_create_and_remove_run_through_the_ring() {
     );
     assert_eq!(disk.in_flight(), 0);
 }
+
+#[test]
+fn background_rename_moves_a_file_and_can_open_it_as_it_is() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("background-rename");
+    let (old, spare, new) = (
+        dir.path("00000000000000000000"),
+        dir.path("00000000000000000000.spare"),
+        dir.path("00000000000001048576"),
+    );
+    let file = disk
+        .open(&old, OpenOptions::create_direct(1 << 20))
+        .unwrap();
+    let data = pattern(2 * BLOCK_SIZE, 9);
+    let write = DiskOp::Write {
+        file,
+        file_offset: 4096,
+        buf: filled_buf(&data),
+        buf_range: 0..data.len(),
+    };
+    disk.submit(id(1), write, false).unwrap();
+    wait_for(&mut disk, 1);
+    disk.close(file).unwrap();
+    // Without open: the file only moves.
+    disk.submit_rename(id(2), &old, &spare, None).unwrap();
+    let done = wait_for(&mut disk, 1);
+    assert_eq!(done[0].op_id, id(2));
+    assert_eq!(*done[0].result.as_ref().unwrap(), 0);
+    assert!(!old.exists() && spare.exists());
+    // With open: the renamed file is open, its bytes and length kept.
+    disk.submit_rename(id(3), &spare, &new, Some(OpenOptions::existing_direct()))
+        .unwrap();
+    let done = wait_for(&mut disk, 1);
+    let file = ringmq_storage::disk::created_file_id(*done[0].result.as_ref().unwrap());
+    assert!(!spare.exists());
+    assert!(disk.is_o_direct(file).unwrap());
+    assert_eq!(disk.file_size(file).unwrap(), 1 << 20);
+    let read = DiskOp::Read {
+        file,
+        file_offset: 4096,
+        buf: AlignedBuf::new(data.len()),
+        len: data.len(),
+    };
+    disk.submit(id(4), read, false).unwrap();
+    let buf = wait_for(&mut disk, 1).pop().unwrap().buf.unwrap();
+    assert_eq!(buf.as_slice(), &data[..]);
+    disk.close(file).unwrap();
+    // A missing source fails with its errno, and nothing is left open.
+    disk.submit_rename(id(5), &spare, &old, Some(OpenOptions::existing_direct()))
+        .unwrap();
+    let done = wait_for(&mut disk, 1);
+    assert!(
+        done[0]
+            .result
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::ENOENT)),
+        "{:?}",
+        done[0].result
+    );
+}

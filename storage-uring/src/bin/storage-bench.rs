@@ -37,6 +37,11 @@
 //!    CPU time of the appending thread during the phase, and `cpu_us_per_mb`
 //!    their sum over the MB acknowledged: the append path's CPU cost, which
 //!    varies much less from run to run than the disk does.
+//!    With `--warmup-seconds` the counters start after that many seconds of
+//!    appends. `--eager-retention` retires every segment behind the active
+//!    one as soon as it is durable, as a store at its disk budget does, so
+//!    that after the first segments new ones are renamed spares
+//!    (`segments_recycled`) whose extents are written.
 //! 3. Recover (`--recover`): marks the store as not shut down (abort file)
 //!    and times the abnormal recovery of `Store::open`. `recover_log_bytes`
 //!    is the CommitLog recovered, `recover_scan_bytes` what the scan read
@@ -64,7 +69,9 @@ use ringmq_storage::checkpoint::ShardFiles;
 use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, OpenOptions, Wait};
 use ringmq_storage::error::StorageError;
-use ringmq_storage::limits::{COMMITS_IN_FLIGHT_MAX, WRITE_BUFFER_SIZE};
+use ringmq_storage::limits::{
+    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMITS_IN_FLIGHT_MAX, WRITE_BUFFER_SIZE,
+};
 use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreFlushMode};
 
 /// Size of the floor's scratch file (writes wrap around inside it).
@@ -142,6 +149,21 @@ struct Args {
     /// (unwritten) extents under sustained load.
     #[arg(long, default_value_t = 0)]
     idle_seconds: u64,
+    /// Seconds of appends before the measured `--seconds` start (counters,
+    /// histogram and CPU times cover only what follows).
+    #[arg(long, default_value_t = 0)]
+    warmup_seconds: u64,
+    /// Retention as a store at its disk budget runs it: every segment
+    /// behind the active one is retired as soon as it is durable
+    /// (fileReservedTime 0, deleteWhen every hour, run every second), into
+    /// the spare pool of `--recycle-segments`, so that later segments are
+    /// renamed spares whose extents are written.
+    #[arg(long)]
+    eager_retention: bool,
+    /// Spare pool of retired segments (the store's
+    /// `commit_log_recycle_segments`).
+    #[arg(long, default_value_t = COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT)]
+    recycle_segments: usize,
     /// Development only: allow a file system without O_DIRECT.
     #[arg(long)]
     allow_buffered: bool,
@@ -223,6 +245,9 @@ fn main() -> anyhow::Result<()> {
     report.int("seconds", args.seconds);
     report.int("appends_per_turn", args.appends_per_turn as u64);
     report.int("idle_seconds", args.idle_seconds);
+    report.int("warmup_seconds", args.warmup_seconds);
+    report.int("eager_retention", u64::from(args.eager_retention));
+    report.int("recycle_segments", args.recycle_segments as u64);
     report.int("zero_fill", u64::from(args.zero_fill));
     if args.floor_seconds > 0 {
         measure_floor(&args, &mut report).context("measuring the disk floor")?;
@@ -555,6 +580,12 @@ fn store_config(args: &Args) -> StoreConfig {
         Flush::Async => StoreFlushMode::Async,
     };
     config.segment_size_bytes = args.segment_size;
+    config.commit_log_recycle_segments = args.recycle_segments;
+    if args.eager_retention {
+        config.retention.file_reserved_time_hours = 0;
+        config.retention.delete_when_hours = (0..24).collect();
+        config.clean_resource_interval_ms = 0;
+    }
     config
 }
 
@@ -589,13 +620,28 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let mut acks = Vec::new();
     let mut record_bytes = 0u64;
     let (mut acked, mut flush_timeouts) = (0u64, 0u64);
-    let stats_before = store.disk().ring().stats();
-    let commits_before = store.commit_log().appender().commit_count();
-    let cpu_before = thread_cpu_time()?;
-    let start = Instant::now();
-    let end = start + Duration::from_secs(args.seconds);
+    let mut stats_before = store.disk().ring().stats();
+    let mut commits_before = store.commit_log().appender().commit_count();
+    let mut segments_before = store.commit_log().segment_stats();
+    let mut cpu_before = thread_cpu_time()?;
+    let mut start = Instant::now();
+    let mut warmup_until = Some(start + Duration::from_secs(args.warmup_seconds));
+    let end = start + Duration::from_secs(args.warmup_seconds + args.seconds);
     let mut running = true;
     loop {
+        if let Some(until) = warmup_until
+            && Instant::now() >= until
+        {
+            // The measured phase starts: what the warm-up did is not counted.
+            warmup_until = None;
+            histogram.reset();
+            (acked, flush_timeouts) = (0, 0);
+            stats_before = store.disk().ring().stats();
+            commits_before = store.commit_log().appender().commit_count();
+            segments_before = store.commit_log().segment_stats();
+            cpu_before = thread_cpu_time()?;
+            start = Instant::now();
+        }
         // One loop turn, as a shard's would be: a bounded number of appends
         // (one clock reading for their timestamps), then a ring turn that
         // submits them; it waits only when nothing more may be appended.
@@ -695,8 +741,23 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report.int("flush_timeouts", flush_timeouts);
     report.int("ring_stalls", stats.stalls - stats_before.stalls);
     let segments = store.commit_log().segment_stats();
-    report.int("segments_created_ahead", segments.created_ahead);
-    report.int("rollovers_waited", segments.rollovers_waited);
+    report.int(
+        "segments_created_ahead",
+        segments.created_ahead - segments_before.created_ahead,
+    );
+    report.int(
+        "rollovers_waited",
+        segments.rollovers_waited - segments_before.rollovers_waited,
+    );
+    report.int(
+        "segments_recycled",
+        segments.recycled - segments_before.recycled,
+    );
+    report.int("segments_spared", segments.spared - segments_before.spared);
+    report.int(
+        "segments_removed",
+        segments.removed - segments_before.removed,
+    );
     if args.recover {
         drop(store);
     } else {

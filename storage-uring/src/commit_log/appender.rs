@@ -25,9 +25,18 @@
 //! joins the next one. Positions advance over the in-order prefix of
 //! completed commits.
 //!
+//! The segment barrier: no write goes into a segment before everything up
+//! to its start is durable (ASYNC_FLUSH asks for an fdatasync at once when
+//! appends wait at the barrier). A recycled segment holds BLANK markers of
+//! its earlier life; without the barrier a crash could keep a later
+//! segment's records and lose the end of this one, and recovery could step
+//! over a stale BLANK into them. It costs one pipeline drain per segment.
+//!
 //! # Invariants
 //! - `encoded >= submitted >= written >= durable` (shard-local offsets),
 //!   asserted at every change; each only grows.
+//! - No write into a segment is submitted while `durable` is below its
+//!   start.
 //! - The acknowledgeable position is `written` (ASYNC_FLUSH) or `durable`
 //!   (SYNC_FLUSH); nothing past it is acknowledged or readable.
 //! - A sealed or active buffer's bytes `[base, data_end)` equal the
@@ -116,6 +125,9 @@ pub(crate) const SEQ_READ: u64 = 4;
 pub(crate) const SEQ_SEGMENT_CREATE: u64 = 5;
 /// Kind of the background removal of a segment (retention).
 pub(crate) const SEQ_SEGMENT_REMOVE: u64 = 6;
+/// Kind of the background rename of a retired segment into a spare
+/// (counter: its base over the segment size).
+pub(crate) const SEQ_SEGMENT_SPARE: u64 = 7;
 
 /// An OpId of kind `kind` with a counter.
 pub(crate) fn commit_log_op_id(kind: u64, counter: u64) -> OpId {
@@ -128,6 +140,11 @@ pub(crate) fn commit_log_op_id(kind: u64, counter: u64) -> OpId {
 /// The kind of a CommitLog OpId.
 pub(crate) fn op_kind(op_id: OpId) -> u64 {
     op_id.seq() >> SEQ_KIND_SHIFT
+}
+
+/// The counter of a CommitLog OpId.
+pub(crate) fn op_counter(op_id: OpId) -> u64 {
+    op_id.seq() & ((1 << SEQ_KIND_SHIFT) - 1)
 }
 
 /// The append state machine.
@@ -411,6 +428,16 @@ impl Appender {
                 self.spare.push(wb.buf);
                 continue;
             }
+            if wb.segment_base > self.durable {
+                // The segment barrier (module doc): the one before must be
+                // durable first. ASYNC_FLUSH asks for its fdatasync now.
+                let segment_base = wb.segment_base;
+                self.sealed.push_front(wb);
+                if self.mode == FlushMode::Async && self.written >= segment_base {
+                    self.start_flush(disk)?;
+                }
+                break;
+            }
             // A buffer ending in a BLANK is its segment's last: its partial
             // block belongs to no later buffer, so it is always written whole.
             let segment_last = wb.end > wb.data_end;
@@ -574,7 +601,7 @@ impl Appender {
             self.spare.push(buf);
         }
         let kind = op_kind(op_id);
-        let counter = op_id.seq() & ((1 << SEQ_KIND_SHIFT) - 1);
+        let counter = op_counter(op_id);
         let before = self.ack_position();
         if let Err(error) = result {
             if self.failed.is_none() {

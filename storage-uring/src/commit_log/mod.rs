@@ -5,6 +5,7 @@
 //!  <root>/commitlog/<shard>/00000000000000000000   [rec][rec]...[BLANK ...]
 //!                           00000000001073741824   [rec][rec][rec]..  <- active
 //!                           00000000002147483648   (created ahead of need)
+//!                           00000000000000000000.spare  (retired, for reuse)
 //! ```
 //!
 //! Offsets inside the shard ("local") grow from 0 and name the segments.
@@ -26,6 +27,13 @@
 //! - After an abnormal recovery, appends continue in a fresh zero-filled
 //!   segment (the torn tail is fenced off by a durable BLANK marker), so no
 //!   stale bytes from before the crash can ever follow a new record.
+//! - Retired segments may come back as later segments (spares, renamed by
+//!   [`CommitLogConfig::recycle_segments_max`]): their stale records carry a
+//!   PHYSICALOFFSET below their new position, which no scan accepts; a
+//!   clean shutdown leaves at least 8 zero bytes after the end
+//!   ([`CommitLog::zero_block_after_clean_end`]); and the segment barrier
+//!   ([`appender`]) keeps a stale BLANK from leading a scan into records
+//!   whose predecessors were lost.
 
 pub mod appender;
 pub mod crc_combine;
@@ -40,7 +48,7 @@ use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank}
 
 use self::appender::{
     Appender, FlushMode, Progress, SEQ_READ, SEQ_SEGMENT_CREATE, SEQ_SEGMENT_REMOVE,
-    commit_log_op_id, op_kind,
+    SEQ_SEGMENT_SPARE, commit_log_op_id, op_counter, op_kind,
 };
 use self::reader::TailCache;
 use self::recovery::{ScanOutcome, ScanStop, scan};
@@ -94,6 +102,9 @@ pub struct CommitLogConfig {
     pub flush_interval_ms: u64,
     /// Tail cache size.
     pub tail_cache_bytes: usize,
+    /// Segments retention retires that are kept as spares, to become later
+    /// segments by a rename (0: retired segments are unlinked).
+    pub recycle_segments_max: usize,
 }
 
 /// What recovery found and did.
@@ -135,8 +146,12 @@ pub struct SegmentStats {
     pub rollovers_waited: u64,
     /// Background creations that failed (retried).
     pub create_failures: u64,
-    /// Segments removed by retention.
+    /// Segments removed by retention (unlinked or kept as spares).
     pub removed: u64,
+    /// Removed segments kept as spares.
+    pub spared: u64,
+    /// Segments made from a spare instead of a new file.
+    pub recycled: u64,
 }
 
 /// One shard's CommitLog (see the module doc).
@@ -167,8 +182,15 @@ pub struct CommitLog {
     /// Store timestamp of the first record of each segment (by base), where
     /// known: retention's age of the segment before it.
     first_store_timestamps: std::collections::BTreeMap<u64, i64>,
-    /// Segment removals in flight (retention).
+    /// Segment removals in flight (retention), renames into spares
+    /// included.
     removing: usize,
+    /// Spares ready to become the next segment, oldest first.
+    spares: Vec<PathBuf>,
+    /// Renames into spares in flight.
+    sparing: usize,
+    /// The segment being created comes from a spare.
+    reusing: bool,
     stats: SegmentStats,
 }
 
@@ -215,7 +237,10 @@ impl CommitLog {
         let mut outcome = scan_at(disk, scan_from)?;
         if scan_from > segment_start
             && outcome.record_count == 0
-            && matches!(outcome.stop, ScanStop::Invalid { .. })
+            && matches!(
+                outcome.stop,
+                ScanStop::Invalid { .. } | ScanStop::Stale { .. }
+            )
         {
             tracing::warn!(
                 scan_from,
@@ -273,6 +298,7 @@ impl CommitLog {
             &partial,
             buffer_size,
         );
+        let spares = segments.open_spares(disk, config.recycle_segments_max)?;
         let min_offset = segments.segments().first().map_or(0, |s| s.base);
         let mut first_store_timestamps = std::collections::BTreeMap::new();
         for segment in segments.segments() {
@@ -306,6 +332,9 @@ impl CommitLog {
             create_failed: false,
             first_store_timestamps,
             removing: 0,
+            spares,
+            sparing: 0,
+            reusing: false,
             stats: SegmentStats::default(),
         };
         Ok((log, report))
@@ -616,16 +645,23 @@ impl CommitLog {
         }
     }
 
-    /// Submits the background creation of the segment at `base`.
+    /// Submits the background creation of the segment at `base`: the
+    /// rename of a spare when there is one (its extents are written, so
+    /// appends into it convert none), else a new preallocated file.
     fn start_create(&mut self, disk: &mut impl Disk, base: u64) -> Result<(), StorageError> {
         assert!(self.creating.is_none(), "one segment creation at a time");
         let size = self.config.segment_size_bytes;
         let path = self.segments.dir().join(segment::segment_file_name(base));
-        disk.submit_create(
-            commit_log_op_id(SEQ_SEGMENT_CREATE, base / size),
-            &path,
-            OpenOptions::create_direct(size),
-        )?;
+        let op_id = commit_log_op_id(SEQ_SEGMENT_CREATE, base / size);
+        if let Some(spare) = self.spares.pop() {
+            // Stale records in it carry their old PHYSICALOFFSET, so no
+            // scan takes them for records of this segment.
+            disk.submit_rename(op_id, &spare, &path, Some(OpenOptions::existing_direct()))?;
+            self.reusing = true;
+        } else {
+            disk.submit_create(op_id, &path, OpenOptions::create_direct(size))?;
+            self.reusing = false;
+        }
         self.creating = Some(base);
         Ok(())
     }
@@ -645,6 +681,9 @@ impl CommitLog {
                 let path = self.segments.dir().join(segment::segment_file_name(base));
                 self.segments.push_created(base, created_file_id(id), path);
                 self.stats.created_ahead += 1;
+                if self.reusing {
+                    self.stats.recycled += 1;
+                }
                 Ok(())
             }
             Err(error) => {
@@ -730,6 +769,25 @@ impl CommitLog {
                 }
                 Progress::default()
             }
+            SEQ_SEGMENT_SPARE => {
+                self.removing -= 1;
+                self.sparing -= 1;
+                let size = self.config.segment_size_bytes;
+                let base = op_counter(completion.op_id) * size;
+                match completion.result {
+                    Ok(_) => {
+                        let spare = self.segments.dir().join(segment::spare_file_name(base));
+                        self.spares.insert(0, spare);
+                        self.stats.spared += 1;
+                    }
+                    Err(error) => tracing::warn!(
+                        %error,
+                        base,
+                        "keeping an expired commit log segment as a spare failed"
+                    ),
+                }
+                Progress::default()
+            }
             _ => self.appender.on_completion(
                 disk,
                 completion.op_id,
@@ -780,7 +838,9 @@ impl CommitLog {
     /// Retention: detaches the oldest segment if it is at `base`, is not the
     /// active one, and all of it is durable, and starts removing its file in
     /// the background; the min offset moves past it at once (reads below it
-    /// answer None).
+    /// answer None). With `recycle` and room in the spare pool
+    /// ([`CommitLogConfig::recycle_segments_max`]) the file is renamed into
+    /// a spare instead of unlinked.
     ///
     /// # Errors
     /// Disk errors closing the file or queueing the removal.
@@ -788,6 +848,7 @@ impl CommitLog {
         &mut self,
         disk: &mut impl Disk,
         base: u64,
+        recycle: bool,
     ) -> Result<SegmentRemoval, StorageError> {
         let size = self.config.segment_size_bytes;
         let Some(first) = self.segments.segments().first() else {
@@ -803,10 +864,21 @@ impl CommitLog {
         disk.close(segment.file)?;
         self.min_offset = base + size;
         self.first_store_timestamps.remove(&base);
-        disk.submit_remove(
-            commit_log_op_id(SEQ_SEGMENT_REMOVE, base / size),
-            &segment.path,
-        )?;
+        if recycle && self.spares.len() + self.sparing < self.config.recycle_segments_max {
+            let spare = self.segments.dir().join(segment::spare_file_name(base));
+            disk.submit_rename(
+                commit_log_op_id(SEQ_SEGMENT_SPARE, base / size),
+                &segment.path,
+                &spare,
+                None,
+            )?;
+            self.sparing += 1;
+        } else {
+            disk.submit_remove(
+                commit_log_op_id(SEQ_SEGMENT_REMOVE, base / size),
+                &segment.path,
+            )?;
+        }
         self.removing += 1;
         self.stats.removed += 1;
         Ok(SegmentRemoval::Removed)
@@ -913,6 +985,55 @@ impl CommitLog {
     pub fn close(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
         self.appender.release_buffers(disk);
         self.segments.close_all(disk)?;
+        Ok(())
+    }
+
+    /// Clean shutdown, when idle: makes the end mid-segment followed by
+    /// at least 8 zero bytes, so that the normal restart's scan stops there
+    /// as at a clean end. A commit zero-fills its partial last block; when
+    /// fewer than 8 bytes of it follow the end (none for an end on a block
+    /// boundary) this writes (and syncs) one zero block after it, over
+    /// whatever a recycled segment held.
+    ///
+    /// # Errors
+    /// Disk errors of the write or fdatasync.
+    pub fn zero_block_after_clean_end(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
+        let end = self.appender.encoded();
+        let base = self.appender.active_segment_base();
+        let block = end.next_multiple_of(BLOCK_SIZE as u64);
+        if self.appender.failure().is_some()
+            || !self.appender.is_idle()
+            || end + BLANK_SIZE as u64 <= block
+            || block >= base + self.config.segment_size_bytes
+        {
+            return Ok(());
+        }
+        let file = self
+            .segments
+            .get(base)
+            .expect("the active segment is open")
+            .file;
+        let mut buf = disk.buffer(BLOCK_SIZE);
+        buf.as_full_mut_slice()[..BLOCK_SIZE].fill(0);
+        buf.set_len(BLOCK_SIZE);
+        let op = DiskOp::Write {
+            file,
+            file_offset: block - base,
+            buf,
+            buf_range: 0..BLOCK_SIZE,
+        };
+        let mut stash = Vec::new();
+        let (_, buf) = run_sync(disk, commit_log_op_id(SEQ_READ, 0), op, &mut stash)?;
+        if let Some(buf) = buf {
+            disk.recycle(buf);
+        }
+        run_sync(
+            disk,
+            commit_log_op_id(SEQ_READ, 1),
+            DiskOp::Fdatasync { file },
+            &mut stash,
+        )?;
+        self.stash.append(&mut stash);
         Ok(())
     }
 }

@@ -5,7 +5,9 @@
 //! PHYSICALOFFSET equals the record's position and, where BODYCRC is
 //! verified, the whole-record CRC property ([`super::record_crc`]; RocketMQ's
 //! `forceVerifyPropCRC`), hands each valid record to a
-//! visitor, and stops at the first invalid one.
+//! visitor, and stops at the first invalid one. A recycled segment holds
+//! records of its earlier life past the end; their PHYSICALOFFSET is below
+//! their position, so they end the scan ([`ScanStop::Stale`]).
 //!
 //! ```text
 //!  segment N:  [rec][rec][rec][BLANK .........]   -> continue in N+1
@@ -39,6 +41,13 @@ pub enum ScanStop {
     Zeros,
     /// The last segment ended with a BLANK marker.
     EndOfSegments,
+    /// A valid record of the file's earlier life (a recycled segment): its
+    /// PHYSICALOFFSET is below its position. After a clean shutdown this is
+    /// the clean end, as zeros are.
+    Stale {
+        /// The record's PHYSICALOFFSET.
+        physical_offset: u64,
+    },
     /// Bytes that are not a valid record (a torn or corrupt tail).
     Invalid {
         /// Why.
@@ -315,7 +324,12 @@ impl<'s> SegmentScanner<'s> {
             match decode_entry(available, crc) {
                 Ok(Decoded::Record(view)) => {
                     let expected = shard_offset(shard_id, outcome.end);
-                    if view.commit_log_offset() as u64 != expected {
+                    let physical_offset = view.commit_log_offset() as u64;
+                    if physical_offset < expected {
+                        outcome.stop = ScanStop::Stale { physical_offset };
+                        return Ok(SegmentEnd::Stopped);
+                    }
+                    if physical_offset != expected {
                         outcome.stop = ScanStop::Invalid {
                             reason: format!(
                                 "PHYSICALOFFSET {} at {expected}",

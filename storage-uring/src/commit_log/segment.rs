@@ -10,8 +10,13 @@
 //!   in `segments`, without gaps.
 //! - Every segment in the set is open and exactly `segment_size` bytes long.
 //! - A segment joins the set only once its creation (open, fallocate, fsync
-//!   of the file and of the directory) is complete; so only the newest file
-//!   can be a creation cut short by a crash, and it never holds data.
+//!   of the file and of the directory, or the rename of a spare and the
+//!   fsync of the directory) is complete; so only the newest file can be a
+//!   creation cut short by a crash, and it holds no data of this life (a
+//!   renamed spare holds records of its earlier one, rejected by their
+//!   PHYSICALOFFSET).
+//! - Spares (`<20-digit old base>.spare`) are not segments: full-size files
+//!   retention retired, kept to be renamed into a later segment.
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +37,21 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
         return None;
     }
     name.parse().ok()
+}
+
+/// Suffix of a spare: a segment file retention retired, kept (full size,
+/// its extents written) to be renamed into a later segment instead of
+/// creating one.
+pub const SPARE_SUFFIX: &str = ".spare";
+
+/// The file name of the spare made from the segment that started at `base`.
+pub fn spare_file_name(base: u64) -> String {
+    format!("{}{SPARE_SUFFIX}", segment_file_name(base))
+}
+
+/// The old base named by a spare's file name, if it is one.
+pub fn parse_spare_file_name(name: &str) -> Option<u64> {
+    parse_segment_file_name(name.strip_suffix(SPARE_SUFFIX)?)
 }
 
 /// One open segment.
@@ -249,6 +269,43 @@ impl SegmentSet {
         Ok(Some(first.base))
     }
 
+    /// The spares in the directory, oldest first, at most `keep_max` of
+    /// them; spares of another size than the segments', and those over
+    /// `keep_max`, are removed.
+    ///
+    /// # Errors
+    /// Disk errors.
+    pub fn open_spares(
+        &mut self,
+        disk: &mut impl Disk,
+        keep_max: usize,
+    ) -> Result<Vec<PathBuf>, StorageError> {
+        let mut bases: Vec<u64> = disk
+            .list_dir(&self.dir)?
+            .iter()
+            .filter_map(|name| parse_spare_file_name(name))
+            .collect();
+        bases.sort_unstable();
+        let mut kept = Vec::new();
+        let mut removed = false;
+        for base in bases {
+            let path = self.dir.join(spare_file_name(base));
+            let file = disk.open(&path, OpenOptions::read_only())?;
+            let size = disk.file_size(file)?;
+            disk.close(file)?;
+            if size == self.segment_size && kept.len() < keep_max {
+                kept.push(path);
+            } else {
+                disk.remove(&path)?;
+                removed = true;
+            }
+        }
+        if removed {
+            disk.sync_dir(&self.dir)?;
+        }
+        Ok(kept)
+    }
+
     /// Closes every segment.
     ///
     /// # Errors
@@ -275,6 +332,48 @@ mod tests {
         );
         assert_eq!(parse_segment_file_name("1073741824"), None);
         assert_eq!(parse_segment_file_name("0000000000107374182x"), None);
+    }
+
+    #[test]
+    fn spare_names_are_not_segment_names_and_parse_back() {
+        assert_eq!(spare_file_name(65536), "00000000000000065536.spare");
+        assert_eq!(
+            parse_spare_file_name("00000000000000065536.spare"),
+            Some(65536)
+        );
+        assert_eq!(parse_segment_file_name("00000000000000065536.spare"), None);
+        assert_eq!(parse_spare_file_name("00000000000000065536"), None);
+    }
+
+    #[test]
+    fn open_spares_keeps_full_size_spares_up_to_the_limit() {
+        let mut disk = SimDisk::new(SimConfig::new(4));
+        let dir = Path::new("/s/commitlog/0");
+        let mut set = SegmentSet::open(&mut disk, dir, 65536).unwrap();
+        for (base, len) in [(0, 65536), (65536, 4096), (131072, 65536), (196608, 65536)] {
+            let file = disk
+                .open(
+                    &dir.join(spare_file_name(base)),
+                    OpenOptions::buffered(Some(len)),
+                )
+                .unwrap();
+            disk.close(file).unwrap();
+        }
+        let spares = set.open_spares(&mut disk, 2).unwrap();
+        assert_eq!(
+            spares,
+            vec![
+                dir.join(spare_file_name(0)),
+                dir.join(spare_file_name(131072))
+            ]
+        );
+        let names = disk.list_dir(dir).unwrap();
+        assert_eq!(
+            names.len(),
+            2,
+            "the short spare and the third one are gone: {names:?}"
+        );
+        assert!(set.segments().is_empty(), "spares are not segments");
     }
 
     #[test]

@@ -407,6 +407,25 @@ pub trait Disk {
     /// [`DiskError::QueueFull`]; a path the disk cannot name.
     fn submit_remove(&mut self, op_id: OpId, path: &Path) -> Result<(), DiskError>;
 
+    /// Starts renaming `from` to `to` (same directory) in the background:
+    /// renameat, then, with `open`, opening `to` as [`Disk::open`] with those
+    /// options would (`open.create_preallocated` must be `None`: the file is
+    /// reused as it is), then fsync of the directory. Completes with the
+    /// opened file's id as `Ok(id)` ([`created_file_id`]) with `open`, else
+    /// `Ok(0)`. A crash before the directory fsync may leave the file under
+    /// either name. On error the file may be under either name and is not
+    /// open.
+    ///
+    /// # Errors
+    /// [`DiskError::QueueFull`]; a path the disk cannot name.
+    fn submit_rename(
+        &mut self,
+        op_id: OpId,
+        from: &Path,
+        to: &Path,
+        open: Option<OpenOptions>,
+    ) -> Result<(), DiskError>;
+
     /// Operations submitted and not yet returned by `poll`.
     fn in_flight(&self) -> usize;
 

@@ -32,14 +32,16 @@
 //! mkdir) are modelled as durable at once; `sync_dir` is accepted and does
 //! nothing. File sizes grown by writes follow the write's durability.
 //!
-//! Background creates and removes ([`Disk::submit_create`],
-//! [`Disk::submit_remove`]) run step by step, one step per seeded chance at
-//! each `poll` (a blocking poll with nothing else to complete finishes one):
-//! a create makes an empty file, then gives it its length, fsyncs it, then
-//! fsyncs the directory; a remove unlinks, then fsyncs the directory. A crash
-//! keeps the steps done so far; a power loss before the directory fsync may
-//! also undo the creation (the file is gone) or the unlink (the file is back
-//! with its durable bytes), by seeded choice.
+//! Background creates, removes and renames ([`Disk::submit_create`],
+//! [`Disk::submit_remove`], [`Disk::submit_rename`]) run step by step, one
+//! step per seeded chance at each `poll` (a blocking poll with nothing else
+//! to complete finishes one): a create makes an empty file, then gives it
+//! its length, fsyncs it, then fsyncs the directory; a remove unlinks (a
+//! rename renames), then fsyncs the directory. A crash keeps the steps done
+//! so far; a power loss before the directory fsync may also undo the
+//! creation (the file is gone), the unlink (the file is back with its
+//! durable bytes) or the rename (the file is back under its old name), by
+//! seeded choice.
 //!
 //! Fault knobs ([`SimFaults`]): EIO on the nth write, fdatasync or read;
 //! ENOSPC once a number of written bytes is exceeded, or when allocation
@@ -264,15 +266,20 @@ struct OpenFile {
     options: OpenOptions,
 }
 
-/// A background create or remove in progress.
+/// A background create, remove or rename in progress.
 #[derive(Debug)]
 struct MetaJob {
     op_id: OpId,
+    /// The file (a rename's new name).
     path: PathBuf,
     /// `Some(len)` for a create.
     create_len: Option<u64>,
-    /// Steps done (create: open, allocate, fsync, directory fsync; remove:
-    /// unlink, directory fsync).
+    /// `Some(old path)` for a rename.
+    rename_from: Option<PathBuf>,
+    /// A rename's options for opening the renamed file, if it opens it.
+    open: Option<OpenOptions>,
+    /// Steps done (create: open, allocate, fsync, directory fsync; remove
+    /// and rename: unlink or rename, directory fsync).
     steps_done: u8,
     /// A remove's unlinked file, until the directory fsync makes it final.
     removed: Option<FileContent>,
@@ -468,11 +475,18 @@ impl SimDisk {
                 if !self.rng.chance(50) {
                     continue;
                 }
-                match &job.removed {
-                    Some(content) => {
+                match (&job.removed, &job.rename_from) {
+                    (Some(content), _) => {
                         contents.insert(job.path.clone(), content.clone());
                     }
-                    None => {
+                    (None, Some(from)) => {
+                        // The rename is undone: the bytes are back under
+                        // the old name.
+                        if let Some(content) = contents.remove(&job.path) {
+                            contents.insert(from.clone(), content);
+                        }
+                    }
+                    (None, None) => {
                         contents.remove(&job.path);
                     }
                 }
@@ -739,6 +753,9 @@ impl SimDisk {
             let job = &self.meta[index];
             (job.path.clone(), job.create_len, job.steps_done)
         };
+        if let Some(from) = self.meta[index].rename_from.clone() {
+            return self.rename_step(index, &from, &path, step);
+        }
         let outcome: Result<bool, DiskError> = match (create_len, step) {
             (Some(_), 0) => {
                 let parent = path.parent().unwrap_or(Path::new("/"));
@@ -799,6 +816,39 @@ impl SimDisk {
                 true
             }
         }
+    }
+
+    /// Step `step` of rename job `index` (`from` → `to`): the rename, then
+    /// the directory fsync, which ends it (opening `to` if asked).
+    fn rename_step(&mut self, index: usize, from: &Path, to: &Path, step: u8) -> bool {
+        self.meta[index].steps_done += 1;
+        if step == 0 {
+            let outcome = match self.files.get(from) {
+                None => Err(io_err("renameat", from, libc::ENOENT)),
+                Some(f) if f.open_count > 0 => Err(io_err("renameat", from, libc::EBUSY)),
+                Some(_) if self.files.get(to).is_some_and(|f| f.open_count > 0) => {
+                    Err(io_err("renameat", to, libc::EBUSY))
+                }
+                Some(_) => {
+                    let file = self.files.remove(from).expect("checked above");
+                    self.files.insert(to.to_path_buf(), file);
+                    Ok(())
+                }
+            };
+            if let Err(error) = outcome {
+                let job = self.meta.remove(index);
+                self.finish_meta(job.op_id, Err(error));
+                return true;
+            }
+            return false;
+        }
+        let job = self.meta.remove(index);
+        let result = match job.open {
+            Some(options) => Ok(self.insert_open(to, options).0 as usize),
+            None => Ok(0),
+        };
+        self.finish_meta(job.op_id, result);
+        true
     }
 
     fn finish_meta(&mut self, op_id: OpId, result: Result<usize, DiskError>) {
@@ -1188,6 +1238,8 @@ impl Disk for SimDisk {
             op_id,
             path: path.to_path_buf(),
             create_len: Some(len),
+            rename_from: None,
+            open: None,
             steps_done: 0,
             removed: None,
         })
@@ -1198,6 +1250,30 @@ impl Disk for SimDisk {
             op_id,
             path: path.to_path_buf(),
             create_len: None,
+            rename_from: None,
+            open: None,
+            steps_done: 0,
+            removed: None,
+        })
+    }
+
+    fn submit_rename(
+        &mut self,
+        op_id: OpId,
+        from: &Path,
+        to: &Path,
+        open: Option<OpenOptions>,
+    ) -> Result<(), DiskError> {
+        assert!(
+            open.is_none_or(|options| options.create_preallocated.is_none()),
+            "submit_rename opens the renamed file as it is"
+        );
+        self.submit_meta(MetaJob {
+            op_id,
+            path: to.to_path_buf(),
+            create_len: None,
+            rename_from: Some(from.to_path_buf()),
+            open,
             steps_done: 0,
             removed: None,
         })

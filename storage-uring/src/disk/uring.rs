@@ -189,6 +189,8 @@ enum MetaStep {
     SyncFile,
     /// `unlinkat` of the file.
     Unlink,
+    /// `renameat` of the file to its new name.
+    Rename,
     /// `openat(O_DIRECTORY)` of the parent.
     OpenDir,
     /// `fsync` of the parent.
@@ -197,14 +199,18 @@ enum MetaStep {
     CloseDir,
 }
 
-/// A background create ([`Disk::submit_create`]) or remove
-/// ([`Disk::submit_remove`]), one ring operation per step.
+/// A background create ([`Disk::submit_create`]), remove
+/// ([`Disk::submit_remove`]) or rename ([`Disk::submit_rename`]), one ring
+/// operation per step.
 #[derive(Debug)]
 struct MetaJob {
     op_id: OpId,
     path: PathBuf,
-    /// `Some` for a create: the options it was asked with.
+    /// `Some` for a create, or a rename that opens the file: the options it
+    /// was asked with.
     create: Option<OpenOptions>,
+    /// `Some` for a rename: the old path (`path` is the new one).
+    rename_from: Option<PathBuf>,
     /// O_DIRECT is requested at open (cleared by a buffered fallback).
     o_direct: bool,
     step: MetaStep,
@@ -713,6 +719,13 @@ impl UringDisk {
             }
             (MetaStep::Fallocate, Ok(_)) => job.step = MetaStep::SyncFile,
             (MetaStep::SyncFile | MetaStep::Unlink, Ok(_)) => job.step = MetaStep::OpenDir,
+            (MetaStep::Rename, Ok(_)) => {
+                job.step = if job.create.is_some() {
+                    MetaStep::Open
+                } else {
+                    MetaStep::OpenDir
+                };
+            }
             (MetaStep::OpenDir, Ok(fd)) => {
                 let fd = i32::try_from(fd).expect("openat returns a descriptor");
                 // SAFETY: as for the file above.
@@ -1300,6 +1313,7 @@ impl Disk for UringDisk {
             op_id,
             path: path.to_path_buf(),
             create: Some(options),
+            rename_from: None,
             o_direct: options.direct,
             step: MetaStep::Open,
             fd: None,
@@ -1314,8 +1328,34 @@ impl Disk for UringDisk {
             op_id,
             path: path.to_path_buf(),
             create: None,
+            rename_from: None,
             o_direct: false,
             step: MetaStep::Unlink,
+            fd: None,
+            dir_fd: None,
+            error: None,
+            blocked: None,
+        })
+    }
+
+    fn submit_rename(
+        &mut self,
+        op_id: OpId,
+        from: &Path,
+        to: &Path,
+        open: Option<OpenOptions>,
+    ) -> Result<(), DiskError> {
+        assert!(
+            open.is_none_or(|options| options.create_preallocated.is_none()),
+            "submit_rename opens the renamed file as it is"
+        );
+        self.start_meta(MetaJob {
+            op_id,
+            path: to.to_path_buf(),
+            create: open,
+            rename_from: Some(from.to_path_buf()),
+            o_direct: open.is_some_and(|options| options.direct),
+            step: MetaStep::Rename,
             fd: None,
             dir_fd: None,
             error: None,
@@ -1359,10 +1399,18 @@ impl Disk for UringDisk {
 fn meta_step_op(job: &mut MetaJob) -> Result<Op, DiskError> {
     Ok(match job.step {
         MetaStep::Open => {
-            let mut flags = libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC;
             let writable = job.create.is_none_or(|options| options.writable);
-            if !writable {
-                flags = libc::O_RDONLY | libc::O_CREAT | libc::O_TRUNC;
+            let mut flags = if writable {
+                libc::O_RDWR
+            } else {
+                libc::O_RDONLY
+            };
+            // A create truncates; a renamed file is opened as it is.
+            if job
+                .create
+                .is_none_or(|options| options.create_preallocated.is_some())
+            {
+                flags |= libc::O_CREAT | libc::O_TRUNC;
             }
             if job.o_direct {
                 flags |= libc::O_DIRECT;
@@ -1391,6 +1439,14 @@ fn meta_step_op(job: &mut MetaJob) -> Result<Op, DiskError> {
             dir_fd: libc::AT_FDCWD,
             path: c_path(&job.path)?,
             flags: 0,
+        },
+        MetaStep::Rename => Op::RenameAt {
+            from: c_path(
+                job.rename_from
+                    .as_ref()
+                    .expect("a rename job has its old path"),
+            )?,
+            to: c_path(&job.path)?,
         },
         MetaStep::OpenDir => Op::OpenAt {
             dir_fd: libc::AT_FDCWD,

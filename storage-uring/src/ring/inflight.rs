@@ -228,6 +228,13 @@ pub(super) fn build_entry(
         } => opcode::UnlinkAt::new(Fd(*dir_fd), path.as_ptr())
             .flags(*flags)
             .build(),
+        Op::RenameAt { from, to } => opcode::RenameAt::new(
+            Fd(libc::AT_FDCWD),
+            from.as_ptr(),
+            Fd(libc::AT_FDCWD),
+            to.as_ptr(),
+        )
+        .build(),
         Op::Splice {
             fd_in,
             off_in,

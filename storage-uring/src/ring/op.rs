@@ -110,6 +110,13 @@ pub enum Op {
         /// `unlinkat(2)` flags (`libc::AT_REMOVEDIR` for a directory).
         flags: i32,
     },
+    /// `renameat(AT_FDCWD, from, AT_FDCWD, to)`; completes with 0.
+    RenameAt {
+        /// Old path, kept alive by the op.
+        from: CString,
+        /// New path, kept alive by the op.
+        to: CString,
+    },
     /// `splice(fd_in, off_in, fd_out, off_out, len, flags)`; one side must be
     /// a pipe (its offset `None`). Completes with the bytes moved, which may
     /// be fewer than `len` (not continued: the caller drains the pipe).
@@ -178,6 +185,7 @@ impl Op {
             Op::OpenAt { .. } => "openat",
             Op::Close { .. } => "close",
             Op::UnlinkAt { .. } => "unlinkat",
+            Op::RenameAt { .. } => "renameat",
             Op::Splice { .. } => "splice",
             Op::Timeout { .. } => "timeout",
             Op::Accept { .. } => "accept",
