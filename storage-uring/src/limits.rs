@@ -34,9 +34,14 @@ pub const TAIL_CACHE_CHUNK_SIZE: usize = 1024 * 1024;
 /// it with the thorough ConsumeQueue flush, every 60 s; ours is cheap).
 pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 1_000;
 
-/// Default ConsumeQueue write-behind period (RocketMQ
-/// `flushIntervalConsumeQueue`, 1 s).
-pub const CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// Default ConsumeQueue write-behind period (`flushIntervalConsumeQueue`;
+/// RocketMQ's is 1 s). Each flush writes the queues' new entries through the
+/// page cache and fdatasyncs them: at 1 s, SYNC_FLUSH at ~1 M appends/s met
+/// a 20 MB burst with its journal commit every second and lost 20–70 % of
+/// its throughput in some runs (docs/BENCHMARKS.md, fourth session); at
+/// 100 ms the bursts are a tenth of that, and the durable points recovery
+/// starts from trail the log by a tenth as much.
+pub const CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT: u64 = 100;
 
 /// How often the store checks the disk usage (statvfs).
 pub const DISK_SPACE_CHECK_INTERVAL_MS: u64 = 1_000;

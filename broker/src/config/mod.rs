@@ -51,6 +51,9 @@ pub use error::{ConfigError, ConfigSource, ERROR_VALUE_SIZE_MAX};
 pub use properties::{Property, parse_properties};
 
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
+use ringmq_storage::limits::{
+    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+};
 
 /// Block size the CommitLog is written in (O_DIRECT alignment).
 pub const BLOCK_SIZE: u64 = 4096;
@@ -170,6 +173,7 @@ pub const KEYS: &[&str] = &[
     "brokerId",
     "brokerName",
     "brokerRole",
+    "commitLogRecycleSegments",
     "connectionsPerShardMax",
     "defaultTopicQueueNums",
     "deleteWhen",
@@ -178,6 +182,7 @@ pub const KEYS: &[&str] = &[
     "fileReservedTime",
     "flushDiskType",
     "flushIntervalCommitLog",
+    "flushIntervalConsumeQueue",
     "haListenPort",
     "listenPort",
     "mapedFileSizeCommitLog",
@@ -228,6 +233,12 @@ pub struct BrokerConfig {
     pub sync_flush_timeout_ms: u64,
     /// `flushIntervalCommitLog`: ASYNC_FLUSH fdatasync interval.
     pub flush_interval_commit_log_ms: u64,
+    /// `flushIntervalConsumeQueue`: ConsumeQueue and index write-behind
+    /// interval (ringmq's default is 100 ms, RocketMQ's 1 s).
+    pub flush_interval_consume_queue_ms: u64,
+    /// `commitLogRecycleSegments` (ringmq): CommitLog segments retention
+    /// retires that are kept as spares and renamed into later segments.
+    pub commit_log_recycle_segments: u32,
     /// `autoCreateTopicEnable`.
     pub auto_create_topic_enable: bool,
     /// `autoCreateSubscriptionGroup`.
@@ -286,6 +297,8 @@ impl BrokerConfig {
             flush_disk_type: FlushDiskType::AsyncFlush,
             sync_flush_timeout_ms: 5000,
             flush_interval_commit_log_ms: 500,
+            flush_interval_consume_queue_ms: CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+            commit_log_recycle_segments: COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT as u32,
             auto_create_topic_enable: true,
             auto_create_subscription_group: true,
             default_topic_queue_nums: 8,
@@ -386,6 +399,12 @@ impl BrokerConfig {
             "syncFlushTimeout" => self.sync_flush_timeout_ms = v.int(1, 3_600_000)? as u64,
             "flushIntervalCommitLog" => {
                 self.flush_interval_commit_log_ms = v.int(1, 60_000)? as u64
+            }
+            "flushIntervalConsumeQueue" => {
+                self.flush_interval_consume_queue_ms = v.int(1, 60_000)? as u64
+            }
+            "commitLogRecycleSegments" => {
+                self.commit_log_recycle_segments = v.int(0, 1_000)? as u32
             }
             "autoCreateTopicEnable" => self.auto_create_topic_enable = v.bool()?,
             "autoCreateSubscriptionGroup" => self.auto_create_subscription_group = v.bool()?,
@@ -556,7 +575,7 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 32] = [
+        let entries: [(&'static str, String); 34] = [
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -574,6 +593,10 @@ impl BrokerConfig {
             ("brokerId", self.broker_id.to_string()),
             ("brokerName", self.broker_name.clone()),
             ("brokerRole", self.broker_role.name().to_owned()),
+            (
+                "commitLogRecycleSegments",
+                self.commit_log_recycle_segments.to_string(),
+            ),
             (
                 "connectionsPerShardMax",
                 self.connections_per_shard_max.to_string(),
@@ -599,6 +622,10 @@ impl BrokerConfig {
             (
                 "flushIntervalCommitLog",
                 self.flush_interval_commit_log_ms.to_string(),
+            ),
+            (
+                "flushIntervalConsumeQueue",
+                self.flush_interval_consume_queue_ms.to_string(),
             ),
             ("haListenPort", self.effective_ha_listen_port().to_string()),
             ("listenPort", self.listen_port.to_string()),
@@ -989,6 +1016,16 @@ mod tests {
     }
 
     #[test]
+    fn store_flush_and_recycling_keys_are_read() {
+        let defaults = load("").unwrap();
+        assert_eq!(defaults.flush_interval_consume_queue_ms, 100);
+        assert_eq!(defaults.commit_log_recycle_segments, 2);
+        let config = load("flushIntervalConsumeQueue=1000\ncommitLogRecycleSegments=0").unwrap();
+        assert_eq!(config.flush_interval_consume_queue_ms, 1000);
+        assert_eq!(config.commit_log_recycle_segments, 0);
+    }
+
+    #[test]
     fn invalid_values_name_the_key_the_value_and_what_is_allowed() {
         let cases = [
             (
@@ -1010,6 +1047,14 @@ mod tests {
             (
                 "diskMaxUsedSpaceRatio=99",
                 "broker.conf:1: invalid value `99` for `diskMaxUsedSpaceRatio`: expected an integer from 10 to 95",
+            ),
+            (
+                "flushIntervalConsumeQueue=0",
+                "broker.conf:1: invalid value `0` for `flushIntervalConsumeQueue`: expected an integer from 1 to 60000",
+            ),
+            (
+                "commitLogRecycleSegments=-1",
+                "broker.conf:1: invalid value `-1` for `commitLogRecycleSegments`: expected an integer from 0 to 1000",
             ),
             (
                 "deleteWhen=04;25",

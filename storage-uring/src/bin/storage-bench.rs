@@ -70,7 +70,8 @@ use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, OpenOptions, Wait};
 use ringmq_storage::error::StorageError;
 use ringmq_storage::limits::{
-    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMITS_IN_FLIGHT_MAX, WRITE_BUFFER_SIZE,
+    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMITS_IN_FLIGHT_MAX,
+    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, WRITE_BUFFER_SIZE,
 };
 use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreFlushMode};
 
@@ -164,6 +165,11 @@ struct Args {
     /// `commit_log_recycle_segments`).
     #[arg(long, default_value_t = COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT)]
     recycle_segments: usize,
+    /// ConsumeQueue write-behind period in ms (the store's
+    /// `consume_queue_flush_interval_ms`, RocketMQ's
+    /// `flushIntervalConsumeQueue`).
+    #[arg(long, default_value_t = CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT)]
+    cq_flush_ms: u64,
     /// Development only: allow a file system without O_DIRECT.
     #[arg(long)]
     allow_buffered: bool,
@@ -248,6 +254,7 @@ fn main() -> anyhow::Result<()> {
     report.int("warmup_seconds", args.warmup_seconds);
     report.int("eager_retention", u64::from(args.eager_retention));
     report.int("recycle_segments", args.recycle_segments as u64);
+    report.int("cq_flush_ms", args.cq_flush_ms);
     report.int("zero_fill", u64::from(args.zero_fill));
     if args.floor_seconds > 0 {
         measure_floor(&args, &mut report).context("measuring the disk floor")?;
@@ -581,6 +588,7 @@ fn store_config(args: &Args) -> StoreConfig {
     };
     config.segment_size_bytes = args.segment_size;
     config.commit_log_recycle_segments = args.recycle_segments;
+    config.consume_queue_flush_interval_ms = args.cq_flush_ms;
     if args.eager_retention {
         config.retention.file_reserved_time_hours = 0;
         config.retention.delete_when_hours = (0..24).collect();
