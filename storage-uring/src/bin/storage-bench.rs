@@ -170,6 +170,10 @@ struct Args {
     /// `flushIntervalConsumeQueue`).
     #[arg(long, default_value_t = CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT)]
     cq_flush_ms: u64,
+    /// Print a latency timeline of the measured phase to stderr: one line
+    /// per window of this many ms (0: none) with its acks, p50, p99 and max.
+    #[arg(long, default_value_t = 0)]
+    timeline_ms: u64,
     /// Development only: allow a file system without O_DIRECT.
     #[arg(long)]
     allow_buffered: bool,
@@ -634,6 +638,8 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let mut cpu_before = thread_cpu_time()?;
     let mut start = Instant::now();
     let mut warmup_until = Some(start + Duration::from_secs(args.warmup_seconds));
+    let mut timeline =
+        (args.timeline_ms > 0).then(|| Timeline::new(Duration::from_millis(args.timeline_ms)));
     let end = start + Duration::from_secs(args.warmup_seconds + args.seconds);
     let mut running = true;
     loop {
@@ -720,8 +726,17 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
                 AckStatus::FlushTimeout => flush_timeouts += 1,
                 AckStatus::Failed(reason) => bail!("append {id} failed: {reason}"),
             }
-            histogram.saturating_record(micros(acked_at.duration_since(appended_at)));
+            let latency_us = micros(acked_at.duration_since(appended_at));
+            histogram.saturating_record(latency_us);
+            if let Some(timeline) = timeline.as_mut()
+                && warmup_until.is_none()
+            {
+                timeline.record(acked_at.duration_since(start), latency_us)?;
+            }
         }
+    }
+    if let Some(timeline) = &timeline {
+        timeline.print();
     }
     let elapsed = start.elapsed();
     let cpu = thread_cpu_time()?;
@@ -774,6 +789,46 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
             .context("store shutdown")?;
     }
     Ok(())
+}
+
+/// Per-window latency histograms of the measured phase (`--timeline-ms`),
+/// to tell periodic stalls from a uniform tail.
+struct Timeline {
+    window: Duration,
+    windows: Vec<Histogram<u64>>,
+}
+
+impl Timeline {
+    fn new(window: Duration) -> Self {
+        Timeline {
+            window,
+            windows: Vec::new(),
+        }
+    }
+
+    /// Records an ack `at` after the measured phase's start.
+    fn record(&mut self, at: Duration, latency_us: u64) -> anyhow::Result<()> {
+        let index = (at.as_nanos() / self.window.as_nanos().max(1)) as usize;
+        while self.windows.len() <= index {
+            self.windows.push(latency_histogram()?);
+        }
+        self.windows[index].saturating_record(latency_us);
+        Ok(())
+    }
+
+    /// One stderr line per window: start (ms), acks, p50, p99, max (µs).
+    fn print(&self) {
+        for (index, window) in self.windows.iter().enumerate() {
+            eprintln!(
+                "timeline t_ms={} acks={} p50_us={} p99_us={} max_us={}",
+                index as u128 * self.window.as_millis(),
+                window.len(),
+                window.value_at_quantile(0.50),
+                window.value_at_quantile(0.99),
+                window.max()
+            );
+        }
+    }
 }
 
 /// User and system CPU seconds of the calling thread so far.

@@ -1016,23 +1016,8 @@ impl CommitLog {
         let mut buf = disk.buffer(BLOCK_SIZE);
         buf.as_full_mut_slice()[..BLOCK_SIZE].fill(0);
         buf.set_len(BLOCK_SIZE);
-        let op = DiskOp::Write {
-            file,
-            file_offset: block - base,
-            buf,
-            buf_range: 0..BLOCK_SIZE,
-        };
         let mut stash = Vec::new();
-        let (_, buf) = run_sync(disk, commit_log_op_id(SEQ_READ, 0), op, &mut stash)?;
-        if let Some(buf) = buf {
-            disk.recycle(buf);
-        }
-        run_sync(
-            disk,
-            commit_log_op_id(SEQ_READ, 1),
-            DiskOp::Fdatasync { file },
-            &mut stash,
-        )?;
+        write_durably(disk, file, block - base, buf, &mut stash)?;
         self.stash.append(&mut stash);
         Ok(())
     }
@@ -1206,23 +1191,39 @@ fn write_fence(disk: &mut impl Disk, segments: &SegmentSet, end: u64) -> Result<
         }
     })?;
     whole.set_len(span);
-    let file = segment.file;
+    write_durably(disk, segment.file, block, whole, &mut stash)?;
+    assert!(stash.is_empty(), "no other operation runs during recovery");
+    Ok(())
+}
+
+/// Writes all of `buf` (its length, block-aligned) at `file_offset` and
+/// fdatasyncs `file`, waiting for both; other completions go to `stash`.
+///
+/// # Errors
+/// Disk errors of the write or the fdatasync.
+fn write_durably(
+    disk: &mut impl Disk,
+    file: FileId,
+    file_offset: u64,
+    buf: AlignedBuf,
+    stash: &mut Vec<DiskCompletion>,
+) -> Result<(), StorageError> {
+    let len = buf.len();
     let op = DiskOp::Write {
         file,
-        file_offset: block,
-        buf: whole,
-        buf_range: 0..span,
+        file_offset,
+        buf,
+        buf_range: 0..len,
     };
-    let (_, whole) = run_sync(disk, commit_log_op_id(SEQ_READ, 0), op, &mut stash)?;
-    if let Some(whole) = whole {
-        disk.recycle(whole);
+    let (_, buf) = run_sync(disk, commit_log_op_id(SEQ_READ, 0), op, stash)?;
+    if let Some(buf) = buf {
+        disk.recycle(buf);
     }
     run_sync(
         disk,
         commit_log_op_id(SEQ_READ, 1),
         DiskOp::Fdatasync { file },
-        &mut stash,
+        stash,
     )?;
-    assert!(stash.is_empty(), "no other operation runs during recovery");
     Ok(())
 }

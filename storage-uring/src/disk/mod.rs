@@ -285,6 +285,15 @@ impl DiskError {
     }
 }
 
+/// [`Disk::submit_rename`]'s contract: a renamed file is opened as it is,
+/// never created or truncated.
+pub(crate) fn assert_renamed_file_opens_as_it_is(open: Option<OpenOptions>) {
+    assert!(
+        open.is_none_or(|options| options.create_preallocated.is_none()),
+        "submit_rename opens the renamed file as it is"
+    );
+}
+
 /// The file id carried by a successful [`Disk::submit_create`] completion.
 ///
 /// # Panics

@@ -1264,10 +1264,7 @@ impl Disk for SimDisk {
         to: &Path,
         open: Option<OpenOptions>,
     ) -> Result<(), DiskError> {
-        assert!(
-            open.is_none_or(|options| options.create_preallocated.is_none()),
-            "submit_rename opens the renamed file as it is"
-        );
+        super::assert_renamed_file_opens_as_it_is(open);
         self.submit_meta(MetaJob {
             op_id,
             path: to.to_path_buf(),
