@@ -56,6 +56,8 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 final class ItSupport {
     /** Deadline of an ordinary wait (routes, deliveries, committed offsets). */
     static final long WAIT_MS = 30_000;
+    /** {@link #readAll}: a reader without progress this long seeks its queues again. */
+    static final long READ_STALL_RESEEK_MS = 5_000;
     /** Deadline of a wait that includes RocketMQ's first retry delay (10 s at delay level 3). */
     static final long RETRY_WAIT_MS = 60_000;
     /** Poll period of {@link #await}. */
@@ -454,16 +456,32 @@ final class ItSupport {
             // seekToBegin cancels the queue's running pull task; a pull it interrupts makes the
             // client close its channel to the broker, and this thread's next request on that
             // channel (GET_MIN_OFFSET of the next seek) fails. Seeking is idempotent: retried.
-            await("the reader at the first offsets", () -> {
+            Condition seekAll = () -> {
                 for (MessageQueue queue : queues) {
                     reader.seekToBegin(queue);
                 }
                 return true;
-            }, () -> "seekToBegin failed");
+            };
+            await("the reader at the first offsets", seekAll, () -> "seekToBegin failed");
+            // The same race can fail the new pull task's first pull, which consumed the seek
+            // offset; the task then goes on from where the cancelled pull got to (the client's
+            // own bug, seen once in LookupIT: nothing read for 30 s). Without progress for
+            // READ_STALL_RESEEK_MS the queues are sought again.
+            long[] lastProgress = {System.nanoTime()};
+            int[] lastSize = {0};
             await(stored + " messages read back", () -> {
                 for (MessageExt message : reader.poll(500)) {
                     byPosition.put(String.format("%s/%05d/%012d", message.getBrokerName(), message.getQueueId(),
                             message.getQueueOffset()), message);
+                }
+                long now = System.nanoTime();
+                if (byPosition.size() != lastSize[0]) {
+                    lastSize[0] = byPosition.size();
+                    lastProgress[0] = now;
+                } else if (byPosition.size() < stored
+                        && now - lastProgress[0] > TimeUnit.MILLISECONDS.toNanos(READ_STALL_RESEEK_MS)) {
+                    lastProgress[0] = now;
+                    seekAll.holds();
                 }
                 return byPosition.size() >= stored;
             }, () -> "read " + byPosition.size() + " of " + stored);
