@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use anyhow::anyhow;
 use anyhow::bail;
+use anyhow::ensure;
 use rocketmq_client_rust::ClientConfig;
 use rocketmq_client_rust::ClientOptions;
 use rocketmq_client_rust::ClientResult;
@@ -37,6 +38,8 @@ use rocketmq_client_rust::MQPushConsumer;
 use rocketmq_client_rust::MessageListenerConcurrently;
 use rocketmq_client_rust::MessageListenerOrderly;
 use rocketmq_client_rust::MessageSelector;
+use rocketmq_client_rust::SendResult;
+use rocketmq_client_rust::SendStatus;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
@@ -98,6 +101,18 @@ impl Env {
             .build();
         bounded("producer start", producer.start()).await?;
         Ok(producer)
+    }
+
+    /// A started producer of `scenario` ([`Env::producer`]) and the scenario's topic
+    /// `<prefix>-<scenario>-topic`, created through it ([`Env::create_topic`]).
+    pub async fn producer_and_topic(
+        &self,
+        scenario: &str,
+    ) -> anyhow::Result<(DefaultMQProducer, String)> {
+        let topic = self.name(scenario, "topic");
+        let mut producer = self.producer(scenario).await?;
+        self.create_topic(&mut producer, &topic).await?;
+        Ok((producer, topic))
     }
 
     /// Creates `topic` with [`TOPIC_QUEUE_COUNT`] queues through the admin API
@@ -190,6 +205,42 @@ impl Env {
         Ok(consumer)
     }
 
+    /// A started push consumer with a [`RecordingListener`] that records into `recorder` under
+    /// the name `spec.instance`.
+    pub async fn recording_consumer(
+        &self,
+        spec: &ConsumerSpec<'_>,
+        recorder: &Recorder,
+    ) -> anyhow::Result<DefaultMQPushConsumer> {
+        let listener = RecordingListener {
+            consumer: spec.instance.to_string(),
+            recorder: recorder.clone(),
+        };
+        let mut consumer = self.push_consumer(spec, listener).await?;
+        bounded("push consumer start", consumer.start()).await?;
+        Ok(consumer)
+    }
+
+    /// Starts a recording push consumer for `spec`, waits until every message of `wanted`
+    /// arrived (the wait named `what`) and every queue of `spec.topic` is committed up to
+    /// `max`, shuts the consumer down (also when a wait failed) and returns everything it
+    /// recorded until its shutdown.
+    pub async fn consume_until_drained(
+        &self,
+        spec: &ConsumerSpec<'_>,
+        what: &str,
+        wanted: &[Sent],
+        max: &BTreeMap<i32, i64>,
+    ) -> anyhow::Result<Vec<Delivery>> {
+        let recorder = Recorder::default();
+        let mut consumer = self.recording_consumer(spec, &recorder).await?;
+        let outcome = wait_consumed(&recorder, &[&consumer], what, wanted, spec.topic, max).await;
+        bounded_shutdown("push consumer", consumer.shutdown()).await?;
+        outcome?;
+        // Taken after the shutdown, so that a late duplicate is in it too.
+        Ok(recorder.snapshot())
+    }
+
     /// A started classic pull consumer in `group`, used only to read committed offsets.
     #[allow(deprecated)]
     pub async fn offset_reader(
@@ -221,6 +272,97 @@ pub struct ConsumerSpec<'a> {
     pub expression: &'a str,
     /// Clustering or broadcasting.
     pub model: MessageModel,
+}
+
+impl<'a> ConsumerSpec<'a> {
+    /// A clustering subscription to every message (`*`) of `topic`.
+    pub fn clustering(group: &'a str, instance: &'a str, topic: &'a str) -> Self {
+        Self {
+            group,
+            instance,
+            topic,
+            expression: "*",
+            model: MessageModel::Clustering,
+        }
+    }
+}
+
+/// Checks one send result and returns it; `topic` is where it should have gone.
+pub fn check_send_result(
+    what: &str,
+    topic: &str,
+    result: Option<SendResult>,
+) -> anyhow::Result<SendResult> {
+    let result = result.ok_or_else(|| anyhow!("{what}: no send result"))?;
+    ensure!(
+        result.send_status == SendStatus::SendOk,
+        "{what}: status {:?}, expected SendOk",
+        result.send_status
+    );
+    let msg_id = result
+        .msg_id
+        .as_ref()
+        .map(|id| id.to_string())
+        .unwrap_or_default();
+    ensure!(!msg_id.is_empty(), "{what}: send result has no msgId");
+    let queue = result
+        .message_queue
+        .as_ref()
+        .ok_or_else(|| anyhow!("{what}: send result has no queue"))?;
+    ensure!(
+        queue.topic_str() == topic,
+        "{what}: sent to topic {:?}, expected {topic:?}",
+        queue.topic_str()
+    );
+    Ok(result)
+}
+
+/// Sync-sends every message of `messages` to `topic`, one bounded `send_with_timeout` each, in
+/// order, and checks every result ([`check_send_result`], named `send of <id>`). Returns the
+/// results in the order of `messages`.
+pub async fn send_all(
+    producer: &DefaultMQProducer,
+    topic: &str,
+    messages: &[Sent],
+) -> anyhow::Result<Vec<SendResult>> {
+    send_all_as("send", producer, topic, messages).await
+}
+
+/// [`send_all`] with each result check named `<what> of <id>`.
+pub async fn send_all_as(
+    what: &str,
+    producer: &DefaultMQProducer,
+    topic: &str,
+    messages: &[Sent],
+) -> anyhow::Result<Vec<SendResult>> {
+    let mut results = Vec::with_capacity(messages.len());
+    for sent in messages {
+        let result = bounded(
+            "sync send",
+            producer.send_with_timeout(message(topic, sent)?, SEND_TIMEOUT_MS),
+        )
+        .await?;
+        results.push(check_send_result(
+            &format!("{what} of {}", sent.id()),
+            topic,
+            result,
+        )?);
+    }
+    Ok(results)
+}
+
+/// Waits until `recorder` holds every message of `wanted` (the wait named `what`) and the
+/// `consumers` together committed every queue of `topic` up to `max`.
+pub async fn wait_consumed(
+    recorder: &Recorder,
+    consumers: &[&DefaultMQPushConsumer],
+    what: &str,
+    wanted: &[Sent],
+    topic: &str,
+    max: &BTreeMap<i32, i64>,
+) -> anyhow::Result<()> {
+    recorder.wait_all(what, wanted).await?;
+    wait_drained(consumers, topic, max).await
 }
 
 /// Runs one client call under [`CALL_TIMEOUT`], naming it in the error.
@@ -563,5 +705,43 @@ mod tests {
         assert!(drained(&BTreeMap::from([(0, 3), (1, -1), (2, 6)]), &max));
         assert!(!drained(&BTreeMap::from([(0, 3), (2, 4)]), &max));
         assert!(!drained(&BTreeMap::from([(0, 3)]), &max));
+    }
+
+    #[test]
+    fn send_result_must_be_ok_with_a_msg_id_and_on_the_topic() {
+        let ok = SendResult {
+            send_status: SendStatus::SendOk,
+            msg_id: Some("7F0000010001".into()),
+            message_queue: Some(MessageQueue::from_parts("t", "broker-a", 1)),
+            ..SendResult::default()
+        };
+        assert_eq!(check_send_result("s", "t", Some(ok.clone())).unwrap(), ok);
+        assert!(check_send_result("s", "t", None).is_err());
+        assert!(check_send_result("s", "other", Some(ok.clone())).is_err());
+        let not_ok = SendResult {
+            send_status: SendStatus::FlushDiskTimeout,
+            ..ok.clone()
+        };
+        assert!(check_send_result("s", "t", Some(not_ok)).is_err());
+        let no_id = SendResult {
+            msg_id: None,
+            ..ok.clone()
+        };
+        assert!(check_send_result("s", "t", Some(no_id)).is_err());
+        let no_queue = SendResult {
+            message_queue: None,
+            ..ok
+        };
+        assert!(check_send_result("s", "t", Some(no_queue)).is_err());
+    }
+
+    #[test]
+    fn clustering_spec_subscribes_to_every_message_of_its_topic() {
+        let spec = ConsumerSpec::clustering("g", "i", "t");
+        assert_eq!(
+            (spec.group, spec.instance, spec.topic, spec.expression),
+            ("g", "i", "t", "*")
+        );
+        assert_eq!(spec.model, MessageModel::Clustering);
     }
 }

@@ -35,7 +35,6 @@ use rocketmq_client_rust::MessageListenerConcurrently;
 use rocketmq_client_rust::MessageSelector;
 use rocketmq_client_rust::MessageUtil;
 use rocketmq_client_rust::SendResult;
-use rocketmq_client_rust::SendStatus;
 use rocketmq_client_rust::TransactionListener;
 use rocketmq_client_rust::TransactionMQProducer;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
@@ -57,6 +56,7 @@ use crate::harness::SEND_TIMEOUT_MS;
 use crate::harness::TOPIC_QUEUE_COUNT;
 use crate::harness::bounded;
 use crate::harness::bounded_shutdown;
+use crate::harness::check_send_result;
 use crate::harness::lock;
 use crate::harness::wait_for;
 
@@ -145,36 +145,6 @@ fn rotating_tags(index: u32) -> Option<String> {
         return None;
     }
     Some(["TagA", "TagB", "TagC"][(index % 3) as usize].to_string())
-}
-
-/// Checks one send result and returns it; `topic` is where it should have gone.
-fn check_send_result(
-    what: &str,
-    topic: &str,
-    result: Option<SendResult>,
-) -> anyhow::Result<SendResult> {
-    let result = result.ok_or_else(|| anyhow!("{what}: no send result"))?;
-    ensure!(
-        result.send_status == SendStatus::SendOk,
-        "{what}: status {:?}, expected SendOk",
-        result.send_status
-    );
-    let msg_id = result
-        .msg_id
-        .as_ref()
-        .map(|id| id.to_string())
-        .unwrap_or_default();
-    ensure!(!msg_id.is_empty(), "{what}: send result has no msgId");
-    let queue = result
-        .message_queue
-        .as_ref()
-        .ok_or_else(|| anyhow!("{what}: send result has no queue"))?;
-    ensure!(
-        queue.topic_str() == topic,
-        "{what}: sent to topic {:?}, expected {topic:?}",
-        queue.topic_str()
-    );
-    Ok(result)
 }
 
 /// Where each message went according to its send result: id -> (queue id, queue offset, msgId).
@@ -279,37 +249,34 @@ async fn read_back_as(
 ) -> anyhow::Result<Vec<Delivery>> {
     let group = env.name(scenario, names.0);
     let instance = env.name(scenario, names.1);
-    let recorder = Recorder::default();
-    let spec = ConsumerSpec {
-        group: &group,
-        instance: &instance,
-        topic,
-        expression: "*",
-        model: MessageModel::Clustering,
-    };
-    let listener = RecordingListener {
-        consumer: instance.clone(),
-        recorder: recorder.clone(),
-    };
-    let mut consumer = env.push_consumer(&spec, listener).await?;
-    bounded("push consumer start", consumer.start()).await?;
-    let outcome = async {
-        recorder
-            .wait_all("every sent message to be consumed", sent)
-            .await?;
-        harness::wait_drained(&[&consumer], topic, max).await
-    }
-    .await;
-    bounded_shutdown("push consumer", consumer.shutdown()).await?;
-    outcome?;
-    Ok(recorder.snapshot())
+    let spec = ConsumerSpec::clustering(&group, &instance, topic);
+    env.consume_until_drained(&spec, "every sent message to be consumed", sent, max)
+        .await
+}
+
+/// Checks that the fresh `topic` stores exactly `count` messages, shuts the producer down, and
+/// reads the topic back ([`read_back`]) checking that every message of `sent` arrived exactly
+/// once. Returns the max offsets and the deliveries.
+async fn store_and_read_back(
+    env: &Env,
+    scenario: &str,
+    mut producer: DefaultMQProducer,
+    topic: &str,
+    sent: &[Sent],
+    count: u32,
+) -> anyhow::Result<(BTreeMap<i32, i64>, Vec<Delivery>)> {
+    let max = check_stored_count(&mut producer, topic, count).await?;
+    bounded_shutdown("producer", producer.shutdown()).await?;
+    let deliveries = read_back(env, scenario, topic, sent, &max).await?;
+    check::check_exactly_once(sent, topic, &deliveries).map_err(|e| anyhow!(e))?;
+    Ok((max, deliveries))
 }
 
 /// Sync send: per-message results, a large compressed body, auto-created topic (TBW102).
 async fn sync(env: &Env) -> anyhow::Result<String> {
     let scenario = "sync";
     let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
+    let producer = env.producer(scenario).await?;
     let mut sent = harness::sent_messages(env, scenario, SEND_COUNT, rotating_tags);
     // One body over the client's 4 KiB compression threshold: stored compressed, must come
     // back byte-identical.
@@ -319,22 +286,15 @@ async fn sync(env: &Env) -> anyhow::Result<String> {
             .collect();
     }
     // No create_topic here on purpose: the first send goes through the broker's auto-create.
-    let mut placement = Placement::new();
-    for message in &sent {
-        let result = bounded(
-            "sync send",
-            producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
-        )
-        .await?;
-        let result = check_send_result(&format!("sync send of {}", message.id()), &topic, result)?;
-        let (id, place) = placement_of(message, &result)?;
-        placement.insert(id, place);
-    }
+    let results = harness::send_all_as("sync send", &producer, &topic, &sent).await?;
+    let placement = sent
+        .iter()
+        .zip(&results)
+        .map(|(message, result)| placement_of(message, result))
+        .collect::<anyhow::Result<Placement>>()?;
     check_offsets_distinct(&placement)?;
-    let max = check_stored_count(&mut producer, &topic, SEND_COUNT).await?;
-    bounded_shutdown("producer", producer.shutdown()).await?;
-    let deliveries = read_back(env, scenario, &topic, &sent, &max).await?;
-    check::check_exactly_once(&sent, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    let (max, deliveries) =
+        store_and_read_back(env, scenario, producer, &topic, &sent, SEND_COUNT).await?;
     check_placement(&deliveries, &placement, UniqKeyCheck::Compare)?;
     Ok(format!(
         "{SEND_COUNT} sync sends on an auto-created topic ({} queues), one of {LARGE_BODY_BYTES} bytes, read back exactly once",
@@ -357,9 +317,7 @@ fn check_offsets_distinct(placement: &Placement) -> anyhow::Result<()> {
 /// Async send: every callback fires once with SEND_OK.
 async fn async_send(env: &Env) -> anyhow::Result<String> {
     let scenario = "async";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (producer, topic) = env.producer_and_topic(scenario).await?;
     let sent = harness::sent_messages(env, scenario, SEND_COUNT, rotating_tags);
     type Outcome = (u32, Result<SendResult, String>);
     let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
@@ -412,10 +370,8 @@ async fn async_send(env: &Env) -> anyhow::Result<String> {
         placement.insert(id, place);
     }
     check_offsets_distinct(&placement)?;
-    let max = check_stored_count(&mut producer, &topic, SEND_COUNT).await?;
-    bounded_shutdown("producer", producer.shutdown()).await?;
-    let deliveries = read_back(env, scenario, &topic, &sent, &max).await?;
-    check::check_exactly_once(&sent, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    let (_, deliveries) =
+        store_and_read_back(env, scenario, producer, &topic, &sent, SEND_COUNT).await?;
     check_placement(&deliveries, &placement, UniqKeyCheck::Compare)?;
     Ok(format!(
         "{SEND_COUNT} async sends, {count} callbacks, read back exactly once"
@@ -425,9 +381,7 @@ async fn async_send(env: &Env) -> anyhow::Result<String> {
 /// Oneway send: no result, so the stored count is polled, then everything is read back.
 async fn oneway(env: &Env) -> anyhow::Result<String> {
     let scenario = "oneway";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (producer, topic) = env.producer_and_topic(scenario).await?;
     let sent = harness::sent_messages(env, scenario, SEND_COUNT, rotating_tags);
     for message in &sent {
         bounded(
@@ -437,10 +391,7 @@ async fn oneway(env: &Env) -> anyhow::Result<String> {
         .await?;
     }
     // Oneway requests have no response; check_stored_count waits until the broker stored them.
-    let max = check_stored_count(&mut producer, &topic, SEND_COUNT).await?;
-    bounded_shutdown("producer", producer.shutdown()).await?;
-    let deliveries = read_back(env, scenario, &topic, &sent, &max).await?;
-    check::check_exactly_once(&sent, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    store_and_read_back(env, scenario, producer, &topic, &sent, SEND_COUNT).await?;
     Ok(format!(
         "{SEND_COUNT} oneway sends stored and read back exactly once"
     ))
@@ -449,9 +400,7 @@ async fn oneway(env: &Env) -> anyhow::Result<String> {
 /// Batch send: each batch lands in one queue at consecutive offsets, in order.
 async fn batch(env: &Env) -> anyhow::Result<String> {
     let scenario = "batch";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (producer, topic) = env.producer_and_topic(scenario).await?;
     let total: u32 = BATCH_SIZES.iter().sum();
     let sent = harness::sent_messages(env, scenario, total, rotating_tags);
     let mut placement = Placement::new();
@@ -491,10 +440,8 @@ async fn batch(env: &Env) -> anyhow::Result<String> {
             placement.insert(member.id().to_string(), (queue_id, offset, id));
         }
     }
-    let max = check_stored_count(&mut producer, &topic, total).await?;
-    bounded_shutdown("producer", producer.shutdown()).await?;
-    let deliveries = read_back(env, scenario, &topic, &sent, &max).await?;
-    check::check_exactly_once(&sent, &topic, &deliveries).map_err(|e| anyhow!(e))?;
+    let (_, deliveries) =
+        store_and_read_back(env, scenario, producer, &topic, &sent, total).await?;
     // rocketmq-client-rust 1.0.0 also gives the batch wrapper a UNIQ_KEY (the Java client does
     // not), and Apache RocketMQ appends the batch-level properties to every message of the
     // batch, so the decoded UNIQ_KEY is the wrapper's, not the per-message id of the send
@@ -510,23 +457,14 @@ async fn batch(env: &Env) -> anyhow::Result<String> {
 /// still move past the filtered (TagB and untagged) messages to the end of every queue.
 async fn tag(env: &Env) -> anyhow::Result<String> {
     let scenario = "tag";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let sent = harness::sent_messages(env, scenario, TAG_COUNT, |index| match index % 4 {
         0 => Some("TagA".to_string()),
         1 => Some("TagB".to_string()),
         2 => Some("TagC".to_string()),
         _ => None,
     });
-    for message in &sent {
-        let result = bounded(
-            "sync send",
-            producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
-        )
-        .await?;
-        check_send_result(&format!("send of {}", message.id()), &topic, result)?;
-    }
+    harness::send_all(&producer, &topic, &sent).await?;
     let max = check_stored_count(&mut producer, &topic, TAG_COUNT).await?;
     bounded_shutdown("producer", producer.shutdown()).await?;
     let wanted: Vec<Sent> = sent
@@ -536,32 +474,15 @@ async fn tag(env: &Env) -> anyhow::Result<String> {
         .collect();
     let group = env.name(scenario, "group");
     let instance = env.name(scenario, "consumer");
-    let recorder = Recorder::default();
     let spec = ConsumerSpec {
-        group: &group,
-        instance: &instance,
-        topic: &topic,
         // No spaces: rocketmq-client-rust 1.0.0 trims tags for the tag set but hashes the
         // untrimmed text for the code set, so `TagA || TagC` sends codes no broker matches.
         expression: "TagA||TagC",
-        model: MessageModel::Clustering,
+        ..ConsumerSpec::clustering(&group, &instance, &topic)
     };
-    let listener = RecordingListener {
-        consumer: instance.clone(),
-        recorder: recorder.clone(),
-    };
-    let mut consumer = env.push_consumer(&spec, listener).await?;
-    bounded("push consumer start", consumer.start()).await?;
-    let outcome = async {
-        recorder
-            .wait_all("every TagA/TagC message", &wanted)
-            .await?;
-        harness::wait_drained(&[&consumer], &topic, &max).await
-    }
-    .await;
-    bounded_shutdown("push consumer", consumer.shutdown()).await?;
-    outcome?;
-    let deliveries = recorder.snapshot();
+    let deliveries = env
+        .consume_until_drained(&spec, "every TagA/TagC message", &wanted, &max)
+        .await?;
     check::check_exactly_once(&wanted, &topic, &deliveries).map_err(|e| anyhow!(e))?;
     Ok(format!(
         "{} of {TAG_COUNT} messages matched TagA || TagC and were delivered exactly once; none of the others",
@@ -589,9 +510,7 @@ async fn assignments(
 /// Clustering: two consumers of one group split the queues and together get every message once.
 async fn clustering(env: &Env) -> anyhow::Result<String> {
     let scenario = "clustering";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let group = env.name(scenario, "group");
     let recorder = Recorder::default();
     let names = [
@@ -600,20 +519,8 @@ async fn clustering(env: &Env) -> anyhow::Result<String> {
     ];
     let mut consumers = Vec::new();
     for instance in &names {
-        let spec = ConsumerSpec {
-            group: &group,
-            instance,
-            topic: &topic,
-            expression: "*",
-            model: MessageModel::Clustering,
-        };
-        let listener = RecordingListener {
-            consumer: instance.clone(),
-            recorder: recorder.clone(),
-        };
-        let mut consumer = env.push_consumer(&spec, listener).await?;
-        bounded("push consumer start", consumer.start()).await?;
-        consumers.push(consumer);
+        let spec = ConsumerSpec::clustering(&group, instance, &topic);
+        consumers.push(env.recording_consumer(&spec, &recorder).await?);
     }
     let outcome =
         clustering_checks(env, &mut producer, &consumers, &names, &topic, &recorder).await;
@@ -653,19 +560,17 @@ async fn clustering_checks(
     )
     .await?;
     let sent = harness::sent_messages(env, "clustering", CLUSTERING_COUNT, rotating_tags);
-    for message in &sent {
-        let result = bounded(
-            "sync send",
-            producer.send_with_timeout(harness::message(topic, message)?, SEND_TIMEOUT_MS),
-        )
-        .await?;
-        check_send_result(&format!("send of {}", message.id()), topic, result)?;
-    }
+    harness::send_all(producer, topic, &sent).await?;
     let max = check_stored_count(producer, topic, CLUSTERING_COUNT).await?;
-    recorder
-        .wait_all("every message to reach one of the consumers", &sent)
-        .await?;
-    harness::wait_drained(&refs, topic, &max).await?;
+    harness::wait_consumed(
+        recorder,
+        &refs,
+        "every message to reach one of the consumers",
+        &sent,
+        topic,
+        &max,
+    )
+    .await?;
     let after = assignments(&refs, topic).await?;
     ensure!(
         after == settled,
@@ -699,9 +604,7 @@ async fn clustering_checks(
 /// Broadcasting: two consumers of one group each get every message once.
 async fn broadcasting(env: &Env) -> anyhow::Result<String> {
     let scenario = "broadcasting";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let group = env.name(scenario, "group");
     let names = [
         env.name(scenario, "consumer-a"),
@@ -711,19 +614,10 @@ async fn broadcasting(env: &Env) -> anyhow::Result<String> {
     let mut consumers = Vec::new();
     for (instance, recorder) in names.iter().zip(&recorders) {
         let spec = ConsumerSpec {
-            group: &group,
-            instance,
-            topic: &topic,
-            expression: "*",
             model: MessageModel::Broadcasting,
+            ..ConsumerSpec::clustering(&group, instance, &topic)
         };
-        let listener = RecordingListener {
-            consumer: instance.clone(),
-            recorder: recorder.clone(),
-        };
-        let mut consumer = env.push_consumer(&spec, listener).await?;
-        bounded("push consumer start", consumer.start()).await?;
-        consumers.push(consumer);
+        consumers.push(env.recording_consumer(&spec, recorder).await?);
     }
     let outcome = async {
         let refs: Vec<&DefaultMQPushConsumer> = consumers.iter().collect();
@@ -740,20 +634,11 @@ async fn broadcasting(env: &Env) -> anyhow::Result<String> {
         )
         .await?;
         let sent = harness::sent_messages(env, scenario, BROADCASTING_COUNT, rotating_tags);
-        for message in &sent {
-            let result = bounded(
-                "sync send",
-                producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
-            )
-            .await?;
-            check_send_result(&format!("send of {}", message.id()), &topic, result)?;
-        }
+        harness::send_all(&producer, &topic, &sent).await?;
         let max = check_stored_count(&mut producer, &topic, BROADCASTING_COUNT).await?;
         for ((consumer, recorder), name) in refs.iter().zip(&recorders).zip(&names) {
-            recorder
-                .wait_all(&format!("every message at {name}"), &sent)
-                .await?;
-            harness::wait_drained(&[consumer], &topic, &max).await?;
+            let what = format!("every message at {name}");
+            harness::wait_consumed(recorder, &[consumer], &what, &sent, &topic, &max).await?;
             check::check_exactly_once(&sent, &topic, &recorder.snapshot())
                 .map_err(|e| anyhow!("consumer {name}: {e}"))?;
         }
@@ -774,9 +659,7 @@ async fn broadcasting(env: &Env) -> anyhow::Result<String> {
 /// steps in send order, never two calls at once on one queue.
 async fn orderly(env: &Env) -> anyhow::Result<String> {
     let scenario = "orderly";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let group = env.name(scenario, "group");
     let instance = env.name(scenario, "consumer");
     let recorder = Recorder::default();
@@ -787,13 +670,7 @@ async fn orderly(env: &Env) -> anyhow::Result<String> {
         in_flight: Arc::default(),
         overlaps: Arc::clone(&overlaps),
     };
-    let spec = ConsumerSpec {
-        group: &group,
-        instance: &instance,
-        topic: &topic,
-        expression: "*",
-        model: MessageModel::Clustering,
-    };
+    let spec = ConsumerSpec::clustering(&group, &instance, &topic);
     let mut consumer = env.push_consumer_orderly(&spec, listener).await?;
     bounded("orderly consumer start", consumer.start()).await?;
     let outcome = orderly_checks(env, &mut producer, &consumer, &topic, &recorder).await;
@@ -868,8 +745,15 @@ async fn orderly_checks(
         placement.insert(id, place);
     }
     let max = check_stored_count(producer, topic, count).await?;
-    recorder.wait_all("every ordered message", &sent).await?;
-    harness::wait_drained(&[consumer], topic, &max).await?;
+    harness::wait_consumed(
+        recorder,
+        &[consumer],
+        "every ordered message",
+        &sent,
+        topic,
+        &max,
+    )
+    .await?;
     let deliveries = recorder.snapshot();
     check::check_exactly_once(&sent, topic, &deliveries).map_err(|e| anyhow!(e))?;
     check_placement(&deliveries, &placement, UniqKeyCheck::Compare)?;
@@ -880,11 +764,9 @@ async fn orderly_checks(
     ))
 }
 
-/// Returns RECONSUME_LATER on a message's first delivery and success afterwards.
-struct ReconsumeOnceListener {
-    consumer: String,
-    recorder: Recorder,
-}
+/// Records like the [`RecordingListener`] it wraps, but returns RECONSUME_LATER on a message's
+/// first delivery and success afterwards.
+struct ReconsumeOnceListener(RecordingListener);
 
 impl MessageListenerConcurrently for ReconsumeOnceListener {
     fn consume_message(
@@ -892,12 +774,8 @@ impl MessageListenerConcurrently for ReconsumeOnceListener {
         msgs: &[&MessageExt],
         context: &ConsumeConcurrentlyContext,
     ) -> ClientResult<ConsumeConcurrentlyStatus> {
-        let queue_topic = context.get_message_queue().topic_str().to_string();
-        let mut first_time = false;
-        for message in msgs {
-            self.recorder.record(&self.consumer, &queue_topic, message);
-            first_time |= message.reconsume_times() == 0;
-        }
+        self.0.consume_message(msgs, context)?;
+        let first_time = msgs.iter().any(|message| message.reconsume_times() == 0);
         Ok(if first_time {
             ConsumeConcurrentlyStatus::ReconsumeLater
         } else {
@@ -910,36 +788,21 @@ impl MessageListenerConcurrently for ReconsumeOnceListener {
 /// retry topic with reconsumeTimes 1 and the original content.
 async fn retry(env: &Env) -> anyhow::Result<String> {
     let scenario = "retry";
-    let topic = env.name(scenario, "topic");
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let group = env.name(scenario, "group");
     let retry_topic = format!("{}{group}", harness::RETRY_TOPIC_PREFIX);
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
     let instance = env.name(scenario, "consumer");
     let recorder = Recorder::default();
-    let spec = ConsumerSpec {
-        group: &group,
-        instance: &instance,
-        topic: &topic,
-        expression: "*",
-        model: MessageModel::Clustering,
-    };
-    let listener = ReconsumeOnceListener {
+    let spec = ConsumerSpec::clustering(&group, &instance, &topic);
+    let listener = ReconsumeOnceListener(RecordingListener {
         consumer: instance.clone(),
         recorder: recorder.clone(),
-    };
+    });
     let mut consumer = env.push_consumer(&spec, listener).await?;
     bounded("push consumer start", consumer.start()).await?;
     let sent = harness::sent_messages(env, scenario, RETRY_COUNT, rotating_tags);
     let outcome = async {
-        for message in &sent {
-            let result = bounded(
-                "sync send",
-                producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
-            )
-            .await?;
-            check_send_result(&format!("send of {}", message.id()), &topic, result)?;
-        }
+        harness::send_all(&producer, &topic, &sent).await?;
         let max = check_stored_count(&mut producer, &topic, RETRY_COUNT).await?;
         let redelivered = |snapshot: &[Delivery]| {
             sent.iter()
@@ -1070,52 +933,25 @@ async fn wait_committed(
 /// Restart: a second consumer of the group starts at the offsets the first one committed.
 async fn restart(env: &Env) -> anyhow::Result<String> {
     let scenario = "restart";
-    let topic = env.name(scenario, "topic");
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let group = env.name(scenario, "group");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
     let all = harness::sent_messages(env, scenario, 2 * RESTART_PHASE_COUNT, rotating_tags);
     let (before, after) = all.split_at(RESTART_PHASE_COUNT as usize);
     let outcome = async {
         let mut max = BTreeMap::new();
         for (phase_index, messages) in [before, after].into_iter().enumerate() {
-            for message in messages {
-                let result = bounded(
-                    "sync send",
-                    producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
-                )
-                .await?;
-                check_send_result(&format!("send of {}", message.id()), &topic, result)?;
-            }
+            harness::send_all(&producer, &topic, messages).await?;
             let stored = RESTART_PHASE_COUNT * u32::try_from(phase_index + 1).context("phase")?;
             max = check_stored_count(&mut producer, &topic, stored).await?;
             let instance = env.name(scenario, &format!("consumer-{}", phase_index + 1));
-            let recorder = Recorder::default();
-            let spec = ConsumerSpec {
-                group: &group,
-                instance: &instance,
-                topic: &topic,
-                expression: "*",
-                model: MessageModel::Clustering,
-            };
-            let listener = RecordingListener {
-                consumer: instance.clone(),
-                recorder: recorder.clone(),
-            };
-            let mut consumer = env.push_consumer(&spec, listener).await?;
-            bounded("push consumer start", consumer.start()).await?;
-            let consumed = async {
-                recorder
-                    .wait_all(&format!("phase {} messages", phase_index + 1), messages)
-                    .await?;
-                harness::wait_drained(&[&consumer], &topic, &max).await
-            }
-            .await;
-            bounded_shutdown("push consumer", consumer.shutdown()).await?;
-            consumed?;
+            let spec = ConsumerSpec::clustering(&group, &instance, &topic);
+            let what = format!("phase {} messages", phase_index + 1);
+            let deliveries = env
+                .consume_until_drained(&spec, &what, messages, &max)
+                .await?;
             // Phase 2 consumes from the committed offsets: phase 1 messages would show up as
             // unexpected here.
-            check::check_exactly_once(messages, &topic, &recorder.snapshot())
+            check::check_exactly_once(messages, &topic, &deliveries)
                 .map_err(|e| anyhow!("phase {} (consumer {instance}): {e}", phase_index + 1))?;
             if phase_index == 0 {
                 wait_committed(env, scenario, &group, &topic, &max).await?;
@@ -1146,14 +982,7 @@ async fn broker_restart_before(env: &Env) -> anyhow::Result<String> {
     let mut producer = env.producer(scenario).await?;
     let outcome = async {
         env.create_topic(&mut producer, &topic).await?;
-        for message in before {
-            let result = bounded(
-                "sync send",
-                producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
-            )
-            .await?;
-            check_send_result(&format!("send of {}", message.id()), &topic, result)?;
-        }
+        harness::send_all(&producer, &topic, before).await?;
         check_stored_count(&mut producer, &topic, BROKER_RESTART_PHASE_COUNT).await
     }
     .await;
@@ -1181,14 +1010,7 @@ async fn broker_restart_after(env: &Env) -> anyhow::Result<String> {
         wait_committed(env, scenario, &group, &topic, &kept)
             .await
             .context("committed offsets of phase 1 after the restart")?;
-        for message in after {
-            let result = bounded(
-                "sync send",
-                producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
-            )
-            .await?;
-            check_send_result(&format!("send of {}", message.id()), &topic, result)?;
-        }
+        harness::send_all(&producer, &topic, after).await?;
         check_stored_count(&mut producer, &topic, 2 * BROKER_RESTART_PHASE_COUNT).await
     }
     .await;
@@ -1219,19 +1041,10 @@ async fn broker_restart_after(env: &Env) -> anyhow::Result<String> {
 /// Lite pull (subscribe mode): poll everything, commit with persist, offsets reach the broker.
 async fn lite_pull(env: &Env) -> anyhow::Result<String> {
     let scenario = "lite-pull";
-    let topic = env.name(scenario, "topic");
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let group = env.name(scenario, "group");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
     let sent = harness::sent_messages(env, scenario, LITE_PULL_COUNT, rotating_tags);
-    for message in &sent {
-        let result = bounded(
-            "sync send",
-            producer.send_with_timeout(harness::message(&topic, message)?, SEND_TIMEOUT_MS),
-        )
-        .await?;
-        check_send_result(&format!("send of {}", message.id()), &topic, result)?;
-    }
+    harness::send_all(&producer, &topic, &sent).await?;
     let max = check_stored_count(&mut producer, &topic, LITE_PULL_COUNT).await?;
     bounded_shutdown("producer", producer.shutdown()).await?;
     let instance = env.name(scenario, "consumer");
@@ -1363,13 +1176,7 @@ async fn started_consumer(
 ) -> anyhow::Result<DefaultMQPushConsumer> {
     let group = env.name(scenario, "group");
     let instance = env.name(scenario, "consumer");
-    let spec = ConsumerSpec {
-        group: &group,
-        instance: &instance,
-        topic,
-        expression: "*",
-        model: MessageModel::Clustering,
-    };
+    let spec = ConsumerSpec::clustering(&group, &instance, topic);
     let mut consumer = env.push_consumer(&spec, listener).await?;
     bounded("push consumer start", consumer.start()).await?;
     let owned = wait_for(
@@ -1391,9 +1198,7 @@ async fn started_consumer(
 /// Delay level 2 and an absolute deliver time: each arrives once, not early, not too late.
 async fn delay(env: &Env) -> anyhow::Result<String> {
     let scenario = "delay";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let sent = harness::sent_messages(env, scenario, 2, |_| Some("TagD".to_string()));
     let deliveries: Arc<Mutex<Vec<Timed>>> = Arc::default();
     let listener = TimedListener {
@@ -1697,9 +1502,7 @@ fn sql_expressions() -> Vec<(&'static str, Selects)> {
 /// SQL92 selectors: one group per expression gets exactly the matching messages.
 async fn sql92(env: &Env) -> anyhow::Result<String> {
     let scenario = "sql92";
-    let topic = env.name(scenario, "topic");
-    let mut producer = env.producer(scenario).await?;
-    env.create_topic(&mut producer, &topic).await?;
+    let (mut producer, topic) = env.producer_and_topic(scenario).await?;
     let sent = harness::sent_messages(env, scenario, SQL_COUNT, rotating_tags);
     for message in &sent {
         let mut built = harness::message(&topic, message)?;
@@ -1725,11 +1528,8 @@ async fn sql92(env: &Env) -> anyhow::Result<String> {
         let instance = env.name(scenario, &format!("consumer{number}"));
         let recorder = Recorder::default();
         let spec = ConsumerSpec {
-            group: &group,
-            instance: &instance,
-            topic: &topic,
             expression,
-            model: MessageModel::Clustering,
+            ..ConsumerSpec::clustering(&group, &instance, &topic)
         };
         let listener = RecordingListener {
             consumer: instance.clone(),
@@ -1744,10 +1544,8 @@ async fn sql92(env: &Env) -> anyhow::Result<String> {
     let outcome = async {
         let mut summary = Vec::new();
         for (expression, wanted, recorder, consumer) in &running {
-            recorder
-                .wait_all(&format!("every message matching {expression:?}"), wanted)
-                .await?;
-            harness::wait_drained(&[consumer], &topic, &max).await?;
+            let what = format!("every message matching {expression:?}");
+            harness::wait_consumed(recorder, &[consumer], &what, wanted, &topic, &max).await?;
             check::check_exactly_once(wanted, &topic, &recorder.snapshot())
                 .map_err(|e| anyhow!("{expression:?}: {e}"))?;
             summary.push(format!("{expression:?}: {}", wanted.len()));
