@@ -2235,6 +2235,11 @@ mod tests {
             store.commit_log_min_offset() > min_before,
             "forced cleaning removed segments"
         );
+        assert_eq!(
+            store.commit_log().segment_stats().spared,
+            0,
+            "a disk over diskMaxUsedSpaceRatio gets its space back: no spares"
+        );
         assert!(
             store.disk_usage_ratio() <= 0.85,
             "{}",

@@ -185,7 +185,7 @@ pub struct CommitLog {
     /// Segment removals in flight (retention), renames into spares
     /// included.
     removing: usize,
-    /// Spares ready to become the next segment, oldest first.
+    /// Spares ready to become the next segment (the last one goes first).
     spares: Vec<PathBuf>,
     /// Renames into spares in flight.
     sparing: usize,
@@ -777,7 +777,7 @@ impl CommitLog {
                 match completion.result {
                     Ok(_) => {
                         let spare = self.segments.dir().join(segment::spare_file_name(base));
-                        self.spares.insert(0, spare);
+                        self.spares.push(spare);
                         self.stats.spared += 1;
                     }
                     Err(error) => tracing::warn!(
