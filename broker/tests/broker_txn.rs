@@ -63,13 +63,7 @@ impl Client {
         data.to_json(&mut body, JsonStyle::Java);
         let request = RemotingCommand::new_request(request_code::HEART_BEAT, ExtFields::new())
             .with_body(Bytes::from(body));
-        let response = self.call(request);
-        assert_eq!(
-            response.code,
-            response_code::SUCCESS,
-            "{:?}",
-            response.remark
-        );
+        self.call_ok(request);
     }
 
     fn send(

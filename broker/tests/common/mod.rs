@@ -185,6 +185,19 @@ impl Client {
         }
     }
 
+    /// [`Client::call`], asserting the response is SUCCESS (the remark
+    /// shows otherwise).
+    pub fn call_ok(&mut self, request: RemotingCommand) -> RemotingCommand {
+        let response = self.call(request);
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "{:?}",
+            response.remark
+        );
+        response
+    }
+
     /// Sends `request` one-way (no response comes).
     pub fn oneway(&mut self, mut request: RemotingCommand) {
         request.mark_oneway();
@@ -230,11 +243,10 @@ impl Client {
             order: false,
             ..CreateTopicRequestHeader::default()
         };
-        let response = self.call(RemotingCommand::new_request(
+        self.call_ok(RemotingCommand::new_request(
             request_code::UPDATE_AND_CREATE_TOPIC,
             header.to_ext_fields(),
         ));
-        assert_eq!(response.code, 0, "{:?}", response.remark);
     }
 
     /// SEND_MESSAGE_V2 of `body` with `properties` to `topic`/`queue_id`
@@ -262,13 +274,6 @@ impl Client {
         let request =
             RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
                 .with_body(Bytes::copy_from_slice(body));
-        let response = self.call(request);
-        assert_eq!(
-            response.code,
-            response_code::SUCCESS,
-            "{:?}",
-            response.remark
-        );
-        response.decode_custom_header().unwrap()
+        self.call_ok(request).decode_custom_header().unwrap()
     }
 }
