@@ -13,8 +13,17 @@
 //!      time, sequential offsets; latency of each pair;
 //!    - `floor_direct_mb_per_s`: 1 MiB O_DIRECT writes,
 //!      [`FLOOR_DIRECT_IN_FLIGHT`] in flight, no fdatasync;
-//!    - `floor_commit1m_mb_per_s`: 1 MiB write linked to an fdatasync, one
+//!    - `floor_commit1m_mb_per_s`, `floor_commit1m_p50_us`,
+//!      `floor_commit1m_p99_us`: 1 MiB write linked to an fdatasync, one
 //!      at a time;
+//!    - `floor_sync_inflight_*`: the run's bytes in flight (`--inflight` ×
+//!      `--record-size`) as [`COMMITS_IN_FLIGHT_MAX`] writes
+//!      (`floor_sync_inflight_pair_bytes` each), each linked to its
+//!      fdatasync and resubmitted as soon as both complete: SYNC_FLUSH's
+//!      workload with nothing but the disk in it, on a file of its own;
+//!    - `floor_sync_group_*`: the same writes without links, and one
+//!      fdatasync at a time covering every write completed before it (a
+//!      write's latency ends with the fdatasync that covered it);
 //!    - `floor_direct_fresh_mb_per_s`, `floor_commit1m_fresh_mb_per_s`: the
 //!      same two on freshly fallocated files (no zero fill), once through,
 //!      so every write lands on an unwritten extent, as appends into a
@@ -131,7 +140,7 @@ struct Args {
     /// Print a JSON object instead of key=value pairs.
     #[arg(long)]
     json: bool,
-    /// Length of each of the three floor measurements (0: skip the floor).
+    /// Length of each floor measurement (0: skip the floor).
     #[arg(long, default_value_t = 3)]
     floor_seconds: u64,
     /// CommitLog segment size of the append phase.
@@ -378,8 +387,10 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     )?;
     report.float("floor_commit1m_mb_per_s", rate);
     report.int("floor_commit1m_p50_us", histogram.value_at_quantile(0.50));
+    report.int("floor_commit1m_p99_us", histogram.value_at_quantile(0.99));
     disk.close(file)?;
     disk.remove(&path)?;
+    measure_sync_inflight_floor(args, report)?;
     // The same large writes into freshly fallocated files (no zero fill),
     // once through: every write lands on an unwritten extent, as appends
     // into a segment created under sustained load do (ext4 converts the
@@ -496,6 +507,210 @@ fn floor_write_sync(
     }
     let rate = mb_per_s(bytes, start.elapsed());
     disk.recycle(buf);
+    Ok((histogram, rate))
+}
+
+/// `floor_sync_inflight_*`: the SYNC_FLUSH run's bytes in flight
+/// (`--inflight` × `--record-size`) as [`COMMITS_IN_FLIGHT_MAX`] block-sized
+/// writes, each linked to its fdatasync, on a zero-filled file with its own
+/// registered buffers; a pair is resubmitted at the next offset as soon as
+/// it completes. It is the append workload's shape with nothing but the disk
+/// in it: no store can ack those bytes faster than this disk syncs them.
+/// Then `floor_sync_group_*`, the same writes synced by one fdatasync at a
+/// time ([`floor_sync_group`]).
+fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let in_flight_bytes = (args.inflight as u64).saturating_mul(args.record_size as u64);
+    let pair_size = align_up_block(in_flight_bytes.div_ceil(COMMITS_IN_FLIGHT_MAX as u64))
+        .min(FLOOR_LARGE_WRITE_SIZE as u64) as usize;
+    let config = disk_config(args, COMMITS_IN_FLIGHT_MAX, pair_size);
+    let mut disk = UringDisk::new(config).context("setting up io_uring")?;
+    let path = args.dir.join("storage-bench-floor-sync.tmp");
+    let file = disk
+        .open(&path, OpenOptions::create_direct(FLOOR_FILE_SIZE))
+        .context("creating the sync floor file")?;
+    let mut none = Vec::new();
+    while disk.is_zero_fill_pending(file)? {
+        disk.poll(&mut none, 1, Wait::AtLeastOne(Duration::from_millis(10)))?;
+    }
+    let seconds = Duration::from_secs(args.floor_seconds);
+    let (histogram, rate) = floor_sync_pipeline(&mut disk, file, pair_size, seconds)?;
+    report.int("floor_sync_inflight_pair_bytes", pair_size as u64);
+    report.float("floor_sync_inflight_mb_per_s", rate);
+    report.int(
+        "floor_sync_inflight_p50_us",
+        histogram.value_at_quantile(0.50),
+    );
+    report.int(
+        "floor_sync_inflight_p99_us",
+        histogram.value_at_quantile(0.99),
+    );
+    let (histogram, rate) = floor_sync_group(&mut disk, file, pair_size, seconds)?;
+    report.float("floor_sync_group_mb_per_s", rate);
+    report.int("floor_sync_group_p50_us", histogram.value_at_quantile(0.50));
+    report.int("floor_sync_group_p99_us", histogram.value_at_quantile(0.99));
+    disk.close(file)?;
+    disk.remove(&path)?;
+    Ok(())
+}
+
+/// [`COMMITS_IN_FLIGHT_MAX`] writes of `size` bytes kept in flight, not
+/// linked; one fdatasync at a time, started whenever none runs and some
+/// write completed, covering every write completed before it. Returns the
+/// write latencies (submission to the end of the fdatasync that covered it)
+/// and the MB/s.
+fn floor_sync_group(
+    disk: &mut UringDisk,
+    file: FileId,
+    size: usize,
+    seconds: Duration,
+) -> anyhow::Result<(Histogram<u64>, f64)> {
+    let mut histogram = latency_histogram()?;
+    let mut free: Vec<AlignedBuf> = (0..COMMITS_IN_FLIGHT_MAX)
+        .map(|_| disk.buffer(size))
+        .collect();
+    // Writes in flight (by sequence number: when submitted), writes done
+    // and waiting for an fdatasync, and the writes the running one covers.
+    let mut writing: std::collections::HashMap<u64, Instant> = Default::default();
+    let mut written: Vec<(Instant, AlignedBuf)> = Vec::new();
+    let mut syncing: Option<Vec<(Instant, AlignedBuf)>> = None;
+    let mut completions = Vec::new();
+    let start = Instant::now();
+    let (mut file_offset, mut bytes, mut seq) = (0u64, 0u64, 0u64);
+    loop {
+        let running = start.elapsed() < seconds && seq < FLOOR_OPS_MAX;
+        while running && let Some(buf) = free.pop() {
+            let write = DiskOp::Write {
+                file,
+                file_offset,
+                buf,
+                buf_range: 0..size,
+            };
+            disk.submit(OpId::new(OpTag::Other, seq * 2), write, false)
+                .map_err(|(error, _)| error)?;
+            writing.insert(seq, Instant::now());
+            seq += 1;
+            file_offset = (file_offset + size as u64) % FLOOR_FILE_SIZE;
+        }
+        if syncing.is_none() && !written.is_empty() {
+            // Odd sequence numbers are fdatasyncs; writes use even ones.
+            disk.submit(
+                OpId::new(OpTag::Other, seq * 2 + 1),
+                DiskOp::Fdatasync { file },
+                false,
+            )
+            .map_err(|(error, _)| error)?;
+            syncing = Some(std::mem::take(&mut written));
+        }
+        if writing.is_empty() && syncing.is_none() {
+            break;
+        }
+        completions.clear();
+        wait_completions(disk, 1, &mut completions)?;
+        disk.poll(&mut completions, 2 * COMMITS_IN_FLIGHT_MAX, Wait::No)?;
+        for completion in completions.drain(..) {
+            if completion.op_id.seq() % 2 == 0 {
+                let at = writing
+                    .remove(&(completion.op_id.seq() / 2))
+                    .context("a completion of a write in flight")?;
+                written.push((at, finished_write(completion)?));
+            } else {
+                completion.result.context("fdatasync")?;
+                for (at, buf) in syncing.take().context("an fdatasync in flight")? {
+                    histogram.saturating_record(micros(at.elapsed()));
+                    bytes += size as u64;
+                    free.push(buf);
+                }
+            }
+        }
+    }
+    let rate = mb_per_s(bytes, start.elapsed());
+    for buf in free {
+        disk.recycle(buf);
+    }
+    Ok((histogram, rate))
+}
+
+/// `bytes` rounded up to whole 4 KiB blocks (at least one).
+fn align_up_block(bytes: u64) -> u64 {
+    let block = FLOOR_SMALL_WRITE_SIZE as u64;
+    bytes.div_ceil(block).max(1) * block
+}
+
+/// [`COMMITS_IN_FLIGHT_MAX`] writes of `size` bytes, each linked to its
+/// fdatasync, kept in flight for `seconds`. Returns the pair latencies
+/// (submission to the later of the two completions) and the MB/s.
+fn floor_sync_pipeline(
+    disk: &mut UringDisk,
+    file: FileId,
+    size: usize,
+    seconds: Duration,
+) -> anyhow::Result<(Histogram<u64>, f64)> {
+    let mut histogram = latency_histogram()?;
+    let mut free: Vec<AlignedBuf> = (0..COMMITS_IN_FLIGHT_MAX)
+        .map(|_| {
+            let mut buf = disk.buffer(size);
+            buf.as_full_mut_slice().fill(0xA5);
+            buf
+        })
+        .collect();
+    // Per pair in flight: when it was submitted, how many of its two
+    // completions are still due, and its buffer once the write is done (it
+    // is reused only when the whole pair is over).
+    let mut pairs: std::collections::HashMap<u64, (Instant, u8, Option<AlignedBuf>)> =
+        Default::default();
+    let mut completions = Vec::new();
+    let start = Instant::now();
+    let (mut file_offset, mut bytes, mut seq) = (0u64, 0u64, 0u64);
+    loop {
+        let running = start.elapsed() < seconds && seq < FLOOR_OPS_MAX;
+        while running && let Some(buf) = free.pop() {
+            let write = DiskOp::Write {
+                file,
+                file_offset,
+                buf,
+                buf_range: 0..size,
+            };
+            disk.submit(OpId::new(OpTag::Other, seq * 2), write, true)
+                .map_err(|(error, _)| error)?;
+            disk.submit(
+                OpId::new(OpTag::Other, seq * 2 + 1),
+                DiskOp::Fdatasync { file },
+                false,
+            )
+            .map_err(|(error, _)| error)?;
+            pairs.insert(seq, (Instant::now(), 2, None));
+            seq += 1;
+            file_offset = (file_offset + size as u64) % FLOOR_FILE_SIZE;
+        }
+        if pairs.is_empty() {
+            break;
+        }
+        completions.clear();
+        wait_completions(disk, 1, &mut completions)?;
+        disk.poll(&mut completions, 2 * COMMITS_IN_FLIGHT_MAX, Wait::No)?;
+        for completion in completions.drain(..) {
+            let pair = completion.op_id.seq() / 2;
+            let entry = pairs
+                .get_mut(&pair)
+                .context("a completion of a pair in flight")?;
+            if completion.buf.is_some() {
+                entry.2 = Some(finished_write(completion)?);
+            } else {
+                completion.result.context("fdatasync")?;
+            }
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                histogram.saturating_record(micros(entry.0.elapsed()));
+                let (_, _, buf) = pairs.remove(&pair).context("the pair is in flight")?;
+                free.push(buf.context("the write's buffer came back")?);
+                bytes += size as u64;
+            }
+        }
+    }
+    let rate = mb_per_s(bytes, start.elapsed());
+    for buf in free {
+        disk.recycle(buf);
+    }
     Ok((histogram, rate))
 }
 
