@@ -266,9 +266,12 @@ pub struct BrokerConfig {
     pub shard_count: u32,
     /// `tailCacheSize` (ringmq): bytes of recent CommitLog kept in memory per shard.
     pub tail_cache_size_bytes: u64,
-    /// `ringEntries` (ringmq): submission queue entries of each shard's ring.
+    /// `ringEntries` (ringmq): submission queue entries of each shard's
+    /// network ring; more than `2 * connectionsPerShardMax + 2` (a receive
+    /// and a send per connection, the accept and a timer).
     pub ring_entries: u32,
-    /// `connectionsPerShardMax` (ringmq): connections one shard accepts.
+    /// `connectionsPerShardMax` (ringmq): connections one shard serves at
+    /// once; a shard closes one more at once.
     pub connections_per_shard_max: u32,
     /// `transactionTimeOut`: a half message younger than this is not checked.
     pub transaction_timeout_ms: u64,
@@ -312,8 +315,8 @@ impl BrokerConfig {
             register_name_server_period_ms: 30_000,
             shard_count: env.cpu_count.clamp(1, SHARD_COUNT_MAX),
             tail_cache_size_bytes: TAIL_CACHE_SIZE_DEFAULT,
-            ring_entries: 1024,
-            connections_per_shard_max: 4096,
+            ring_entries: crate::server::RING_ENTRIES,
+            connections_per_shard_max: crate::server::CONNECTION_COUNT_MAX as u32,
             transaction_timeout_ms: 6_000,
             transaction_check_interval_ms: 60_000,
             transaction_check_max: 15,
@@ -538,6 +541,13 @@ impl BrokerConfig {
             return fail(format!(
                 "ringEntries={} must be a power of two",
                 self.ring_entries
+            ));
+        }
+        let ring_needs = 2 * u64::from(self.connections_per_shard_max) + 2;
+        if u64::from(self.ring_entries) <= ring_needs {
+            return fail(format!(
+                "connectionsPerShardMax={} needs ringEntries above {ring_needs} (a receive and a send per connection, the accept and a timer), not {}",
+                self.connections_per_shard_max, self.ring_entries
             ));
         }
         Ok(())
@@ -1126,6 +1136,14 @@ mod tests {
                 "fast port (listenPort-2) and haListenPort are both 10909",
             ),
             ("listenPort=65535", "leaves no port for the HA service"),
+            (
+                "connectionsPerShardMax=2047",
+                "connectionsPerShardMax=2047 needs ringEntries above 4096",
+            ),
+            (
+                "ringEntries=1024",
+                "connectionsPerShardMax=2000 needs ringEntries above 4002",
+            ),
         ];
         for (line, expected) in cases {
             let error = load(line).unwrap_err();
@@ -1139,6 +1157,9 @@ mod tests {
         load("brokerRole=SLAVE\nbrokerId=1").unwrap();
         load("listenPort=9876\nnamesrvAddr=10.0.0.1:9876").unwrap();
         load("mapedFileSizeCommitLog=1048576\nmaxMessageSize=65536").unwrap();
+        let fits = load("connectionsPerShardMax=2046").unwrap();
+        assert_eq!(fits.connections_per_shard_max, 2046);
+        load("ringEntries=1024\nconnectionsPerShardMax=500").unwrap();
     }
 
     #[test]

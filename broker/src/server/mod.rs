@@ -50,8 +50,9 @@
 //!   entry lives until none of its operations is in flight, so a completion
 //!   always finds the connection it was submitted for.
 //! - At most one Recv and one Send per connection, and one accept, are in
-//!   flight: at most `2 * CONNECTION_COUNT_MAX + 1` operations, which the
-//!   ring's capacity covers (asserted at startup).
+//!   flight, and the stop or accept-retry timer: at most
+//!   `2 * connections_max + 2` operations, which the ring's capacity covers
+//!   (checked by [`Server::bind`]).
 //! - A connection's output waiting for a Send never exceeds
 //!   [`OUTPUT_QUEUE_SIZE_MAX`]: the connection is closed first. Reading
 //!   pauses while more than [`OUTPUT_PAUSE_SIZE`] bytes are pending, so a
@@ -87,9 +88,9 @@ pub use signal::ShutdownHandle;
 
 use connection::Connection;
 
-/// Most connections one server accepts; one more is closed at once.
+/// Default of [`ServerConfig::connections_max`] (`connectionsPerShardMax`).
 pub const CONNECTION_COUNT_MAX: usize = 2000;
-/// Submission queue depth of the server's ring.
+/// Default of [`ServerConfig::ring_entries`] (`ringEntries`).
 pub const RING_ENTRIES: u32 = 4096;
 /// Requests of one connection handled per loop turn before the others get
 /// their turn (the rest wait in the read buffer).
@@ -231,6 +232,12 @@ pub struct ServerConfig {
     /// The top byte of every [`ConnectionId`] this server hands out (a
     /// shard's id, so that ids are unique across the shards of a process).
     pub connection_tag: u8,
+    /// Submission queue entries of the server's ring.
+    pub ring_entries: u32,
+    /// Most connections served at once; one more is closed at once. Each
+    /// holds a receive and a send in the ring, beside the accept, so
+    /// `2 * connections_max + 2` must stay below the ring's entries.
+    pub connections_max: usize,
 }
 
 impl ServerConfig {
@@ -240,6 +247,8 @@ impl ServerConfig {
             listen_addr,
             multishot_accept: true,
             connection_tag: 0,
+            ring_entries: RING_ENTRIES,
+            connections_max: CONNECTION_COUNT_MAX,
         }
     }
 }
@@ -250,6 +259,9 @@ pub enum ServerError {
     /// The ring could not be created.
     #[error("setting up the io_uring reactor")]
     Ring(#[source] RingError),
+    /// The configuration does not fit together (the message says how).
+    #[error("invalid server configuration: {0}")]
+    Config(String),
     /// The listening socket could not be created, bound or listened on.
     #[error("listening on {addr}")]
     Listen {
@@ -292,6 +304,7 @@ pub struct Server<H: RequestHandler> {
     accept_mode: AcceptMode,
     accept_in_flight: bool,
     accepted_count: u64,
+    connections_max: usize,
     connections: Slab<Connection>,
     next_serial: u32,
     dirty: Vec<usize>,
@@ -323,16 +336,26 @@ impl<H: RequestHandler> Server<H> {
     /// [`ServerError::Ring`] (io_uring unavailable: the message says why) or
     /// [`ServerError::Listen`].
     pub fn bind(config: ServerConfig, handler: H) -> Result<Self, ServerError> {
+        if config.connections_max == 0 {
+            return Err(ServerError::Config(
+                "connections_max must be positive".into(),
+            ));
+        }
         let ring = Ring::new(RingConfig {
-            entries: RING_ENTRIES,
+            entries: config.ring_entries,
             ..RingConfig::default()
         })
         .map_err(ServerError::Ring)?;
-        assert!(
-            ring.capacity() > 2 * CONNECTION_COUNT_MAX,
-            "ring capacity {} < 2 * {CONNECTION_COUNT_MAX} + 1",
-            ring.capacity()
-        );
+        // One receive and one send per connection plus the accept (and a
+        // timer) must fit the ring.
+        if ring.capacity() <= 2 * config.connections_max + 2 {
+            return Err(ServerError::Config(format!(
+                "{} connections need a ring of more than {} entries, not {}",
+                config.connections_max,
+                2 * config.connections_max + 2,
+                ring.capacity()
+            )));
+        }
         let listen_error = |source| ServerError::Listen {
             addr: config.listen_addr,
             source,
@@ -352,6 +375,7 @@ impl<H: RequestHandler> Server<H> {
             },
             accept_in_flight: false,
             accepted_count: 0,
+            connections_max: config.connections_max,
             connections: Slab::new(),
             next_serial: 0,
             dirty: Vec::new(),
@@ -580,9 +604,9 @@ impl<H: RequestHandler> Server<H> {
         if self.phase != Phase::Running {
             return;
         }
-        if self.connections.len() >= CONNECTION_COUNT_MAX {
+        if self.connections.len() >= self.connections_max {
             tracing::warn!(
-                max = CONNECTION_COUNT_MAX,
+                max = self.connections_max,
                 "connection limit reached: closing a new connection"
             );
             return;
@@ -750,12 +774,18 @@ mod tests {
     }
 
     fn spawn_with(probe: Probe, multishot_accept: bool) -> Option<Running> {
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let config = ServerConfig {
+        spawn_config(
+            probe,
+            ServerConfig {
                 multishot_accept,
                 ..ServerConfig::new("127.0.0.1:0".parse().unwrap())
-            };
+            },
+        )
+    }
+
+    fn spawn_config(probe: Probe, config: ServerConfig) -> Option<Running> {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
             let server = match Server::bind(config, probe) {
                 Ok(server) => server,
                 Err(error) => {
@@ -811,6 +841,46 @@ mod tests {
         while !condition() {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_connection_over_connections_max_is_closed_and_the_others_are_served() {
+        let config = ServerConfig {
+            connections_max: 1,
+            ..ServerConfig::new("127.0.0.1:0".parse().unwrap())
+        };
+        let Some((addr, stop, thread)) = spawn_config(Probe::default(), config) else {
+            return;
+        };
+        let mut first = connect(addr);
+        send(&mut first, 105, 1);
+        assert!(read_response(&mut first).is_some(), "the first is served");
+        let mut second = connect(addr);
+        send(&mut second, 105, 2);
+        assert!(
+            read_response(&mut second).is_none(),
+            "the connection over the limit is closed without an answer"
+        );
+        send(&mut first, 105, 3);
+        assert_eq!(read_response(&mut first).map(|r| r.opaque), Some(3));
+        stop.request();
+        thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn bind_refuses_more_connections_than_the_ring_holds() {
+        let config = ServerConfig {
+            ring_entries: 64,
+            connections_max: 31,
+            ..ServerConfig::new("127.0.0.1:0".parse().unwrap())
+        };
+        match Server::bind(config, Probe::default()) {
+            Err(ServerError::Config(message)) => {
+                assert!(message.contains("31 connections"), "{message}")
+            }
+            Err(ServerError::Ring(error)) => eprintln!("SKIPPED: io_uring unavailable: {error}"),
+            other => panic!("expected a configuration error, got {:?}", other.err()),
         }
     }
 
