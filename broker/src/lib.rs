@@ -19,3 +19,4 @@ pub mod server;
 pub mod shard;
 pub mod subscription_group;
 pub mod topic_config;
+pub mod tps;

@@ -2,9 +2,11 @@
 //! `mqadmin brokerStatus` prints and `mqadmin clusterList` parses.
 //!
 //! Shards count into a [`RuntimeStats`] (one per shard, merged with
-//! [`RuntimeStats::merge`] when a request arrives);
-//! [`runtime_info_body`] turns the merged counters into the body Java's
-//! `AdminBrokerProcessor.prepareRuntimeInfo` would send:
+//! [`RuntimeStats::merge`] when a request arrives); each shard's TPS
+//! figures come from a [`TpsSampler`](crate::tps::TpsSampler) of its
+//! counters ([`RuntimeStats::tps_counters`]), so the merged figures are the
+//! sums over shards. [`runtime_info_body`] turns the merged counters into
+//! the body Java's `AdminBrokerProcessor.prepareRuntimeInfo` would send:
 //!
 //! ```text
 //! {"table":{"bootTimestamp":"1700000000000","brokerVersion":"479","brokerVersionDesc":"V5_3_3",
@@ -41,6 +43,7 @@ use ringmq_protocol::code::version;
 use ringmq_protocol::json::{JsonStyle, KvTable};
 
 use crate::config::BrokerConfig;
+use crate::tps::{TpsCounters, TpsRates};
 
 /// `MQVersion.CURRENT_VERSION` this broker reports (`brokerVersion`).
 pub const BROKER_VERSION: i32 = version::CURRENT;
@@ -235,8 +238,15 @@ pub struct RuntimeStats {
     pub stats_day: i64,
     /// Messages put (`msgPutTotal*`, `putMessageTimesTotal`).
     pub msg_put: DailyTotals,
-    /// Messages returned to pulls (`msgGetTotal*`).
+    /// Messages returned to pulls (`msgGetTotal*`; the transferred
+    /// count behind `getTransferredTps`).
     pub msg_get: DailyTotals,
+    /// Pull reads that found messages (Java's `getMessageTimesTotalFound`,
+    /// behind `getFoundTps`).
+    pub get_found_count: u64,
+    /// Pull reads that found none (Java's `getMessageTimesTotalMiss`,
+    /// behind `getMissTps`).
+    pub get_miss_count: u64,
     /// Body bytes put (`putMessageSizeTotal`).
     pub put_message_size_total_bytes: u64,
     /// Puts that failed (`putMessageFailedTimes`).
@@ -314,6 +324,36 @@ impl RuntimeStats {
         *bucket = bucket.saturating_add(1);
     }
 
+    /// Counts one pull read of the store: `found` when it found messages,
+    /// `message_count` of them returned to the puller. Java counts every
+    /// read, a held pull's repeated reads too.
+    pub fn record_get(&mut self, found: bool, message_count: u64) {
+        if found {
+            self.get_found_count = self.get_found_count.saturating_add(1);
+            self.msg_get.add(message_count);
+        } else {
+            self.get_miss_count = self.get_miss_count.saturating_add(1);
+        }
+    }
+
+    /// The cumulative counters the TPS figures are sampled from.
+    pub fn tps_counters(&self) -> TpsCounters {
+        TpsCounters {
+            msg_put: self.msg_put.now,
+            get_found: self.get_found_count,
+            get_miss: self.get_miss_count,
+            get_transferred: self.msg_get.now,
+        }
+    }
+
+    /// Sets the four TPS figures from a sampler of this shard's counters.
+    pub fn set_tps(&mut self, rates: &TpsRates) {
+        self.put_tps = rates.put;
+        self.get_found_tps = rates.get_found;
+        self.get_miss_tps = rates.get_miss;
+        self.get_transferred_tps = rates.get_transferred;
+    }
+
     /// Takes the morning snapshots if a UTC day boundary passed since the
     /// last one (Java: local midnight); several days passed make yesterday
     /// and today the current totals, as repeated snapshots would.
@@ -343,6 +383,8 @@ impl RuntimeStats {
         self.stats_day = self.stats_day.max(other.stats_day);
         self.msg_put.merge(&other.msg_put);
         self.msg_get.merge(&other.msg_get);
+        self.get_found_count = self.get_found_count.saturating_add(other.get_found_count);
+        self.get_miss_count = self.get_miss_count.saturating_add(other.get_miss_count);
         self.put_message_size_total_bytes = self
             .put_message_size_total_bytes
             .saturating_add(other.put_message_size_total_bytes);
@@ -890,6 +932,53 @@ mod tests {
         assert_eq!(total.commit_log_max_offset, 10_000);
         assert_eq!(total.earliest_message_store_timestamp_ms, Some(BOOT));
         assert!(total.commit_log_disk.is_some());
+    }
+
+    #[test]
+    fn puts_and_pull_reads_move_the_counters_the_tps_sampler_reads() {
+        let mut stats = RuntimeStats::new(BOOT);
+        assert_eq!(stats.tps_counters(), TpsCounters::default());
+        stats.record_put(10, 1);
+        stats.record_put(10, 1);
+        stats.record_get(true, 32);
+        stats.record_get(false, 0);
+        stats.record_get(false, 0);
+        assert_eq!(
+            stats.tps_counters(),
+            TpsCounters {
+                msg_put: 2,
+                get_found: 1,
+                get_miss: 2,
+                get_transferred: 32,
+            }
+        );
+        assert_eq!(stats.msg_get.now, 32);
+        let mut other = RuntimeStats::new(BOOT);
+        other.record_get(false, 0);
+        stats.merge(&other);
+        assert_eq!(stats.tps_counters().get_miss, 3);
+    }
+
+    #[test]
+    fn sampled_puts_and_pulls_show_as_tps_in_the_body() {
+        let mut stats = RuntimeStats::new(BOOT);
+        let mut sampler = crate::tps::TpsSampler::new();
+        sampler.record(BOOT, stats.tps_counters());
+        for _ in 0..20 {
+            stats.record_put(10, 1);
+        }
+        stats.record_get(true, 8);
+        stats.record_get(true, 2);
+        stats.record_get(false, 0);
+        sampler.record(BOOT + 2_000, stats.tps_counters());
+        stats.set_tps(&sampler.rates());
+        let table = runtime_info_table(&stats, &config(), BOOT + 2_000);
+        assert_eq!(table["putTps"], "10.0 10.0 10.0");
+        assert_eq!(table["getFoundTps"], "1.0 1.0 1.0");
+        assert_eq!(table["getMissTps"], "0.5 0.5 0.5");
+        assert_eq!(table["getTotalTps"], "1.5 1.5 1.5");
+        assert_eq!(table["getTransferredTps"], "5.0 5.0 5.0");
+        assert_eq!(table["getTransferedTps"], "5.0 5.0 5.0");
     }
 
     #[test]

@@ -58,6 +58,7 @@ use crate::runtime_info::RuntimeStats;
 use crate::server::{ConnectionId, RequestHandler};
 use crate::subscription_group::SubscriptionGroupSnapshot;
 use crate::topic_config::TopicConfigSnapshot;
+use crate::tps::TpsSampler;
 
 use control::ControlPlane;
 use link::{Links, ReplyTo, Request, ShardMsg};
@@ -121,6 +122,8 @@ pub struct ShardHandler {
     store_failed: bool,
     stopping: bool,
     stats: RuntimeStats,
+    /// Samples of `stats`' counters, taken every tick, for the TPS figures.
+    tps: TpsSampler,
     /// GET_BROKER_RUNTIME_INFO requests waiting for the other shards'
     /// counters (shard 0).
     runtime_queries: HashMap<u64, control::RuntimeQuery>,
@@ -219,6 +222,7 @@ impl ShardHandler {
             store_failed: false,
             stopping: false,
             stats: RuntimeStats::new(crate::shard::runtime::wall_clock_ms()),
+            tps: TpsSampler::new(),
             runtime_queries: HashMap::new(),
             pending_queries: HashMap::new(),
             next_query: 0,
@@ -595,6 +599,7 @@ impl ShardHandler {
         }
         stats.send_queue_size = self.pending_sends.len() as u64;
         stats.pull_queue_size = self.held.len() as u64;
+        stats.set_tps(&self.tps.rates());
         stats
     }
 
@@ -642,6 +647,7 @@ impl RequestHandler for ShardHandler {
 
     fn on_tick(&mut self, now_ms: i64) {
         self.stats.roll_day_if_due(now_ms);
+        self.tps.record(now_ms, self.stats.tps_counters());
         self.control_tick(now_ms);
         self.persist_offsets(now_ms);
     }

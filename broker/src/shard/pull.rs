@@ -293,6 +293,12 @@ impl ShardHandler {
         if let Some(filter) = &filter {
             retain_matching(&mut result, filter);
         }
+        // Java counts in the store's read: every read, found or not
+        // (`getFoundTps`, `getMissTps`); found messages are answered below.
+        self.stats.record_get(
+            result.status == GetMessageStatus::Found,
+            result.records.len() as u64,
+        );
         let (code, remark) = match result.status {
             GetMessageStatus::Found => (response_code::SUCCESS, None),
             GetMessageStatus::MessageWasRemoving | GetMessageStatus::NoMatchedMessage => {
@@ -348,7 +354,6 @@ impl ShardHandler {
         let mut answer =
             RemotingCommand::new_response(code, 0, remark).with_custom_header(&response_header);
         if code == response_code::SUCCESS {
-            self.stats.msg_get.add(result.records.len() as u64);
             answer = answer.with_body(Bytes::from(result.body));
         }
         self.reply(request.reply, answer);
