@@ -455,6 +455,64 @@ impl Extent {
     }
 }
 
+/// Submits op `seq`: a write of `buf[..size]` at `file_offset`; `link`
+/// makes the next submission wait for it.
+fn submit_floor_write(
+    disk: &mut UringDisk,
+    seq: u64,
+    file: FileId,
+    file_offset: u64,
+    buf: AlignedBuf,
+    size: usize,
+    link: bool,
+) -> anyhow::Result<()> {
+    let write = DiskOp::Write {
+        file,
+        file_offset,
+        buf,
+        buf_range: 0..size,
+    };
+    disk.submit(OpId::new(OpTag::Other, seq), write, link)
+        .map_err(|(error, _)| error)?;
+    Ok(())
+}
+
+/// Submits op `seq`: an fdatasync of `file`.
+fn submit_floor_fdatasync(disk: &mut UringDisk, seq: u64, file: FileId) -> anyhow::Result<()> {
+    disk.submit(
+        OpId::new(OpTag::Other, seq),
+        DiskOp::Fdatasync { file },
+        false,
+    )
+    .map_err(|(error, _)| error)?;
+    Ok(())
+}
+
+/// [`COMMITS_IN_FLIGHT_MAX`] buffers of `size` bytes of a non-zero pattern.
+fn floor_buffers(disk: &mut UringDisk, size: usize) -> Vec<AlignedBuf> {
+    (0..COMMITS_IN_FLIGHT_MAX)
+        .map(|_| {
+            let mut buf = disk.buffer(size);
+            buf.as_full_mut_slice().fill(0xA5);
+            buf
+        })
+        .collect()
+}
+
+/// Submits pair `pair`: a write (op `2 * pair`) linked to an fdatasync
+/// (op `2 * pair + 1`).
+fn submit_floor_pair(
+    disk: &mut UringDisk,
+    pair: u64,
+    file: FileId,
+    file_offset: u64,
+    buf: AlignedBuf,
+    size: usize,
+) -> anyhow::Result<()> {
+    submit_floor_write(disk, pair * 2, file, file_offset, buf, size, true)?;
+    submit_floor_fdatasync(disk, pair * 2 + 1, file)
+}
+
 /// `size`-byte writes each linked to an fdatasync, one pair at a time.
 /// Returns the pair latencies and the MB/s.
 fn floor_write_sync(
@@ -476,20 +534,7 @@ fn floor_write_sync(
             break;
         }
         let began = Instant::now();
-        let write = DiskOp::Write {
-            file,
-            file_offset,
-            buf,
-            buf_range: 0..size,
-        };
-        disk.submit(OpId::new(OpTag::Other, seq * 2), write, true)
-            .map_err(|(error, _)| error)?;
-        disk.submit(
-            OpId::new(OpTag::Other, seq * 2 + 1),
-            DiskOp::Fdatasync { file },
-            false,
-        )
-        .map_err(|(error, _)| error)?;
+        submit_floor_pair(disk, seq, file, file_offset, buf, size)?;
         completions.clear();
         wait_completions(disk, 2, &mut completions)?;
         histogram.saturating_record(micros(began.elapsed()));
@@ -565,9 +610,7 @@ fn floor_sync_group(
     seconds: Duration,
 ) -> anyhow::Result<(Histogram<u64>, f64)> {
     let mut histogram = latency_histogram()?;
-    let mut free: Vec<AlignedBuf> = (0..COMMITS_IN_FLIGHT_MAX)
-        .map(|_| disk.buffer(size))
-        .collect();
+    let mut free = floor_buffers(disk, size);
     // Writes in flight (by sequence number: when submitted), writes done
     // and waiting for an fdatasync, and the writes the running one covers.
     let mut writing: std::collections::HashMap<u64, Instant> = Default::default();
@@ -579,26 +622,14 @@ fn floor_sync_group(
     loop {
         let running = start.elapsed() < seconds && seq < FLOOR_OPS_MAX;
         while running && let Some(buf) = free.pop() {
-            let write = DiskOp::Write {
-                file,
-                file_offset,
-                buf,
-                buf_range: 0..size,
-            };
-            disk.submit(OpId::new(OpTag::Other, seq * 2), write, false)
-                .map_err(|(error, _)| error)?;
+            submit_floor_write(disk, seq * 2, file, file_offset, buf, size, false)?;
             writing.insert(seq, Instant::now());
             seq += 1;
             file_offset = (file_offset + size as u64) % FLOOR_FILE_SIZE;
         }
         if syncing.is_none() && !written.is_empty() {
             // Odd sequence numbers are fdatasyncs; writes use even ones.
-            disk.submit(
-                OpId::new(OpTag::Other, seq * 2 + 1),
-                DiskOp::Fdatasync { file },
-                false,
-            )
-            .map_err(|(error, _)| error)?;
+            submit_floor_fdatasync(disk, seq * 2 + 1, file)?;
             syncing = Some(std::mem::take(&mut written));
         }
         if writing.is_empty() && syncing.is_none() {
@@ -646,13 +677,7 @@ fn floor_sync_pipeline(
     seconds: Duration,
 ) -> anyhow::Result<(Histogram<u64>, f64)> {
     let mut histogram = latency_histogram()?;
-    let mut free: Vec<AlignedBuf> = (0..COMMITS_IN_FLIGHT_MAX)
-        .map(|_| {
-            let mut buf = disk.buffer(size);
-            buf.as_full_mut_slice().fill(0xA5);
-            buf
-        })
-        .collect();
+    let mut free = floor_buffers(disk, size);
     // Per pair in flight: when it was submitted, how many of its two
     // completions are still due, and its buffer once the write is done (it
     // is reused only when the whole pair is over).
@@ -664,20 +689,7 @@ fn floor_sync_pipeline(
     loop {
         let running = start.elapsed() < seconds && seq < FLOOR_OPS_MAX;
         while running && let Some(buf) = free.pop() {
-            let write = DiskOp::Write {
-                file,
-                file_offset,
-                buf,
-                buf_range: 0..size,
-            };
-            disk.submit(OpId::new(OpTag::Other, seq * 2), write, true)
-                .map_err(|(error, _)| error)?;
-            disk.submit(
-                OpId::new(OpTag::Other, seq * 2 + 1),
-                DiskOp::Fdatasync { file },
-                false,
-            )
-            .map_err(|(error, _)| error)?;
+            submit_floor_pair(disk, seq, file, file_offset, buf, size)?;
             pairs.insert(seq, (Instant::now(), 2, None));
             seq += 1;
             file_offset = (file_offset + size as u64) % FLOOR_FILE_SIZE;
@@ -735,14 +747,15 @@ fn floor_direct(
             && seq < FLOOR_OPS_MAX
             && !extent.exhausted(file_offset, FLOOR_LARGE_WRITE_SIZE);
         while running && let Some(buf) = free.pop() {
-            let write = DiskOp::Write {
+            submit_floor_write(
+                disk,
+                seq,
                 file,
                 file_offset,
                 buf,
-                buf_range: 0..FLOOR_LARGE_WRITE_SIZE,
-            };
-            disk.submit(OpId::new(OpTag::Other, seq), write, false)
-                .map_err(|(error, _)| error)?;
+                FLOOR_LARGE_WRITE_SIZE,
+                false,
+            )?;
             seq += 1;
             in_flight += 1;
             file_offset = extent.next(file_offset, FLOOR_LARGE_WRITE_SIZE);
