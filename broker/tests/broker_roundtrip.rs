@@ -18,9 +18,10 @@ use common::{Broker, Client, fresh_store, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
-    ConsumerSendMsgBackRequestHeader, CustomHeader, PullMessageRequestHeader,
-    PullMessageResponseHeader, PullSysFlag, QueryConsumerOffsetRequestHeader,
-    QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader, SendMessageResponseHeader,
+    ConsumerSendMsgBackRequestHeader, CustomHeader, DeleteTopicRequestHeader,
+    PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
+    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader,
+    SendMessageResponseHeader,
 };
 use ringmq_protocol::json::KvTable;
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
@@ -266,6 +267,56 @@ fn sigterm_exits_zero_and_a_restart_keeps_messages_and_offsets() {
     assert_eq!(next, 3);
     assert_eq!(bodies, vec![b"m0".to_vec(), b"m1".to_vec(), b"m2".to_vec()]);
     assert_eq!(client.send("Durable", 0, b"m3").queue_offset, 3);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn a_deleted_topic_created_again_serves_only_its_new_messages_also_after_a_restart() {
+    let store = fresh_store("roundtrip");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    // Two queues: one on each shard.
+    client.create_topic("Doomed", 2);
+    for queue_id in 0..2 {
+        for index in 0..3 {
+            client.send(
+                "Doomed",
+                queue_id,
+                format!("old{queue_id}-{index}").as_bytes(),
+            );
+        }
+    }
+    client.call_ok(RemotingCommand::new_request(
+        request_code::DELETE_TOPIC_IN_BROKER,
+        DeleteTopicRequestHeader {
+            topic: "Doomed".to_owned(),
+        }
+        .to_ext_fields(),
+    ));
+    client.create_topic("Doomed", 2);
+    for queue_id in 0..2 {
+        let sent = client.send("Doomed", queue_id, format!("new{queue_id}").as_bytes());
+        assert_eq!(sent.queue_offset, 0, "queue {queue_id} starts again at 0");
+    }
+    let only_new = |client: &mut Client| {
+        for queue_id in 0..2 {
+            let (code, next, bodies) = client.pull("Doomed", queue_id, 0, None);
+            assert_eq!(code, response_code::SUCCESS);
+            assert_eq!(next, 1);
+            assert_eq!(bodies, vec![format!("new{queue_id}").into_bytes()]);
+        }
+    };
+    only_new(&mut client);
+    drop(client);
+    assert!(broker.stop().success());
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    only_new(&mut client);
+    drop(client);
     assert!(broker.stop().success());
 }
 

@@ -44,7 +44,9 @@
 //! record is there, the scan starts at its segment's start. BODYCRC is
 //! verified from the confirmed offset on, records are re-dispatched
 //! (duplicates ignored), the log is truncated at the first invalid record and
-//! every queue cut there. After an abnormal stop appends continue in a fresh
+//! every queue cut there; records below the queues' durable point do not
+//! re-create a queue that is missing (a deleted topic's, see
+//! [`Store::delete_topic`]). After an abnormal stop appends continue in a fresh
 //! segment behind a durable BLANK fence (see [`crate::commit_log`]), and a
 //! new checkpoint is written before `open` returns.
 //!
@@ -484,12 +486,17 @@ impl<D: Disk> Store<D> {
             tail_cache_bytes: config.tail_cache_bytes,
             recycle_segments_max: config.commit_log_recycle_segments,
         };
+        // Below the queues' durable point every queue that held a record
+        // was synced past it, so a record whose queue is missing there is of
+        // a deleted topic (after a clean stop the point is the end).
+        let existing_queues_below = durable_points.map(|p| recover::split_points(p).0);
         let mut dispatcher = recover::Dispatcher {
             queues: &mut queues,
             index: &mut index,
             shard_id: config.shard_id,
             now_ms,
             strict_from,
+            existing_queues_below,
             error: None,
             inconsistent: None,
             redispatched: 0,
@@ -632,6 +639,27 @@ impl<D: Disk> Store<D> {
     /// The ConsumeQueues.
     pub fn consume_queues(&self) -> &ConsumeQueueSet {
         &self.queues
+    }
+
+    /// DELETE_TOPIC_IN_BROKER (RocketMQ's `deleteTopics`): drops the
+    /// topic's ConsumeQueues and removes their files and directories (see
+    /// [`ConsumeQueueSet::delete_topic`]); returns how many queues went.
+    /// Pulls of the topic then find no queue, and its next message gets
+    /// queue offset 0. Its records stay in the CommitLog (and the index)
+    /// until retention removes them. [`Store::open`] does not bring the
+    /// queues back from records below the checkpoint's durable point of the
+    /// queues (after a clean stop: all of them); records past it (an
+    /// abnormal stop before the point passed the deletion), or all of them
+    /// when the derived files are rebuilt, are re-dispatched, as in RocketMQ.
+    ///
+    /// # Errors
+    /// The first disk error removing files (the queues are gone from memory
+    /// all the same).
+    pub fn delete_topic(&mut self, topic: &str) -> Result<usize, StorageError> {
+        let removed = self.queues.delete_topic(&mut self.disk, topic);
+        // The durability round may now be complete without the queues.
+        self.derived_io_completed = true;
+        removed
     }
 
     /// Appends one message.
@@ -1053,13 +1081,15 @@ impl<D: Disk> Store<D> {
             disk: &mut self.disk,
             removed: 0,
         };
-        let to = (from + RETENTION_QUEUES_PER_TURN_MAX).min(self.queues.len());
+        let bound = self.queues.index_bound();
+        let to = (from + RETENTION_QUEUES_PER_TURN_MAX).min(bound);
         for index in from..to {
-            self.queues
-                .queue_at_mut(index)
-                .delete_below_commit_log_offset(&mut disk, log_min)?;
+            // Deleted topics leave holes.
+            if let Some(queue) = self.queues.try_queue_at_mut(index) {
+                queue.delete_below_commit_log_offset(&mut disk, log_min)?;
+            }
         }
-        if to < self.queues.len() {
+        if to < bound {
             self.retention_cursor = Some(to);
         } else {
             self.index
@@ -1554,6 +1584,9 @@ impl<D: Disk> Disk for BackgroundRemovals<'_, D> {
     }
     fn create_dir_all(&mut self, dir: &std::path::Path) -> Result<(), crate::disk::DiskError> {
         self.disk.create_dir_all(dir)
+    }
+    fn remove_dir(&mut self, dir: &std::path::Path) -> Result<(), crate::disk::DiskError> {
+        self.disk.remove_dir(dir)
     }
     fn list_dir(&mut self, dir: &std::path::Path) -> Result<Vec<String>, crate::disk::DiskError> {
         self.disk.list_dir(dir)
@@ -2282,5 +2315,199 @@ mod tests {
             .unwrap();
         assert_eq!(filtered.status, GetMessageStatus::NoMatchedMessage);
         assert_eq!(filtered.next_begin_offset, 3);
+    }
+
+    /// Polls at `from_ms`, `from_ms + 50`, ... up to `to_ms` (ConsumeQueue
+    /// flushes and checkpoints run on their intervals).
+    fn run_until(store: &mut Store<SimDisk>, from_ms: u64, to_ms: u64) {
+        let mut acks = Vec::new();
+        let mut now_ms = from_ms;
+        while now_ms <= to_ms {
+            for _ in 0..5 {
+                store
+                    .poll_wait(now_ms, std::time::Duration::ZERO, &mut acks)
+                    .unwrap();
+            }
+            now_ms += 50;
+        }
+    }
+
+    fn queue_paths(store: &Store<SimDisk>, topic: &str) -> Vec<PathBuf> {
+        let dir = store
+            .config()
+            .consume_queue_root
+            .join(crate::consume_queue::CQ_DIR_NAME)
+            .join(topic);
+        let image = store.disk().snapshot();
+        image
+            .dirs
+            .into_iter()
+            .chain(image.files.into_keys())
+            .filter(|p| p.starts_with(&dir))
+            .collect()
+    }
+
+    fn bodies(store: &mut Store<SimDisk>, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
+        let found = store
+            .get_messages(topic, queue_id, 0, 32, 1 << 20, None)
+            .unwrap();
+        found
+            .records
+            .iter()
+            .map(|r| {
+                decode_record(&found.body[r.range.clone()], CrcCheck::Skip)
+                    .unwrap()
+                    .body()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    /// T/0 gets "old-0..2", U/1 gets "u-0..1"; everything flushed and
+    /// checkpointed by `T0 + 2_000`.
+    fn two_topics(seed: u64) -> Store<SimDisk> {
+        let (mut store, _) = Store::open(
+            SimDisk::new(SimConfig::new(seed)),
+            config(FlushMode::Async),
+            0,
+        )
+        .unwrap();
+        for i in 0..3 {
+            store
+                .append(&message(format!("old-{i}").as_bytes()), 1)
+                .unwrap();
+        }
+        for i in 0..2 {
+            let body = format!("u-{i}");
+            let mut m = message(body.as_bytes());
+            m.topic = "U";
+            m.queue_id = 1;
+            store.append(&m, 1).unwrap();
+        }
+        run_until(&mut store, 10, 2_000);
+        assert!(store.consume_queues().is_clean());
+        assert!(!queue_paths(&store, "T").is_empty());
+        store
+    }
+
+    #[test]
+    fn a_deleted_topic_is_gone_and_starts_again_at_queue_offset_zero_across_a_restart() {
+        let mut store = two_topics(40);
+        assert_eq!(store.delete_topic("T").unwrap(), 1);
+        assert_eq!(queue_paths(&store, "T"), Vec::<PathBuf>::new());
+        let gone = store.get_messages("T", 0, 0, 8, 1 << 20, None).unwrap();
+        assert_eq!(gone.status, GetMessageStatus::NoMatchedLogicQueue);
+        assert_eq!(store.queue_max_offset("T", 0), 0);
+        assert_eq!(
+            bodies(&mut store, "U", 1),
+            [b"u-0".to_vec(), b"u-1".to_vec()]
+        );
+        let ticket = store.append(&message(b"new-0"), 2_100).unwrap();
+        assert_eq!(ticket.queue_offset, 0);
+        run_until(&mut store, 2_100, 3_000);
+        assert_eq!(bodies(&mut store, "T", 0), [b"new-0".to_vec()]);
+        let mut acks = Vec::new();
+        let disk = store.shutdown(3_000, &mut acks).unwrap();
+        let (mut store, report) = Store::open(disk, config(FlushMode::Async), 4_000).unwrap();
+        assert!(!report.abnormal);
+        assert_eq!(store.queue_max_offset("T", 0), 1);
+        assert_eq!(bodies(&mut store, "T", 0), [b"new-0".to_vec()]);
+        assert_eq!(
+            bodies(&mut store, "U", 1),
+            [b"u-0".to_vec(), b"u-1".to_vec()]
+        );
+        assert_eq!(store.commit_log().max_offset(), report.recovery.scan.end);
+    }
+
+    #[test]
+    fn a_clean_restart_does_not_bring_back_a_deleted_topic_from_the_commit_log() {
+        // Without an older topic no queue is left and the restart scans the
+        // whole CommitLog; with one, the scan starts at its last record,
+        // before T's. Either way T's records must not re-create its queue.
+        for older_topic in [false, true] {
+            let (mut store, _) = Store::open(
+                SimDisk::new(SimConfig::new(41)),
+                config(FlushMode::Async),
+                0,
+            )
+            .unwrap();
+            if older_topic {
+                let mut m = message(b"u-0");
+                m.topic = "U";
+                store.append(&m, 1).unwrap();
+            }
+            for i in 0..3 {
+                store
+                    .append(&message(format!("old-{i}").as_bytes()), 1)
+                    .unwrap();
+            }
+            run_until(&mut store, 10, 2_000);
+            assert_eq!(store.delete_topic("T").unwrap(), 1);
+            let mut acks = Vec::new();
+            let disk = store.shutdown(2_000, &mut acks).unwrap();
+            let (mut store, report) = Store::open(disk, config(FlushMode::Async), 3_000).unwrap();
+            assert!(!report.abnormal);
+            assert_eq!(report.redispatched, 0, "older topic {older_topic}");
+            assert!(store.consume_queues().get("T", 0).is_none());
+            assert_eq!(store.consume_queues().len(), usize::from(older_topic));
+            assert_eq!(queue_paths(&store, "T"), Vec::<PathBuf>::new());
+            if older_topic {
+                assert_eq!(bodies(&mut store, "U", 0), [b"u-0".to_vec()]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_crash_after_the_durable_point_passed_a_deletion_does_not_bring_the_topic_back() {
+        let mut store = two_topics(42);
+        assert_eq!(store.delete_topic("T").unwrap(), 1);
+        store.append(&message(b"new-0"), 2_100).unwrap();
+        run_until(&mut store, 2_100, 4_000);
+        for kind in [CrashKind::ProcessKill, CrashKind::PowerLoss] {
+            let disk = store.disk_mut().crash(kind);
+            let (mut reopened, report) =
+                Store::open(disk, config(FlushMode::Async), 5_000).unwrap();
+            assert!(report.abnormal, "{kind:?}");
+            assert!(!report.derived_rebuilt, "{kind:?}");
+            assert_eq!(
+                bodies(&mut reopened, "T", 0),
+                [b"new-0".to_vec()],
+                "{kind:?}"
+            );
+            assert_eq!(
+                bodies(&mut reopened, "U", 1),
+                [b"u-0".to_vec(), b"u-1".to_vec()],
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn deleting_a_topic_with_consume_queue_writes_in_flight_is_safe() {
+        let mut store = two_topics(43);
+        for i in 3..6 {
+            store
+                .append(&message(format!("old-{i}").as_bytes()), 2_010)
+                .unwrap();
+        }
+        // Submit the queue's write-behind, then delete before it completes.
+        let mut acks = Vec::new();
+        store.poll(2_200, &mut acks).unwrap();
+        assert_eq!(store.delete_topic("T").unwrap(), 1);
+        assert!(
+            !store.consume_queues().is_idle(),
+            "the deleted queue's write is still in flight"
+        );
+        store.append(&message(b"new-0"), 2_210).unwrap();
+        run_until(&mut store, 2_210, 4_000);
+        assert!(store.consume_queues().is_idle());
+        assert_eq!(bodies(&mut store, "T", 0), [b"new-0".to_vec()]);
+        let disk = store.shutdown(4_000, &mut acks).unwrap();
+        let (mut store, _) = Store::open(disk, config(FlushMode::Async), 5_000).unwrap();
+        assert_eq!(bodies(&mut store, "T", 0), [b"new-0".to_vec()]);
+        assert_eq!(
+            bodies(&mut store, "U", 1),
+            [b"u-0".to_vec(), b"u-1".to_vec()]
+        );
     }
 }

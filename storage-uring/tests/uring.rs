@@ -1266,3 +1266,21 @@ fn background_rename_moves_a_file_and_can_open_it_as_it_is() {
         done[0].result
     );
 }
+
+#[test]
+fn remove_dir_removes_only_an_empty_directory() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("remove-dir");
+    let sub = dir.path("queue");
+    disk.create_dir_all(&sub).unwrap();
+    std::fs::write(sub.join("00000000000000000000"), b"x").unwrap();
+    let full = disk.remove_dir(&sub).unwrap_err();
+    assert_eq!(full.raw_os_error(), Some(libc::ENOTEMPTY), "{full}");
+    disk.remove(&sub.join("00000000000000000000")).unwrap();
+    disk.remove_dir(&sub).unwrap();
+    assert!(!sub.exists());
+    let gone = disk.remove_dir(&sub).unwrap_err();
+    assert_eq!(gone.raw_os_error(), Some(libc::ENOENT), "{gone}");
+}

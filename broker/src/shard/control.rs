@@ -160,6 +160,7 @@ impl ShardHandler {
         }
         for topic in &change.deleted {
             self.offsets.remove_topic(topic);
+            self.delete_topic_queues(topic);
         }
         let control = self.control.as_ref().expect("shard 0");
         if let Some(registrar) = &control.registrar {
@@ -167,6 +168,31 @@ impl ShardHandler {
         }
         if let Some(persister) = &self.persister {
             persister.write(ConfigFile::Topics, control.topics.encode_file());
+        }
+    }
+
+    /// A deleted topic's ConsumeQueues on this shard go (RocketMQ's
+    /// `deleteTopics`); a disk error is logged, the queues are gone from
+    /// memory all the same.
+    pub(crate) fn delete_topic_queues(&mut self, topic: &str) {
+        let shard = self.id;
+        let Some(store) = &mut self.store else {
+            return;
+        };
+        match store.delete_topic(topic) {
+            Ok(0) => {}
+            Ok(queues) => tracing::info!(
+                topic,
+                queues,
+                shard,
+                "deleted topic's consume queues removed"
+            ),
+            Err(error) => tracing::error!(
+                topic,
+                %error,
+                shard,
+                "removing a deleted topic's consume queue files failed"
+            ),
         }
     }
 

@@ -542,6 +542,7 @@ impl ShardHandler {
                 ShardMsg::Close(conn) => self.closes.push(conn),
                 ShardMsg::TopicDeleted(topic) => {
                     self.offsets.remove_topic(&topic);
+                    self.delete_topic_queues(&topic);
                 }
                 ShardMsg::GroupOffsetsDeleted(group) => {
                     self.offsets.remove_group(&group);

@@ -677,6 +677,51 @@ impl ConsumeQueue {
         Ok(removed)
     }
 
+    /// Deleting the queue's topic: closes and removes every file with no
+    /// operation in flight and, once no file is left, whatever else is in
+    /// the queue's directory and the directory itself. A file with an
+    /// operation in flight stays until it completes: call again then.
+    /// Returns whether the queue is gone from disk. The queue is not to be
+    /// appended to or flushed again.
+    ///
+    /// # Errors
+    /// The disk's error closing or removing a file or the directory (the
+    /// file is then forgotten, and may stay on disk).
+    pub fn remove_from_disk<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+    ) -> Result<bool, StorageError> {
+        let mut index = 0;
+        while index < self.files.len() {
+            if self.files[index].in_flight.is_some() {
+                index += 1;
+                continue;
+            }
+            let file = self.files.remove(index);
+            self.remove_file(disk, file)?;
+        }
+        if !self.files.is_empty() {
+            return Ok(false);
+        }
+        // Files this queue did not track (ignored at load) go too: a
+        // directory left behind would bring the queue back at the next load.
+        for name in disk.list_dir(&self.dir)? {
+            disk.remove(&self.dir.join(name))?;
+        }
+        match disk.remove_dir(&self.dir) {
+            Ok(()) => {
+                if let Some(parent) = self.dir.parent() {
+                    disk.sync_dir(parent)?;
+                }
+            }
+            // Never flushed: never created.
+            Err(error) if error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(error) => return Err(error.into()),
+        }
+        self.dir_created = false;
+        Ok(true)
+    }
+
     fn remove_file<D: Disk + ?Sized>(
         &mut self,
         disk: &mut D,

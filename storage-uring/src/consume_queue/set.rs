@@ -1,4 +1,22 @@
 //! [`ConsumeQueueSet`]: all ConsumeQueues of one shard.
+//!
+//! Queues live at stable indices: the index is the top bits of every
+//! operation sequence number of its queue, so completions find their queue
+//! without a lookup. Deleting a topic ([`ConsumeQueueSet::delete_topic`])
+//! leaves a hole at each of its queues' indices; a hole is reused by a new
+//! queue once no operation of the old one is in flight (a queue with
+//! operations in flight is *draining*: its completions still reach it, and
+//! its files go when they have completed).
+//!
+//! # Invariants
+//! - `by_topic` maps exactly the live queues to their indices; a live queue
+//!   at index `i` has the sequence prefix `i << LOCAL_SEQ_BITS`.
+//! - An index is in `free` only if its slot is empty and no operation with
+//!   its prefix is in flight; a draining queue's slot stays empty and out of
+//!   `free` until it is gone from disk.
+//! - The durability round's targets are live queues.
+//! - A live queue with the (topic, queue id) of a draining one is not
+//!   flushed (it would open the files the draining one still removes).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +33,14 @@ use crate::error::StorageError;
 #[derive(Debug)]
 pub struct ConsumeQueueSet {
     root: PathBuf,
-    queues: Vec<ConsumeQueue>,
+    /// Queues by index; `None` where a deleted topic's queue was.
+    queues: Vec<Option<ConsumeQueue>>,
+    /// Empty slots of `queues` with nothing in flight: reused first.
+    free: Vec<usize>,
+    /// Queues of deleted topics with operations in flight, with their index.
+    draining: Vec<(usize, ConsumeQueue)>,
+    /// Live queues.
+    live: usize,
     by_topic: HashMap<String, HashMap<u32, usize>>,
     /// Index of the queue found last (appends come in runs to one queue):
     /// checked by name before use, so it needs no invalidation.
@@ -41,6 +66,9 @@ impl ConsumeQueueSet {
         ConsumeQueueSet {
             root: root.to_path_buf(),
             queues: Vec::new(),
+            free: Vec::new(),
+            draining: Vec::new(),
+            live: 0,
             by_topic: HashMap::new(),
             last_found: None,
             round: None,
@@ -49,7 +77,8 @@ impl ConsumeQueueSet {
     }
 
     /// The set's durable point: a CommitLog offset such that every entry of
-    /// every record below it is written and fdatasynced. Call it after each
+    /// every record below it is written and fdatasynced (records of topics
+    /// deleted since have no entries to wait for). Call it after each
     /// flush with `dispatched_to`, the offset below which every record has
     /// its entry in memory: a round started at one call notes each queue's
     /// end, and once every queue is synced that far, a later call makes the
@@ -57,23 +86,24 @@ impl ConsumeQueueSet {
     /// Never moves back.
     pub fn advance_durable_point(&mut self, dispatched_to: u64) -> u64 {
         if let Some(round) = &self.round
-            && round
-                .targets
-                .iter()
-                .all(|&(index, target)| self.queues[index].synced_offset() >= target)
+            && round.targets.iter().all(|&(index, target)| {
+                self.queues[index]
+                    .as_ref()
+                    .is_none_or(|queue| queue.synced_offset() >= target)
+            })
         {
             self.durable_point = self.durable_point.max(round.point);
             self.round = None;
         }
         if self.round.is_none() {
-            let targets = self
+            let targets: Vec<(usize, u64)> = self
                 .queues
                 .iter()
                 .enumerate()
+                .filter_map(|(index, queue)| queue.as_ref().map(|queue| (index, queue)))
                 .filter(|(_, queue)| queue.synced_offset() < queue.max_offset())
                 .map(|(index, queue)| (index, queue.max_offset()))
                 .collect();
-            let targets: Vec<(usize, u64)> = targets;
             if targets.is_empty() {
                 // Everything is synced already.
                 self.durable_point = self.durable_point.max(dispatched_to);
@@ -101,18 +131,27 @@ impl ConsumeQueueSet {
     }
 
     fn insert(&mut self, mut queue: ConsumeQueue) -> Result<usize, StorageError> {
-        let index = self.queues.len();
-        if index >= CQ_SET_QUEUE_COUNT_MAX {
-            return Err(StorageError::InvalidArgument(format!(
-                "more than {CQ_SET_QUEUE_COUNT_MAX} consume queues in one shard"
-            )));
-        }
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                let index = self.queues.len();
+                if index >= CQ_SET_QUEUE_COUNT_MAX {
+                    return Err(StorageError::InvalidArgument(format!(
+                        "more than {CQ_SET_QUEUE_COUNT_MAX} consume queues in one shard"
+                    )));
+                }
+                self.queues.push(None);
+                index
+            }
+        };
+        assert!(self.queues[index].is_none(), "queue slot {index} is taken");
         queue.set_seq_prefix((index as u64) << LOCAL_SEQ_BITS);
         self.by_topic
             .entry(queue.topic.clone())
             .or_default()
             .insert(queue.queue_id, index);
-        self.queues.push(queue);
+        self.queues[index] = Some(queue);
+        self.live += 1;
         Ok(index)
     }
 
@@ -138,16 +177,28 @@ impl ConsumeQueueSet {
         Ok(set)
     }
 
+    fn live_at(&self, index: usize) -> &ConsumeQueue {
+        self.queues[index]
+            .as_ref()
+            .expect("an indexed consume queue exists")
+    }
+
+    fn live_at_mut(&mut self, index: usize) -> &mut ConsumeQueue {
+        self.queues[index]
+            .as_mut()
+            .expect("an indexed consume queue exists")
+    }
+
     /// The queue, if it exists.
     pub fn get(&self, topic: &str, queue_id: u32) -> Option<&ConsumeQueue> {
         let index = *self.by_topic.get(topic)?.get(&queue_id)?;
-        Some(&self.queues[index])
+        Some(self.live_at(index))
     }
 
     /// The queue, mutable, if it exists.
     pub fn get_mut(&mut self, topic: &str, queue_id: u32) -> Option<&mut ConsumeQueue> {
         let index = *self.by_topic.get(topic)?.get(&queue_id)?;
-        Some(&mut self.queues[index])
+        Some(self.live_at_mut(index))
     }
 
     /// The queue, created empty if it does not exist.
@@ -167,18 +218,19 @@ impl ConsumeQueueSet {
                 self.insert(queue)?
             }
         };
-        Ok(&mut self.queues[index])
+        Ok(self.live_at_mut(index))
     }
 
     /// The index (for [`ConsumeQueueSet::queue_at`]) of the queue of
     /// (`topic`, `queue_id`), created empty if it does not exist. Repeated
-    /// lookups of one queue skip the hash maps.
+    /// lookups of one queue skip the hash maps. The index stays the queue's
+    /// until its topic is deleted.
     ///
     /// # Errors
     /// As [`ConsumeQueueSet::get_or_create`].
     pub fn index_or_create(&mut self, topic: &str, queue_id: u32) -> Result<usize, StorageError> {
         if let Some(index) = self.last_found
-            && let Some(queue) = self.queues.get(index)
+            && let Some(Some(queue)) = self.queues.get(index)
             && queue.queue_id == queue_id
             && queue.topic == topic
         {
@@ -200,7 +252,7 @@ impl ConsumeQueueSet {
     /// # Panics
     /// If no queue has that index.
     pub fn queue_at(&self, index: usize) -> &ConsumeQueue {
-        &self.queues[index]
+        self.live_at(index)
     }
 
     /// The queue at `index`, mutable.
@@ -208,7 +260,25 @@ impl ConsumeQueueSet {
     /// # Panics
     /// If no queue has that index.
     pub fn queue_at_mut(&mut self, index: usize) -> &mut ConsumeQueue {
-        &mut self.queues[index]
+        self.live_at_mut(index)
+    }
+
+    /// The queue at `index`, if one is there (indices below
+    /// [`ConsumeQueueSet::index_bound`] have holes where deleted topics'
+    /// queues were).
+    pub fn try_queue_at(&self, index: usize) -> Option<&ConsumeQueue> {
+        self.queues.get(index).and_then(Option::as_ref)
+    }
+
+    /// The queue at `index`, mutable, if one is there.
+    pub fn try_queue_at_mut(&mut self, index: usize) -> Option<&mut ConsumeQueue> {
+        self.queues.get_mut(index).and_then(Option::as_mut)
+    }
+
+    /// One past the largest index in use: every queue's index is below it
+    /// (walk `0..index_bound()` with [`ConsumeQueueSet::try_queue_at`]).
+    pub fn index_bound(&self) -> usize {
+        self.queues.len()
     }
 
     /// Appends to the queue (created if needed); see [`ConsumeQueue::append`].
@@ -226,12 +296,92 @@ impl ConsumeQueueSet {
             .append(queue_offset, entry)
     }
 
+    /// DELETE_TOPIC (RocketMQ's `deleteTopics`): drops every queue of
+    /// `topic` from the set and removes its files and directories, then the
+    /// topic's directory. Returns how many queues were dropped. Lookups no
+    /// longer find them at once, and a queue of the topic created later
+    /// starts empty at queue offset 0. The files of a queue with operations
+    /// in flight go when those complete (see [`ConsumeQueueSet::on_completion`]);
+    /// meanwhile a new queue of the same (topic, queue id) is not flushed.
+    ///
+    /// # Errors
+    /// The first disk error removing a file or directory (the queues are
+    /// dropped from the set all the same; files may stay on disk).
+    pub fn delete_topic<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        topic: &str,
+    ) -> Result<usize, StorageError> {
+        let Some(by_queue_id) = self.by_topic.remove(topic) else {
+            return Ok(0);
+        };
+        let mut indices: Vec<usize> = by_queue_id.into_values().collect();
+        indices.sort_unstable();
+        self.last_found = None;
+        if let Some(round) = &mut self.round {
+            // A deleted queue's entries no longer need to be durable.
+            round
+                .targets
+                .retain(|(index, _)| indices.binary_search(index).is_err());
+        }
+        let mut first_error = None;
+        for &index in &indices {
+            let mut queue = self.queues[index]
+                .take()
+                .expect("an indexed consume queue exists");
+            self.live -= 1;
+            let gone = match queue.remove_from_disk(disk) {
+                Ok(gone) => gone,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                    queue.is_idle()
+                }
+            };
+            if gone {
+                self.free.push(index);
+            } else {
+                self.draining.push((index, queue));
+            }
+        }
+        if let Err(error) = self.remove_topic_dir(disk, topic) {
+            first_error.get_or_insert(error);
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(indices.len()),
+        }
+    }
+
+    /// Removes `<root>/consumequeue/<topic>/` if it is empty and no queue
+    /// of the topic is still draining.
+    fn remove_topic_dir<D: Disk + ?Sized>(
+        &self,
+        disk: &mut D,
+        topic: &str,
+    ) -> Result<(), StorageError> {
+        if self.draining.iter().any(|(_, queue)| queue.topic == topic) {
+            return Ok(());
+        }
+        let cq_root = self.root.join(CQ_DIR_NAME);
+        let dir = cq_root.join(topic);
+        if !disk.list_dir(&dir)?.is_empty() {
+            // A queue of the topic created since has files there.
+            return Ok(());
+        }
+        match disk.remove_dir(&dir) {
+            Ok(()) => disk.sync_dir(&cq_root)?,
+            Err(error) if error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(error) => return Err(error.into()),
+        }
+        Ok(())
+    }
+
     /// Closes every queue's open files (queues loaded only to be read).
     ///
     /// # Errors
     /// The first disk error.
     pub fn close_all<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<(), StorageError> {
-        for queue in &mut self.queues {
+        for queue in self.queues.iter_mut().flatten() {
             queue.close_files(disk)?;
         }
         Ok(())
@@ -239,24 +389,23 @@ impl ConsumeQueueSet {
 
     /// Number of queues.
     pub fn len(&self) -> usize {
-        self.queues.len()
+        self.live
     }
 
     /// Whether there is no queue.
     pub fn is_empty(&self) -> bool {
-        self.queues.is_empty()
+        self.live == 0
     }
 
-    /// All queues, in creation order.
+    /// All queues, by index.
     pub fn iter(&self) -> impl Iterator<Item = &ConsumeQueue> {
-        self.queues.iter()
+        self.queues.iter().flatten()
     }
 
     /// The largest `commit_log_offset + size` of any queue: where dispatch
     /// resumes after a normal restart (6.9).
     pub fn max_physical_offset(&self) -> u64 {
-        self.queues
-            .iter()
+        self.iter()
             .map(ConsumeQueue::max_physical_offset)
             .max()
             .unwrap_or(0)
@@ -270,50 +419,77 @@ impl ConsumeQueueSet {
     /// time).
     pub fn flush_all<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
         let mut submitted = 0;
-        for queue in &mut self.queues {
+        for queue in self.queues.iter_mut().flatten() {
+            if self
+                .draining
+                .iter()
+                .any(|(_, old)| old.queue_id == queue.queue_id && old.topic == queue.topic)
+            {
+                // Its files are still the deleted queue's.
+                continue;
+            }
             submitted += queue.flush(disk)?;
         }
         Ok(submitted)
     }
 
-    /// Routes a completion tagged [`crate::disk::OpTag::ConsumeQueue`] to its queue.
+    /// Routes a completion tagged [`crate::disk::OpTag::ConsumeQueue`] to its
+    /// queue, live or draining; a draining queue's files go once their
+    /// operations have completed (a disk error then is logged).
     pub fn on_completion<D: Disk + ?Sized>(&mut self, disk: &mut D, completion: DiskCompletion) {
         let index = (completion.op_id.seq() >> LOCAL_SEQ_BITS) as usize;
-        match self.queues.get_mut(index) {
-            Some(queue) => {
-                queue.on_completion(disk, completion);
-                // A completed write is synced at once rather than at the
-                // next flush interval (so the durable point trails the
-                // flushes by one sync, not one interval), and a queue that
-                // filled several files goes on with the next one.
-                if queue.wants_flush_now()
-                    && let Err(error) = queue.flush(disk)
-                {
-                    tracing::warn!(%error, "consume queue sync after a write failed; it is retried");
-                }
+        if let Some(queue) = self.try_queue_at_mut(index) {
+            queue.on_completion(disk, completion);
+            // A completed write is synced at once rather than at the
+            // next flush interval (so the durable point trails the
+            // flushes by one sync, not one interval), and a queue that
+            // filled several files goes on with the next one.
+            if queue.wants_flush_now()
+                && let Err(error) = queue.flush(disk)
+            {
+                tracing::warn!(%error, "consume queue sync after a write failed; it is retried");
             }
-            None => {
-                if let Some(buf) = completion.buf {
-                    disk.recycle(buf);
-                }
+            return;
+        }
+        let Some(at) = self.draining.iter().position(|(i, _)| *i == index) else {
+            if let Some(buf) = completion.buf {
+                disk.recycle(buf);
+            }
+            return;
+        };
+        let queue = &mut self.draining[at].1;
+        queue.on_completion(disk, completion);
+        let gone = match queue.remove_from_disk(disk) {
+            Ok(gone) => gone,
+            Err(error) => {
+                tracing::error!(topic = %queue.topic, queue_id = queue.queue_id, %error, "removing a deleted topic's consume queue files failed");
+                queue.is_idle()
+            }
+        };
+        if gone {
+            let (index, queue) = self.draining.swap_remove(at);
+            self.free.push(index);
+            if let Err(error) = self.remove_topic_dir(disk, &queue.topic) {
+                tracing::error!(topic = %queue.topic, %error, "removing a deleted topic's consume queue directory failed");
             }
         }
     }
 
-    /// Whether no queue has an operation in flight.
+    /// Whether no queue, live or draining, has an operation in flight.
     pub fn is_idle(&self) -> bool {
-        self.queues.iter().all(ConsumeQueue::is_idle)
+        self.draining.is_empty() && self.iter().all(ConsumeQueue::is_idle)
     }
 
     /// Whether every queue is written and fdatasynced.
     pub fn is_clean(&self) -> bool {
-        self.queues.iter().all(ConsumeQueue::is_clean)
+        self.iter().all(ConsumeQueue::is_clean)
     }
 
     /// Flush errors of all queues since the last call.
     pub fn take_errors(&mut self) -> Vec<StorageError> {
         self.queues
             .iter_mut()
+            .flatten()
             .flat_map(ConsumeQueue::take_errors)
             .collect()
     }
@@ -330,7 +506,7 @@ impl ConsumeQueueSet {
         disk: &mut D,
         commit_log_offset: u64,
     ) -> Result<(), StorageError> {
-        for queue in &mut self.queues {
+        for queue in self.queues.iter_mut().flatten() {
             queue.truncate_from_commit_log_offset(disk, commit_log_offset)?;
         }
         Ok(())
@@ -347,7 +523,7 @@ impl ConsumeQueueSet {
         commit_log_min_offset: u64,
     ) -> Result<usize, StorageError> {
         let mut removed = 0;
-        for queue in &mut self.queues {
+        for queue in self.queues.iter_mut().flatten() {
             removed += queue.delete_below_commit_log_offset(disk, commit_log_min_offset)?;
         }
         Ok(removed)
@@ -398,11 +574,7 @@ mod tests {
         for _ in 0..100 {
             io_turn(&mut disk, &mut set);
         }
-        assert!(
-            set.queues
-                .iter()
-                .all(|q| q.synced_offset() == q.max_offset())
-        );
+        assert!(set.iter().all(|q| q.synced_offset() == q.max_offset()));
         // An entry not yet synced holds the next round back, not this one.
         set.queue_at_mut(at).append(4, entry(6_500)).unwrap();
         assert_eq!(set.advance_durable_point(7_000), 5_000);
@@ -418,5 +590,172 @@ mod tests {
         );
         set.set_durable_point(1_000);
         assert_eq!(set.durable_point(), 1_000);
+    }
+
+    fn settle(disk: &mut SimDisk, set: &mut ConsumeQueueSet) {
+        for _ in 0..1000 {
+            set.flush_all(disk).unwrap();
+            io_turn(disk, set);
+            if set.is_idle() && set.is_clean() {
+                return;
+            }
+        }
+        panic!("the set did not settle");
+    }
+
+    /// Three queues: A/0 and A/1 (3 entries each), B/0 (2 entries); every
+    /// queue's CommitLog offsets ascend.
+    fn three_queues() -> ConsumeQueueSet {
+        let mut set = ConsumeQueueSet::new(Path::new("/store"));
+        for i in 0..3 {
+            set.append("A", 0, i, entry(1_000 + 100 * i)).unwrap();
+            set.append("A", 1, i, entry(2_000 + 100 * i)).unwrap();
+        }
+        for i in 0..2 {
+            set.append("B", 0, i, entry(3_000 + 100 * i)).unwrap();
+        }
+        set
+    }
+
+    fn paths_under(disk: &SimDisk, dir: &str) -> Vec<PathBuf> {
+        let image = disk.snapshot();
+        image
+            .dirs
+            .into_iter()
+            .chain(image.files.into_keys())
+            .filter(|p| p.starts_with(dir))
+            .collect()
+    }
+
+    #[test]
+    fn delete_topic_drops_its_queues_and_files_and_leaves_other_topics_alone() {
+        let mut disk = SimDisk::new(SimConfig::new(21));
+        let mut set = three_queues();
+        settle(&mut disk, &mut set);
+        assert!(!paths_under(&disk, "/store/consumequeue/A").is_empty());
+        let b_files = paths_under(&disk, "/store/consumequeue/B");
+        assert_eq!(set.delete_topic(&mut disk, "A").unwrap(), 2);
+        assert!(set.get("A", 0).is_none() && set.get("A", 1).is_none());
+        assert_eq!(
+            paths_under(&disk, "/store/consumequeue/A"),
+            Vec::<PathBuf>::new()
+        );
+        assert_eq!(paths_under(&disk, "/store/consumequeue/B"), b_files);
+        assert_eq!(set.len(), 1);
+        assert_eq!(set.iter().count(), 1);
+        assert_eq!(set.get("B", 0).unwrap().entry(1), Some(entry(3_100)));
+        assert_eq!(set.max_physical_offset(), entry(3_100).end_offset());
+        assert_eq!(set.delete_topic(&mut disk, "A").unwrap(), 0, "already gone");
+        // The topic starts again at queue offset 0, in a reused index.
+        let at = set.index_or_create("A", 0).unwrap();
+        assert!(at < 3, "index {at} is one of the freed ones");
+        assert_eq!(set.queue_at(at).max_offset(), 0);
+        set.queue_at_mut(at).append(0, entry(9_000)).unwrap();
+        settle(&mut disk, &mut set);
+        let loaded = ConsumeQueueSet::load_all(
+            &mut SimDisk::from_image(disk.durable_image(), SimConfig::new(22)),
+            Path::new("/store"),
+        )
+        .unwrap();
+        assert!(
+            loaded.get("A", 1).is_none(),
+            "a reload does not bring it back"
+        );
+        assert_eq!(
+            loaded.get("A", 0).unwrap().entries(0, 10),
+            vec![entry(9_000)]
+        );
+        assert_eq!(loaded.get("B", 0).unwrap().max_offset(), 2);
+    }
+
+    #[test]
+    fn a_stale_last_found_index_never_reaches_another_queue() {
+        let mut disk = SimDisk::new(SimConfig::new(23));
+        let mut set = three_queues();
+        let a0 = set.index_or_create("A", 0).unwrap();
+        set.delete_topic(&mut disk, "A").unwrap();
+        assert!(set.try_queue_at(a0).is_none());
+        assert!(a0 < set.index_bound());
+        // Freed indices go to new queues, each found by its own name.
+        let c = set.index_or_create("C", 5).unwrap();
+        let a = set.index_or_create("A", 0).unwrap();
+        assert_ne!(c, a);
+        assert!(c < 3 && a < 3, "freed indices are reused");
+        assert_eq!(
+            (set.queue_at(c).topic(), set.queue_at(c).queue_id()),
+            ("C", 5)
+        );
+        assert_eq!(
+            (set.queue_at(a).topic(), set.queue_at(a).queue_id()),
+            ("A", 0)
+        );
+        assert_eq!(set.queue_at(a).max_offset(), 0);
+        assert_eq!(set.index_or_create("C", 5).unwrap(), c);
+        assert_eq!(set.len(), 3);
+    }
+
+    #[test]
+    fn operations_in_flight_of_a_deleted_queue_complete_before_its_files_go() {
+        let mut disk = SimDisk::new(SimConfig::new(24));
+        let mut set = three_queues();
+        assert!(set.flush_all(&mut disk).unwrap() > 0);
+        assert_eq!(set.delete_topic(&mut disk, "A").unwrap(), 2);
+        assert_eq!(set.draining.len(), 2, "A's writes are still in flight");
+        // Re-created meanwhile: kept in memory, not flushed while the old
+        // queue's files are still there.
+        let at = set.index_or_create("A", 0).unwrap();
+        set.queue_at_mut(at).append(0, entry(9_000)).unwrap();
+        set.append("A", 2, 0, entry(9_100)).unwrap();
+        settle(&mut disk, &mut set);
+        assert!(set.draining.is_empty());
+        assert_eq!(set.free.len(), 2, "the old indices are free once drained");
+        let image = disk.durable_image();
+        let a0 = Path::new("/store/consumequeue/A/0");
+        let a0_files: Vec<_> = image.files.keys().filter(|p| p.starts_with(a0)).collect();
+        assert_eq!(a0_files.len(), 1);
+        assert_eq!(
+            image.files[a0_files[0]][..20],
+            entry(9_000).encode(),
+            "the new queue's file holds only its own entry"
+        );
+        assert!(
+            !image.dirs.contains(Path::new("/store/consumequeue/A/1")),
+            "the old queue's directory is gone"
+        );
+        // B's operations went on as before.
+        assert!(set.get("B", 0).unwrap().is_clean());
+        let loaded = ConsumeQueueSet::load_all(
+            &mut SimDisk::from_image(image, SimConfig::new(25)),
+            Path::new("/store"),
+        )
+        .unwrap();
+        assert_eq!(loaded.len(), 3);
+        assert_eq!(
+            loaded.get("A", 0).unwrap().entries(0, 10),
+            vec![entry(9_000)]
+        );
+        assert!(loaded.get("A", 1).is_none());
+        assert_eq!(loaded.get("B", 0).unwrap().max_offset(), 2);
+    }
+
+    #[test]
+    fn a_durability_round_does_not_wait_for_a_deleted_queue() {
+        let mut disk = SimDisk::new(SimConfig::new(26));
+        let mut set = three_queues();
+        assert_eq!(set.advance_durable_point(1_000), 0);
+        // Only B gets synced; A is deleted with nothing written.
+        set.get_mut("B", 0).unwrap().flush(&mut disk).unwrap();
+        for _ in 0..100 {
+            io_turn(&mut disk, &mut set);
+        }
+        assert!(set.get("B", 0).unwrap().is_clean());
+        assert_eq!(set.advance_durable_point(1_500), 0, "A holds the round");
+        set.delete_topic(&mut disk, "A").unwrap();
+        assert_eq!(set.advance_durable_point(2_000), 2_000);
+        // A queue created in a freed index is a target of later rounds.
+        set.append("C", 0, 0, entry(9_000)).unwrap();
+        assert_eq!(set.advance_durable_point(4_000), 2_000);
+        settle(&mut disk, &mut set);
+        assert_eq!(set.advance_durable_point(5_000), 5_000);
     }
 }

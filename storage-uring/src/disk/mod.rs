@@ -341,6 +341,14 @@ pub trait Disk {
     /// The errno of mkdir.
     fn create_dir_all(&mut self, dir: &Path) -> Result<(), DiskError>;
 
+    /// Removes an empty directory (rmdir(2)); fsync its parent to make the
+    /// removal durable.
+    ///
+    /// # Errors
+    /// The errno of rmdir (ENOENT if it does not exist, ENOTEMPTY if it is
+    /// not empty).
+    fn remove_dir(&mut self, dir: &Path) -> Result<(), DiskError>;
+
     /// Names of the entries of a directory, sorted; empty if it does not exist.
     ///
     /// # Errors

@@ -1074,6 +1074,22 @@ impl Disk for SimDisk {
         Ok(())
     }
 
+    fn remove_dir(&mut self, dir: &Path) -> Result<(), DiskError> {
+        if !self.dirs.contains(dir) {
+            return Err(io_err("rmdir", dir, libc::ENOENT));
+        }
+        let occupied = self
+            .dirs
+            .iter()
+            .chain(self.files.keys())
+            .any(|p| p.parent() == Some(dir));
+        if occupied {
+            return Err(io_err("rmdir", dir, libc::ENOTEMPTY));
+        }
+        self.dirs.remove(dir);
+        Ok(())
+    }
+
     fn list_dir(&mut self, dir: &Path) -> Result<Vec<String>, DiskError> {
         let mut names: Vec<String> = self
             .dirs
@@ -1558,5 +1574,33 @@ mod tests {
             out.iter()
                 .any(|c| c.result.as_ref().is_err_and(|e| e.is_no_space()))
         );
+    }
+
+    #[test]
+    fn remove_dir_removes_only_an_empty_directory_and_survives_a_crash() {
+        let mut d = SimDisk::new(SimConfig::new(31));
+        let dir = Path::new("/q/T/0");
+        d.create_dir_all(dir).unwrap();
+        let id = d
+            .open(&dir.join("f"), OpenOptions::buffered(Some(8)))
+            .unwrap();
+        let full = d.remove_dir(dir).unwrap_err();
+        assert_eq!(full.raw_os_error(), Some(libc::ENOTEMPTY));
+        assert_eq!(
+            d.remove_dir(Path::new("/q/T")).unwrap_err().raw_os_error(),
+            Some(libc::ENOTEMPTY),
+            "a subdirectory counts"
+        );
+        d.close(id).unwrap();
+        d.remove(&dir.join("f")).unwrap();
+        d.remove_dir(dir).unwrap();
+        assert_eq!(
+            d.remove_dir(dir).unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+        assert!(d.list_dir(Path::new("/q/T")).unwrap().is_empty());
+        let crashed = d.crash(CrashKind::PowerLoss);
+        assert!(!crashed.snapshot().dirs.contains(dir));
+        assert!(crashed.snapshot().dirs.contains(Path::new("/q/T")));
     }
 }

@@ -1134,6 +1134,14 @@ impl Disk for UringDisk {
         })
     }
 
+    fn remove_dir(&mut self, dir: &Path) -> Result<(), DiskError> {
+        std::fs::remove_dir(dir).map_err(|source| DiskError::Io {
+            op: "rmdir",
+            path: dir.to_path_buf(),
+            source,
+        })
+    }
+
     fn list_dir(&mut self, dir: &Path) -> Result<Vec<String>, DiskError> {
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,

@@ -25,6 +25,18 @@
 //! checkpoint has no durable points, the derived files are rebuilt from the
 //! whole CommitLog instead (slower: recovery then reads every segment).
 //!
+//! Deleted topics (DELETE_TOPIC) leave their records in the CommitLog but
+//! no queue files. A record below the queues' durable point whose queue was
+//! not loaded is not dispatched: every queue that held such a record was
+//! synced past the point, so a missing one was deleted (after a clean stop
+//! the point is the CommitLog end, and nothing comes back). Records past
+//! the point (an abnormal stop before the point passed the deletion) and,
+//! in a rebuild, every record are dispatched again, as RocketMQ's reput
+//! does: the deleted topic's queues come back at the records' own queue
+//! offsets, and into a queue of the topic created again since, the old
+//! records go first and its new ones at offsets the old ones took are
+//! dropped as duplicates.
+//!
 //! # Invariants
 //! - After recovery every ConsumeQueue entry points at the record with its
 //!   topic, queue id and queue offset (checked for the last entry of each
@@ -58,6 +70,11 @@ pub(super) struct Dispatcher<'a> {
     /// Records at or past this offset must append at their queue offset
     /// (the queues were cut there); None after a rebuild or a clean stop.
     pub(super) strict_from: Option<u64>,
+    /// Records below this offset go only to queues that exist: every queue
+    /// that held such a record was synced past it (the queues' durable
+    /// point), so a missing one was deleted (DELETE_TOPIC) and must not come
+    /// back. None for a rebuild from the whole CommitLog.
+    pub(super) existing_queues_below: Option<u64>,
     /// The first dispatch error.
     pub(super) error: Option<StorageError>,
     /// Why the kept derived files disagree with the CommitLog, if they do.
@@ -88,6 +105,13 @@ impl Dispatcher<'_> {
             size: view.total_size(),
             tags_code: tags_code(properties.tags),
         };
+        if self
+            .existing_queues_below
+            .is_some_and(|below| commit_log_offset < below)
+            && self.queues.get(topic, view.queue_id() as u32).is_none()
+        {
+            return;
+        }
         let queue_offset = view.queue_offset() as u64;
         let appended = self
             .queues
@@ -192,10 +216,10 @@ pub(super) fn check_queue_tails<D: Disk>(
     queues: &mut ConsumeQueueSet,
 ) -> Result<Option<String>, StorageError> {
     let log_min = commit_log.min_offset();
-    for index in 0..queues.len() {
+    for index in 0..queues.index_bound() {
         let mut dropped = 0;
-        loop {
-            let queue = queues.queue_at(index);
+        // Deleted topics leave holes.
+        while let Some(queue) = queues.try_queue_at(index) {
             let max = queue.max_offset();
             if max <= queue.min_offset() {
                 break;
@@ -268,6 +292,7 @@ pub(super) fn rebuild<D: Disk>(
         shard_id: config.shard_id,
         now_ms,
         strict_from: None,
+        existing_queues_below: None,
         error: None,
         inconsistent: None,
         redispatched: 0,
