@@ -177,12 +177,14 @@ impl ConsumeQueueSet {
         Ok(set)
     }
 
+    #[inline]
     fn live_at(&self, index: usize) -> &ConsumeQueue {
         self.queues[index]
             .as_ref()
             .expect("an indexed consume queue exists")
     }
 
+    #[inline]
     fn live_at_mut(&mut self, index: usize) -> &mut ConsumeQueue {
         self.queues[index]
             .as_mut()
@@ -251,6 +253,7 @@ impl ConsumeQueueSet {
     ///
     /// # Panics
     /// If no queue has that index.
+    #[inline]
     pub fn queue_at(&self, index: usize) -> &ConsumeQueue {
         self.live_at(index)
     }
@@ -259,6 +262,7 @@ impl ConsumeQueueSet {
     ///
     /// # Panics
     /// If no queue has that index.
+    #[inline]
     pub fn queue_at_mut(&mut self, index: usize) -> &mut ConsumeQueue {
         self.live_at_mut(index)
     }
@@ -266,11 +270,13 @@ impl ConsumeQueueSet {
     /// The queue at `index`, if one is there (indices below
     /// [`ConsumeQueueSet::index_bound`] have holes where deleted topics'
     /// queues were).
+    #[inline]
     pub fn try_queue_at(&self, index: usize) -> Option<&ConsumeQueue> {
         self.queues.get(index).and_then(Option::as_ref)
     }
 
     /// The queue at `index`, mutable, if one is there.
+    #[inline]
     pub fn try_queue_at_mut(&mut self, index: usize) -> Option<&mut ConsumeQueue> {
         self.queues.get_mut(index).and_then(Option::as_mut)
     }
