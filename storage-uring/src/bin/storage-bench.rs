@@ -351,15 +351,7 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     );
     let path = args.dir.join("storage-bench-floor.tmp");
     let created = Instant::now();
-    let file = disk
-        .open(&path, OpenOptions::create_direct(FLOOR_FILE_SIZE))
-        .context("creating the floor file")?;
-    // The zero fill runs in the background; the floor is measured on the
-    // finished, written extents, as a segment created ahead of need is.
-    let mut none = Vec::new();
-    while disk.is_zero_fill_pending(file)? {
-        disk.poll(&mut none, 1, Wait::AtLeastOne(Duration::from_millis(10)))?;
-    }
+    let file = open_zero_filled(&mut disk, &path).context("creating the floor file")?;
     report.int("floor_create_256m_ms", created.elapsed().as_millis() as u64);
     report.int("o_direct", u64::from(disk.is_o_direct(file)?));
 
@@ -428,6 +420,18 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     fresh.close(file)?;
     fresh.remove(&path)?;
     Ok(())
+}
+
+/// Creates a [`FLOOR_FILE_SIZE`] O_DIRECT file at `path` and waits for its
+/// background zero fill: floors are measured on finished, written extents,
+/// as a segment created ahead of need is.
+fn open_zero_filled(disk: &mut UringDisk, path: &std::path::Path) -> anyhow::Result<FileId> {
+    let file = disk.open(path, OpenOptions::create_direct(FLOOR_FILE_SIZE))?;
+    let mut none = Vec::new();
+    while disk.is_zero_fill_pending(file)? {
+        disk.poll(&mut none, 1, Wait::AtLeastOne(Duration::from_millis(10)))?;
+    }
+    Ok(file)
 }
 
 /// How floor writes move through their file.
@@ -570,13 +574,7 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
     let config = disk_config(args, COMMITS_IN_FLIGHT_MAX, pair_size);
     let mut disk = UringDisk::new(config).context("setting up io_uring")?;
     let path = args.dir.join("storage-bench-floor-sync.tmp");
-    let file = disk
-        .open(&path, OpenOptions::create_direct(FLOOR_FILE_SIZE))
-        .context("creating the sync floor file")?;
-    let mut none = Vec::new();
-    while disk.is_zero_fill_pending(file)? {
-        disk.poll(&mut none, 1, Wait::AtLeastOne(Duration::from_millis(10)))?;
-    }
+    let file = open_zero_filled(&mut disk, &path).context("creating the sync floor file")?;
     let seconds = Duration::from_secs(args.floor_seconds);
     let (histogram, rate) = floor_sync_pipeline(&mut disk, file, pair_size, seconds)?;
     report.int("floor_sync_inflight_pair_bytes", pair_size as u64);
