@@ -213,6 +213,27 @@ fn check_topic(topic: &str) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// Removes the empty directory `dir` and syncs its parent so the removal
+/// is durable; a directory that does not exist is fine.
+///
+/// # Errors
+/// The disk's error removing the directory or syncing its parent.
+pub(crate) fn remove_empty_dir<D: Disk + ?Sized>(
+    disk: &mut D,
+    dir: &Path,
+) -> Result<(), StorageError> {
+    match disk.remove_dir(dir) {
+        Ok(()) => {
+            if let Some(parent) = dir.parent() {
+                disk.sync_dir(parent)?;
+            }
+            Ok(())
+        }
+        Err(error) if error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}
+
 impl ConsumeQueue {
     /// An empty queue whose files will live under `root` (the store root).
     ///
@@ -708,16 +729,8 @@ impl ConsumeQueue {
         for name in disk.list_dir(&self.dir)? {
             disk.remove(&self.dir.join(name))?;
         }
-        match disk.remove_dir(&self.dir) {
-            Ok(()) => {
-                if let Some(parent) = self.dir.parent() {
-                    disk.sync_dir(parent)?;
-                }
-            }
-            // Never flushed: never created.
-            Err(error) if error.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(error) => return Err(error.into()),
-        }
+        // Never flushed: never created, and nothing to remove.
+        remove_empty_dir(disk, &self.dir)?;
         self.dir_created = false;
         Ok(true)
     }

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     AppendOutcome, CQ_DIR_NAME, CQ_SET_QUEUE_COUNT_MAX, ConsumeQueue, CqEntry, LOCAL_SEQ_BITS,
+    remove_empty_dir,
 };
 use crate::disk::{Disk, DiskCompletion};
 use crate::error::StorageError;
@@ -368,18 +369,12 @@ impl ConsumeQueueSet {
         if self.draining.iter().any(|(_, queue)| queue.topic == topic) {
             return Ok(());
         }
-        let cq_root = self.root.join(CQ_DIR_NAME);
-        let dir = cq_root.join(topic);
+        let dir = self.root.join(CQ_DIR_NAME).join(topic);
         if !disk.list_dir(&dir)?.is_empty() {
             // A queue of the topic created since has files there.
             return Ok(());
         }
-        match disk.remove_dir(&dir) {
-            Ok(()) => disk.sync_dir(&cq_root)?,
-            Err(error) if error.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(error) => return Err(error.into()),
-        }
-        Ok(())
+        remove_empty_dir(disk, &dir)
     }
 
     /// Closes every queue's open files (queues loaded only to be read).
