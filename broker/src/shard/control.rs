@@ -159,8 +159,7 @@ impl ShardHandler {
             }
         }
         for topic in &change.deleted {
-            self.offsets.remove_topic(topic);
-            self.delete_topic_queues(topic);
+            self.forget_deleted_topic(topic);
         }
         let control = self.control.as_ref().expect("shard 0");
         if let Some(registrar) = &control.registrar {
@@ -171,10 +170,11 @@ impl ShardHandler {
         }
     }
 
-    /// A deleted topic's ConsumeQueues on this shard go (RocketMQ's
-    /// `deleteTopics`); a disk error is logged, the queues are gone from
-    /// memory all the same.
-    pub(crate) fn delete_topic_queues(&mut self, topic: &str) {
+    /// A deleted topic's consumer offsets and ConsumeQueues on this shard
+    /// go (RocketMQ's `deleteTopics`); a disk error is logged, the queues
+    /// are gone from memory all the same.
+    pub(crate) fn forget_deleted_topic(&mut self, topic: &str) {
+        self.offsets.remove_topic(topic);
         let shard = self.id;
         let Some(store) = &mut self.store else {
             return;

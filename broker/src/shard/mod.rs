@@ -540,10 +540,7 @@ impl ShardHandler {
                 }
                 ShardMsg::Closed(conn) => self.control_connection_closed(conn, now_ms),
                 ShardMsg::Close(conn) => self.closes.push(conn),
-                ShardMsg::TopicDeleted(topic) => {
-                    self.offsets.remove_topic(&topic);
-                    self.delete_topic_queues(&topic);
-                }
+                ShardMsg::TopicDeleted(topic) => self.forget_deleted_topic(&topic),
                 ShardMsg::GroupOffsetsDeleted(group) => {
                     self.offsets.remove_group(&group);
                 }
