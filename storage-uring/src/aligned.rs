@@ -10,7 +10,9 @@
 //!   the `AlignedBuf` value moves only the handle.
 
 use std::alloc::{self, Layout};
+use std::ops::Range;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// The O_DIRECT block size assumed throughout the store (ext4 on 4 KiB pages).
 pub const BLOCK_SIZE: usize = 4096;
@@ -38,6 +40,10 @@ pub struct AlignedBuf {
 // SAFETY: AlignedBuf owns its allocation exclusively (like Vec<u8>); no
 // interior sharing, so moving it to another thread is sound.
 unsafe impl Send for AlignedBuf {}
+// SAFETY: `&AlignedBuf` only reads the bytes (mutation needs `&mut`, or the
+// unsafe [`SharedBuf::slice_mut`] whose caller guarantees exclusivity), as
+// for `Box<[u8]>`.
+unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     /// Allocates `capacity` bytes rounded up to a whole number of blocks
@@ -157,9 +163,87 @@ impl std::fmt::Debug for AlignedBuf {
     }
 }
 
+/// An [`AlignedBuf`] shared by its owner and the writes in flight from it.
+///
+/// The CommitLog keeps encoding records into a write buffer past the blocks
+/// its writes are reading, and serves reads of recent records from it; a
+/// clone held by each write keeps the memory alive until the write's
+/// completion, whatever the owner does meanwhile.
+///
+/// # Invariants
+/// - Bytes are mutated only through [`SharedBuf::slice_mut`], whose caller
+///   guarantees that no other reference to those bytes (a slice, or a write
+///   in flight reading them) exists while the returned slice lives.
+#[derive(Clone, Debug)]
+pub struct SharedBuf(Arc<AlignedBuf>);
+
+impl SharedBuf {
+    /// Shares `buf`.
+    pub fn new(buf: AlignedBuf) -> Self {
+        SharedBuf(Arc::new(buf))
+    }
+
+    /// The buffer (address, capacity, registration).
+    pub fn buf(&self) -> &AlignedBuf {
+        &self.0
+    }
+
+    /// Bytes `range` of the full capacity.
+    ///
+    /// # Panics
+    /// If `range` is past the capacity.
+    pub fn slice(&self, range: Range<usize>) -> &[u8] {
+        &self.0.as_full_slice()[range]
+    }
+
+    /// Bytes `range` of the full capacity, mutable.
+    ///
+    /// # Safety
+    /// While the returned slice lives, nothing else may read or write these
+    /// bytes: no slice from [`SharedBuf::slice`] or an earlier `slice_mut`
+    /// overlaps them, and no operation in flight reads them.
+    ///
+    /// # Panics
+    /// If `range` is past the capacity or reversed.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, range: Range<usize>) -> &mut [u8] {
+        assert!(
+            range.start <= range.end && range.end <= self.0.capacity,
+            "range {range:?} past {} bytes",
+            self.0.capacity
+        );
+        // SAFETY: the bytes lie inside the allocation (checked above), are
+        // initialised (zeroed at allocation), and are not aliased while the
+        // slice lives (the caller's guarantee). The memory is behind a raw
+        // pointer, not inside the `AlignedBuf` value the `Arc` shares.
+        unsafe { std::slice::from_raw_parts_mut(self.0.ptr.as_ptr().add(range.start), range.len()) }
+    }
+
+    /// The buffer back, if no other clone (no write in flight) holds it.
+    ///
+    /// # Errors
+    /// `self`, while another clone lives.
+    pub fn try_into_inner(self) -> Result<AlignedBuf, SharedBuf> {
+        Arc::try_unwrap(self.0).map_err(SharedBuf)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_buf_is_given_back_only_by_its_last_clone() {
+        let shared = SharedBuf::new(AlignedBuf::new(BLOCK_SIZE));
+        // SAFETY: no other reference to these bytes exists.
+        unsafe { shared.slice_mut(0..3) }.copy_from_slice(b"abc");
+        let in_flight = shared.clone();
+        assert_eq!(in_flight.slice(0..3), b"abc");
+        let shared = shared.try_into_inner().unwrap_err();
+        drop(in_flight);
+        let buf = shared.try_into_inner().expect("the last clone");
+        assert_eq!(&buf.as_full_slice()[..3], b"abc");
+    }
 
     #[test]
     fn new_rounds_capacity_up_to_whole_blocks_and_aligns_address() {

@@ -18,17 +18,14 @@ pub const COMMIT_LOG_SEGMENT_SIZE_MIN: u64 = 64 * 1024;
 /// fixed fields, topic and properties.
 pub const RECORD_SIZE_MAX: usize = MESSAGE_SIZE_MAX as usize + 64 * 1024;
 
-/// The active write buffer: records are encoded into it, and the dirty block
-/// range is written from it. Two of them alternate (one being written while
-/// the next fills).
+/// A CommitLog write buffer: records are encoded into the active one, and
+/// group commits write its blocks straight from it; once written, it serves
+/// reads as part of the tail cache.
 pub const WRITE_BUFFER_SIZE: usize = 8 * 1024 * 1024;
 
-/// Bytes of recent CommitLog kept in memory for reads (the tail cache).
+/// Bytes of recent CommitLog kept in memory for reads (the tail cache): the
+/// write buffers are kept while they hold at most this much.
 pub const TAIL_CACHE_SIZE: usize = 64 * 1024 * 1024;
-
-/// Size of one tail-cache chunk; a record larger than this gets a chunk of
-/// its own. A record never spans two chunks.
-pub const TAIL_CACHE_CHUNK_SIZE: usize = 1024 * 1024;
 
 /// Period of the checkpoint rewrite while the store runs (RocketMQ rewrites
 /// it with the thorough ConsumeQueue flush, every 60 s; ours is cheap).
@@ -112,6 +109,14 @@ pub const RECOVERY_READS_IN_FLIGHT_MAX: usize = 8;
 /// `StorageError::Busy`.
 pub const PENDING_WRITE_BYTES_MAX: usize = 2 * WRITE_BUFFER_SIZE;
 
+/// Write buffers a CommitLog uses at most with a tail cache of
+/// `tail_cache_bytes`: the written ones the cache keeps, those holding
+/// [`PENDING_WRITE_BYTES_MAX`] not yet written, and the active one. The
+/// size of a registered-buffer pool that covers them all.
+pub const fn write_buffers_in_use_max(tail_cache_bytes: usize) -> usize {
+    tail_cache_bytes.div_ceil(WRITE_BUFFER_SIZE) + PENDING_WRITE_BYTES_MAX / WRITE_BUFFER_SIZE + 1
+}
+
 /// Default disk usage ratio above which writes are rejected (RocketMQ
 /// `diskMaxUsedSpaceRatio` 75 % triggers cleaning; 95 % rejects writes).
 pub const DISK_FULL_RATIO_DEFAULT: f64 = 0.95;
@@ -143,7 +148,6 @@ const _: () = assert!(CHECKPOINT_FILE_SIZE == BLOCK_SIZE);
 const _: () = assert!(RECORD_SIZE_MAX + BLOCK_SIZE <= WRITE_BUFFER_SIZE);
 const _: () = assert!(RECORD_SIZE_MAX as u64 <= COMMIT_LOG_SEGMENT_SIZE_DEFAULT / 2);
 const _: () = assert!(TAIL_CACHE_SIZE >= 2 * WRITE_BUFFER_SIZE);
-const _: () = assert!(TAIL_CACHE_CHUNK_SIZE <= TAIL_CACHE_SIZE);
 const _: () = assert!(SEGMENT_PREALLOCATE_THRESHOLD_PERCENT < 100);
 // A commit behind others must fit one write buffer.
 const _: () = assert!(COMMIT_BEHIND_BYTES_MIN_ASYNC + BLOCK_SIZE <= WRITE_BUFFER_SIZE);

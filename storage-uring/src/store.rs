@@ -1964,7 +1964,7 @@ mod tests {
         settle(&mut store, 100, &mut acks);
         assert!(store.commit_log().segments().segments().len() >= 3);
         // Any disk read from now on fails: every record must come from the
-        // cache the write buffers were copied into.
+        // write buffers, which are the tail cache.
         store.disk_mut().faults_mut().read_eio_nth = Some(1);
         for ticket in &tickets {
             let bytes = store

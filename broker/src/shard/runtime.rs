@@ -35,6 +35,7 @@ use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
 use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
+use ringmq_storage::limits::write_buffers_in_use_max;
 use ringmq_storage::ring::{RingConfig, Waker};
 use ringmq_storage::store::{Store, StoreConfig, StoreFlushMode};
 
@@ -237,6 +238,11 @@ fn store_config(config: &BrokerConfig, shard: u16, store_host: SocketAddr) -> St
     store
 }
 
+/// Most write buffers a shard registers with its ring (8 MiB each): enough
+/// for the default tail cache; a larger cache's further buffers are written
+/// with plain `WRITE`.
+const REGISTERED_WRITE_BUFFERS_MAX: usize = 16;
+
 fn run_shard(start: ShardStart) -> Result<(), String> {
     pin_to_cpu(usize::from(start.id));
     let id = start.id;
@@ -249,6 +255,8 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
             // that means something.
             stall_threshold: DISK_RING_STALL_THRESHOLD,
         },
+        fixed_buffer_count: write_buffers_in_use_max(config.tail_cache_size_bytes as usize)
+            .min(REGISTERED_WRITE_BUFFERS_MAX),
         ..UringDiskConfig::default()
     })
     .map_err(|error| format!("creating the disk ring: {error}"))?;

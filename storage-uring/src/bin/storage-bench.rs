@@ -80,7 +80,8 @@ use ringmq_storage::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, Op
 use ringmq_storage::error::StorageError;
 use ringmq_storage::limits::{
     COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMITS_IN_FLIGHT_MAX,
-    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, WRITE_BUFFER_SIZE,
+    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, TAIL_CACHE_SIZE, WRITE_BUFFER_SIZE,
+    write_buffers_in_use_max,
 };
 use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreFlushMode};
 
@@ -797,9 +798,9 @@ fn store_root(args: &Args) -> PathBuf {
 const RECORD_OVERHEAD_BYTES: usize = 91;
 /// Topic of the appended records.
 const BENCH_TOPIC: &str = "StorageBenchTopic";
-/// Registered write buffers of the append phase's disk: one per commit in
-/// flight, the active one and a spare.
-const APPEND_FIXED_BUFFER_COUNT: usize = COMMITS_IN_FLIGHT_MAX + 2;
+/// Registered write buffers of the append phase's disk: all the CommitLog
+/// uses with the default tail cache.
+const APPEND_FIXED_BUFFER_COUNT: usize = write_buffers_in_use_max(TAIL_CACHE_SIZE);
 /// Default appends per turn of the append loop before a ring turn submits
 /// them (a shard likewise bounds the requests it handles per turn).
 const APPENDS_PER_TURN_DEFAULT: usize = 128;

@@ -1,29 +1,21 @@
-//! The write path of the CommitLog: write buffers, group commit and the
-//! four positions.
+//! The write path of the CommitLog: group commit and the four positions.
 //!
-//! Records are encoded into the *active* write buffer. A buffer covers a
-//! block-aligned range of one segment:
-//!
-//! ```text
-//!  segment:  |....block....|....block....|....block....|....
-//!  buffer:   ^base (aligned)          data_end^  ^align_up(data_end)
-//!            [already written bytes | new records | zeros ]
-//! ```
-//!
-//! A commit takes the oldest *sealed* buffer (sealing the active one if
-//! none is sealed), and writes `[base, align_up(data_end))` with one O_DIRECT
-//! write (linked to an fdatasync in SYNC_FLUSH). The next active buffer starts
-//! at `align_down(data_end)` with the partial last block copied, so that block
-//! is re-written by the next commit. Up to [`COMMITS_IN_FLIGHT_MAX`] commits
-//! are in flight: with none in flight, when the caller is about to wait (or
-//! appends stopped), a commit writes everything (partial last block included,
-//! and no other commit starts until that write completes); behind others, or
-//! while appends keep arriving, it writes only whole blocks, and only once at
-//! least [`COMMIT_BEHIND_BYTES_MIN_ASYNC`] (SYNC_FLUSH:
-//! [`COMMIT_BEHIND_BYTES_MIN_SYNC`]) of them are ready. So two writes of the same block
-//! are never in flight together, and everything appended while commits run
-//! joins the next one. Positions advance over the in-order prefix of
-//! completed commits.
+//! Records are encoded into the active write buffer of a `WriteBufs`
+//! chain (see there: buffers live across many commits and serve as the tail
+//! cache). A commit writes, from the oldest buffer with something to write,
+//! the blocks between its `submitted_to` and its last whole block with one
+//! O_DIRECT write straight from the buffer (linked to an fdatasync in
+//! SYNC_FLUSH). Up to [`COMMITS_IN_FLIGHT_MAX`] commits are in flight: with
+//! none in flight, when the caller is about to wait (or appends stopped), a
+//! commit writes everything, the partial last block included, from a copy of
+//! that block (a second write, after the first in SYNC_FLUSH), and no other
+//! commit starts until that copy is written; behind others, or while appends
+//! keep arriving, a commit writes only whole blocks, and only once at least
+//! [`COMMIT_BEHIND_BYTES_MIN_ASYNC`] (SYNC_FLUSH:
+//! [`COMMIT_BEHIND_BYTES_MIN_SYNC`]) of them are ready. So two writes of the
+//! same block are never in flight together, and everything appended while
+//! commits run joins the next one. Positions advance over the in-order prefix
+//! of completed commits.
 //!
 //! The segment barrier: no write goes into a segment before everything up
 //! to its start is durable (ASYNC_FLUSH asks for an fdatasync at once when
@@ -39,14 +31,15 @@
 //!   start.
 //! - The acknowledgeable position is `written` (ASYNC_FLUSH) or `durable`
 //!   (SYNC_FLUSH); nothing past it is acknowledged or readable.
-//! - A sealed or active buffer's bytes `[base, data_end)` equal the
-//!   CommitLog's content there.
+//! - Every buffer's bytes `[base, data_end)` equal the CommitLog's content
+//!   there (`WriteBufs`).
 //! - After a write or fdatasync error the appender is failed for good: the
 //!   tail on disk is unknown until a restart recovers it.
 
 use std::collections::VecDeque;
 
-use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up};
+use super::write_bufs::{WriteBuf, WriteBufs};
+use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down};
 use crate::disk::{Disk, DiskError, DiskOp, FileId, OpId, OpTag};
 use crate::limits::{
     COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_BEHIND_BYTES_MIN_SYNC, COMMITS_IN_FLIGHT_MAX,
@@ -63,39 +56,14 @@ pub enum FlushMode {
     Sync,
 }
 
-/// A write buffer bound to one segment.
-#[derive(Debug)]
-pub(crate) struct WriteBuf {
-    pub(crate) buf: AlignedBuf,
-    pub(crate) file: FileId,
-    pub(crate) segment_base: u64,
-    /// Shard-local offset of `buf[0]`; block-aligned.
-    pub(crate) base: u64,
-    /// Offset after the last meaningful byte.
-    pub(crate) data_end: u64,
-    /// Logical end: `data_end`, or the segment end after a BLANK marker.
-    pub(crate) end: u64,
-}
-
-impl WriteBuf {
-    /// Bytes still free in the buffer.
-    pub(crate) fn free_bytes(&self) -> usize {
-        self.buf.capacity() - (self.data_end - self.base) as usize
-    }
-
-    /// Mutable bytes from `data_end` on.
-    pub(crate) fn tail_mut(&mut self) -> &mut [u8] {
-        let at = (self.data_end - self.base) as usize;
-        &mut self.buf.as_full_mut_slice()[at..]
-    }
-}
-
 #[derive(Debug)]
 struct Commit {
     counter: u64,
     end: u64,
     file: FileId,
-    write_done: bool,
+    /// Writes of the commit not completed (two when the partial last block
+    /// goes from a copy).
+    writes_pending: u8,
     fsync_done: bool,
     failed: bool,
 }
@@ -104,6 +72,11 @@ struct Commit {
 struct Flush {
     covers: u64,
     remaining: usize,
+}
+
+/// `offset` rounded up to a whole block.
+fn align_up_offset(offset: u64) -> u64 {
+    offset.next_multiple_of(BLOCK_SIZE as u64)
 }
 
 /// What one completion changed.
@@ -128,6 +101,8 @@ pub(crate) const SEQ_SEGMENT_REMOVE: u64 = 6;
 /// Kind of the background rename of a retired segment into a spare
 /// (counter: its base over the segment size).
 pub(crate) const SEQ_SEGMENT_SPARE: u64 = 7;
+/// Kind of a commit's write of its partial last block, from a copy.
+const SEQ_COMMIT_TAIL_WRITE: u64 = 8;
 
 /// An OpId of kind `kind` with a counter.
 pub(crate) fn commit_log_op_id(kind: u64, counter: u64) -> OpId {
@@ -151,15 +126,14 @@ pub(crate) fn op_counter(op_id: OpId) -> u64 {
 #[derive(Debug)]
 pub struct Appender {
     mode: FlushMode,
-    active: WriteBuf,
-    sealed: VecDeque<WriteBuf>,
-    spare: Vec<AlignedBuf>,
+    bufs: WriteBufs,
     /// Ends of appends (single records or whole batches) not yet submitted.
     append_ends: VecDeque<u64>,
     /// Commits in flight, oldest first.
     commits: VecDeque<Commit>,
-    /// The in-flight commit that wrote a partial last block, which the next
-    /// buffer starts with: no commit may start until its write completes.
+    /// The in-flight commit that wrote a partial last block (from a copy),
+    /// which later commits write again: no commit may start until that write
+    /// completes.
     tail_block_commit: Option<u64>,
     flush: Option<Flush>,
     unsynced_files: Vec<FileId>,
@@ -170,14 +144,27 @@ pub struct Appender {
     op_counter: u64,
     failed: Option<String>,
     commit_count: u64,
-    buffer_size: usize,
+}
+
+/// What one commit writes from one buffer.
+struct CommitPlan {
+    /// Index of the buffer in the chain.
+    index: usize,
+    /// Also the partial last block (from a copy), and everything up to the
+    /// buffer's logical end becomes covered.
+    whole: bool,
+    /// The buffer is its segment's last (it ends with the BLANK marker, or a
+    /// record reaching the segment end): nothing is written from it after.
+    segment_last: bool,
 }
 
 impl Appender {
     /// An appender continuing at shard-local `end` in segment (`file`,
     /// `segment_base`); `partial_block` holds the bytes
     /// `[align_down(end), end)` already on disk. Everything up to `end` is
-    /// durable.
+    /// durable. Written buffers are kept as the tail cache while they hold
+    /// at most `cache_bytes`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         disk: &mut impl Disk,
         mode: FlushMode,
@@ -186,13 +173,8 @@ impl Appender {
         end: u64,
         partial_block: &[u8],
         buffer_size: usize,
+        cache_bytes: usize,
     ) -> Self {
-        let base = align_down(end);
-        assert!(
-            partial_block.len() as u64 == end - base,
-            "partial block of {} bytes",
-            partial_block.len()
-        );
         assert!(
             buffer_size.is_multiple_of(BLOCK_SIZE),
             "write buffer size {buffer_size} unaligned"
@@ -201,20 +183,17 @@ impl Appender {
             buffer_size <= WRITE_BUFFER_SIZE,
             "write buffer size {buffer_size} too large"
         );
-        let mut buf = disk.buffer(buffer_size);
-        buf.as_full_mut_slice()[..partial_block.len()].copy_from_slice(partial_block);
         Appender {
             mode,
-            active: WriteBuf {
-                buf,
+            bufs: WriteBufs::new(
+                disk,
                 file,
                 segment_base,
-                base,
-                data_end: end,
                 end,
-            },
-            sealed: VecDeque::new(),
-            spare: Vec::new(),
+                partial_block,
+                buffer_size,
+                cache_bytes,
+            ),
             append_ends: VecDeque::new(),
             commits: VecDeque::new(),
             tail_block_commit: None,
@@ -227,7 +206,6 @@ impl Appender {
             op_counter: 0,
             failed: None,
             commit_count: 0,
-            buffer_size,
         }
     }
 
@@ -258,12 +236,17 @@ impl Appender {
 
     /// Capacity of each write buffer.
     pub fn buffer_size(&self) -> usize {
-        self.buffer_size
+        self.bufs.buffer_size()
     }
 
     /// Commits started so far.
     pub fn commit_count(&self) -> u64 {
         self.commit_count
+    }
+
+    /// Bytes the write buffers hold (the tail cache included).
+    pub fn cached_bytes(&self) -> usize {
+        self.bufs.cached_bytes()
     }
 
     /// The acknowledgeable (and readable) position.
@@ -290,82 +273,47 @@ impl Appender {
     }
 
     /// The active buffer (for encoding).
+    #[inline]
     pub(crate) fn active(&mut self) -> &mut WriteBuf {
-        &mut self.active
+        self.bufs.active()
     }
 
     /// The active buffer's segment base.
     pub(crate) fn active_segment_base(&self) -> u64 {
-        self.active.segment_base
+        self.bufs.active_ref().segment_base
+    }
+
+    /// The `len` bytes at shard-local `offset` if a write buffer still holds
+    /// them. The caller checks the range is acknowledgeable.
+    pub(crate) fn cached(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        self.bufs.cached(offset, len)
+    }
+
+    /// Drops written buffers while the write buffers hold more than the
+    /// tail cache's capacity.
+    pub(crate) fn evict_cache(&mut self) {
+        self.bufs.evict(self.written);
     }
 
     /// Records that `len` bytes were encoded at the active buffer's end
     /// (`end_after_blank`: the logical end jumps to the segment end).
     pub(crate) fn advance(&mut self, len: usize, end_after_blank: Option<u64>) {
-        let active = &mut self.active;
+        let active = self.bufs.active();
         active.data_end += len as u64;
         active.end = end_after_blank.unwrap_or(active.data_end);
         assert!(
-            active.data_end - active.base <= active.buf.capacity() as u64,
+            active.data_end - active.base <= active.buf.buf().capacity() as u64,
             "write buffer overrun"
         );
         assert!(active.end >= self.encoded, "encoded went backwards");
         self.encoded = active.end;
     }
 
-    fn take_buffer(&mut self, disk: &mut impl Disk) -> AlignedBuf {
-        self.spare
-            .pop()
-            .unwrap_or_else(|| disk.buffer(self.buffer_size))
-    }
-
     /// Seals the active buffer; the new active one continues in `next`
     /// (`Some((file, segment_base))`: at the start of that segment) or in the
     /// same segment after the partial block.
     pub(crate) fn seal_active(&mut self, disk: &mut impl Disk, next: Option<(FileId, u64)>) {
-        let mut buf = self.take_buffer(disk);
-        let new_active = match next {
-            Some((file, segment_base)) => {
-                assert!(
-                    segment_base == self.active.end,
-                    "next segment {segment_base} != end {}",
-                    self.active.end
-                );
-                WriteBuf {
-                    buf,
-                    file,
-                    segment_base,
-                    base: segment_base,
-                    data_end: segment_base,
-                    end: segment_base,
-                }
-            }
-            None => {
-                let old = &self.active;
-                let base = align_down(old.data_end);
-                let from = (base - old.base) as usize;
-                let len = (old.data_end - base) as usize;
-                buf.as_full_mut_slice()[..len]
-                    .copy_from_slice(&old.buf.as_full_slice()[from..from + len]);
-                WriteBuf {
-                    buf,
-                    file: old.file,
-                    segment_base: old.segment_base,
-                    base,
-                    data_end: old.data_end,
-                    end: old.end,
-                }
-            }
-        };
-        let old = std::mem::replace(&mut self.active, new_active);
-        self.sealed.push_back(old);
-    }
-
-    /// The buffers holding encoded bytes not yet submitted, oldest first
-    /// (sealed ones, then the active one). Consecutive buffers may overlap
-    /// in a partial block.
-    pub(crate) fn unsubmitted_buffers(&self) -> impl Iterator<Item = &WriteBuf> {
-        self.sealed.iter().chain(std::iter::once(&self.active))
+        self.bufs.seal_active(disk, next);
     }
 
     /// Records that an append (one record or a whole batch) ends at `end`.
@@ -378,23 +326,15 @@ impl Appender {
         self.append_ends.push_back(end);
     }
 
-    /// Bytes sealed and waiting for a commit.
-    pub fn sealed_bytes(&self) -> usize {
-        self.sealed
-            .iter()
-            .map(|b| (b.data_end - b.base) as usize)
-            .sum()
-    }
-
     /// Starts commits while fewer than [`COMMITS_IN_FLIGHT_MAX`] are in
     /// flight. With none in flight and `partial_tail` a commit writes
     /// everything appended, partial last block included; behind others, or
     /// without `partial_tail` (the caller goes on appending at once, so the
-    /// block will fill), only whole blocks (the partial block waits in the
-    /// next buffer), so no two writes of one block are ever in flight
+    /// block will fill), only whole blocks (the partial block waits for a
+    /// later commit), so no two writes of one block are ever in flight
     /// together. A partial-tail commit holds back every later commit until
-    /// its write completes, so under load whole-block commits keep several
-    /// writes in flight.
+    /// its copy of the block is written, so under load whole-block commits
+    /// keep several writes in flight.
     pub fn start_commit(
         &mut self,
         disk: &mut impl Disk,
@@ -406,141 +346,163 @@ impl Appender {
             && self.tail_block_commit.is_none()
         {
             let tail_now = partial_tail && self.commits.is_empty();
-            if self.sealed.is_empty() {
-                if self.active.end <= self.submitted {
-                    break;
-                }
-                // Behind others (or while appends keep coming) a commit waits
-                // for enough whole blocks: each commit costs a write (and in
-                // SYNC_FLUSH an fdatasync), so small ones waste the disk.
-                let whole_bytes = align_down(self.active.data_end).saturating_sub(self.active.base);
-                let min_bytes = match self.mode {
-                    FlushMode::Async => COMMIT_BEHIND_BYTES_MIN_ASYNC,
-                    FlushMode::Sync => COMMIT_BEHIND_BYTES_MIN_SYNC,
-                };
-                if !tail_now && (whole_bytes == 0 || whole_bytes < min_bytes as u64) {
-                    break;
-                }
-                self.seal_active(disk, None);
-            }
-            let wb = self.sealed.pop_front().expect("sealed is not empty");
-            if wb.end <= self.submitted {
-                self.spare.push(wb.buf);
-                continue;
-            }
-            if wb.segment_base > self.durable {
+            let Some(plan) = self.next_commit(tail_now) else {
+                break;
+            };
+            let segment_base = self.bufs.get(plan.index).segment_base;
+            if segment_base > self.durable {
                 // The segment barrier (module doc): the one before must be
                 // durable first. ASYNC_FLUSH asks for its fdatasync now.
-                let segment_base = wb.segment_base;
-                self.sealed.push_front(wb);
                 if self.mode == FlushMode::Async && self.written >= segment_base {
                     self.start_flush(disk)?;
                 }
                 break;
             }
-            // A buffer ending in a BLANK is its segment's last: its partial
-            // block belongs to no later buffer, so it is always written whole.
-            let segment_last = wb.end > wb.data_end;
-            let whole = tail_now || segment_last;
-            if !whole && align_down(wb.data_end) <= wb.base {
-                self.sealed.push_front(wb);
-                break;
-            }
-            self.submit_commit(disk, wb, whole)?;
+            self.submit_commit(disk, plan)?;
             started = true;
         }
         Ok(started)
     }
 
-    fn submit_commit(
-        &mut self,
-        disk: &mut impl Disk,
-        wb: WriteBuf,
-        whole: bool,
-    ) -> Result<(), DiskError> {
-        let WriteBuf {
-            mut buf,
-            file,
-            segment_base,
-            base,
-            data_end,
-            end,
-        } = wb;
-        let used = (data_end - base) as usize;
-        let len = if whole {
-            align_up(used)
+    /// What the next commit writes, if anything is ready: the oldest buffer
+    /// with blocks not yet handed to a write. A sealed buffer's partial last
+    /// block is the next buffer's first (written from there), except in its
+    /// segment's last buffer, which is written whole.
+    fn next_commit(&self, tail_now: bool) -> Option<CommitPlan> {
+        let last = self.bufs.len() - 1;
+        for index in 0..=last {
+            let wb = self.bufs.get(index);
+            if wb.end <= self.submitted {
+                continue;
+            }
+            let blocks_end = align_down(wb.data_end);
+            if index < last {
+                // Its partial block is the next buffer's first, unless that
+                // one starts the next segment.
+                let whole = self.bufs.get(index + 1).segment_base != wb.segment_base;
+                let target = if whole {
+                    align_up_offset(wb.data_end)
+                } else {
+                    blocks_end
+                };
+                if wb.submitted_to < target {
+                    return Some(CommitPlan {
+                        index,
+                        whole,
+                        segment_last: whole,
+                    });
+                }
+                continue;
+            }
+            if tail_now {
+                return Some(CommitPlan {
+                    index,
+                    whole: true,
+                    segment_last: false,
+                });
+            }
+            // Behind others (or while appends keep coming) a commit waits for
+            // enough whole blocks: each commit costs a write (and in
+            // SYNC_FLUSH an fdatasync), so small ones waste the disk.
+            let min_bytes = match self.mode {
+                FlushMode::Async => COMMIT_BEHIND_BYTES_MIN_ASYNC,
+                FlushMode::Sync => COMMIT_BEHIND_BYTES_MIN_SYNC,
+            };
+            let ready = blocks_end.saturating_sub(wb.submitted_to);
+            return (ready > 0 && ready >= min_bytes as u64).then_some(CommitPlan {
+                index,
+                whole: false,
+                segment_last: false,
+            });
+        }
+        None
+    }
+
+    fn submit_commit(&mut self, disk: &mut impl Disk, plan: CommitPlan) -> Result<(), DiskError> {
+        let sync = self.mode == FlushMode::Sync;
+        let wb = self.bufs.get(plan.index);
+        let (file, segment_base, base, data_end, end) =
+            (wb.file, wb.segment_base, wb.base, wb.data_end, wb.end);
+        let from = wb.submitted_to;
+        let blocks_end = align_down(data_end);
+        let tail_len = if plan.whole {
+            (data_end - blocks_end) as usize
         } else {
-            align_down(used as u64) as usize
+            0
         };
         // What this commit makes readable once written: behind others only
         // up to the last whole append in its blocks, so a batch never becomes
-        // visible in part.
-        let covered = if whole {
+        // visible in part. The append ends it covers go once it is submitted.
+        let covers_to = if plan.whole { end } else { blocks_end };
+        let covered_ends = self
+            .append_ends
+            .iter()
+            .take_while(|boundary| **boundary <= covers_to)
+            .count();
+        let covered = if plan.whole {
             end
         } else {
-            let written_to = base + len as u64;
-            let mut covered = self.submitted;
-            while let Some(&boundary) = self.append_ends.front() {
-                if boundary > written_to {
-                    break;
-                }
-                covered = covered.max(boundary);
-                self.append_ends.pop_front();
-            }
-            covered
+            covered_ends.checked_sub(1).map_or(self.submitted, |last| {
+                self.append_ends[last].max(self.submitted)
+            })
         };
-        if whole {
-            while self.append_ends.front().is_some_and(|b| *b <= end) {
-                self.append_ends.pop_front();
-            }
-        }
-        let partial_tail = whole && end == data_end && !used.is_multiple_of(BLOCK_SIZE);
-        // Pool buffers hold old bytes: the block's tail past the last record
-        // must be zeros on disk (where recovery sees the clean end).
-        if whole {
-            buf.as_full_mut_slice()[used..len].fill(0);
-        }
         assert!(
-            base.is_multiple_of(BLOCK_SIZE as u64),
-            "write buffer base {base} unaligned"
+            from < blocks_end || tail_len > 0,
+            "commit of nothing ending at {end}"
         );
-        let sync = self.mode == FlushMode::Sync;
         self.op_counter += 1;
-        // A buffer past `submitted` holds at least the bytes that got it there.
-        assert!(len > 0, "commit of an empty buffer ending at {end}");
         let counter = self.op_counter;
-        {
+        let mut writes: u8 = 0;
+        if from < blocks_end {
+            let op = DiskOp::WriteShared {
+                file,
+                file_offset: from - segment_base,
+                buf: wb.buf.clone(),
+                buf_range: (from - base) as usize..(blocks_end - base) as usize,
+            };
+            // SYNC_FLUSH: the copy's write (if any) and the fdatasync run
+            // after this one, linked.
+            disk.submit(commit_log_op_id(SEQ_COMMIT_WRITE, counter), op, sync)
+                .map_err(|(error, _)| error)?;
+            writes += 1;
+        }
+        let mut failed_now = None;
+        if tail_len > 0 {
+            let mut block = self.bufs.take_block(disk);
+            block.as_full_mut_slice()[..tail_len]
+                .copy_from_slice(self.bufs.get(plan.index).bytes(blocks_end, data_end));
             let op = DiskOp::Write {
                 file,
-                file_offset: base - segment_base,
-                buf,
-                buf_range: 0..len,
+                file_offset: blocks_end - segment_base,
+                buf: block,
+                buf_range: 0..BLOCK_SIZE,
             };
-            let write_id = commit_log_op_id(SEQ_COMMIT_WRITE, self.op_counter);
-            if let Err((error, op)) = disk.submit(write_id, op, sync) {
-                if let DiskOp::Write { buf, .. } = op {
-                    // Not submitted: the buffer goes back to the front, unchanged.
-                    self.sealed.push_front(WriteBuf {
-                        buf,
-                        file,
-                        segment_base,
-                        base,
-                        data_end,
-                        end,
-                    });
-                }
-                return Err(error);
-            }
-            if sync {
-                let fsync_id = commit_log_op_id(SEQ_COMMIT_FSYNC, self.op_counter);
-                if let Err((error, _)) = disk.submit(fsync_id, DiskOp::Fdatasync { file }, false) {
-                    // The write is queued without its fdatasync: nothing could
-                    // ever make it durable, so stop here.
-                    self.failed = Some(error.to_string());
-                    return Err(error);
+            match disk.submit(commit_log_op_id(SEQ_COMMIT_TAIL_WRITE, counter), op, sync) {
+                Ok(()) => writes += 1,
+                Err((error, op)) => {
+                    if let Some(buf) = op.into_buf() {
+                        self.bufs.give_back(disk, buf);
+                    }
+                    if writes == 0 {
+                        return Err(error);
+                    }
+                    failed_now = Some(error);
                 }
             }
         }
+        if sync && failed_now.is_none() {
+            let fsync_id = commit_log_op_id(SEQ_COMMIT_FSYNC, counter);
+            if let Err((error, _)) = disk.submit(fsync_id, DiskOp::Fdatasync { file }, false) {
+                failed_now = Some(error);
+            }
+        }
+        // The active buffer's partial block is written again (from the
+        // buffer, once whole) by a later commit; a segment's last is done.
+        self.bufs.get_mut(plan.index).submitted_to = if plan.segment_last {
+            align_up_offset(data_end)
+        } else {
+            blocks_end
+        };
         assert!(covered >= self.submitted, "submitted went backwards");
         assert!(
             covered <= self.encoded,
@@ -548,19 +510,28 @@ impl Appender {
             self.encoded
         );
         self.submitted = covered;
+        self.append_ends.drain(..covered_ends);
         self.commits.push_back(Commit {
             counter,
             end: covered,
             file,
-            write_done: false,
+            writes_pending: writes,
             fsync_done: !sync,
-            failed: false,
+            failed: failed_now.is_some(),
         });
-        if partial_tail {
+        if tail_len > 0 && failed_now.is_none() {
             self.tail_block_commit = Some(counter);
         }
         self.commit_count += 1;
-        Ok(())
+        match failed_now {
+            // Writes are queued that nothing could ever make durable (or the
+            // commit is incomplete): stop here.
+            Some(error) => {
+                self.failed = Some(error.to_string());
+                Err(error)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Starts the periodic fdatasync (ASYNC_FLUSH) if data is written but not
@@ -598,7 +569,7 @@ impl Appender {
         buf: Option<AlignedBuf>,
     ) -> Progress {
         if let Some(buf) = buf {
-            self.spare.push(buf);
+            self.bufs.give_back(disk, buf);
         }
         let kind = op_kind(op_id);
         let counter = op_counter(op_id);
@@ -616,26 +587,29 @@ impl Appender {
                     }
                 }
             }
-            let _ = disk;
             return Progress::default();
         }
         match kind {
-            SEQ_COMMIT_WRITE => {
+            SEQ_COMMIT_WRITE | SEQ_COMMIT_TAIL_WRITE => {
                 let commit = self.commit_mut(counter);
-                commit.write_done = true;
+                assert!(
+                    commit.writes_pending > 0,
+                    "more writes completed than submitted"
+                );
+                commit.writes_pending -= 1;
                 let file = commit.file;
                 if !self.unsynced_files.contains(&file) {
                     self.unsynced_files.push(file);
                 }
-                if self.tail_block_commit == Some(counter) {
+                if kind == SEQ_COMMIT_TAIL_WRITE && self.tail_block_commit == Some(counter) {
                     self.tail_block_commit = None;
                 }
             }
             SEQ_COMMIT_FSYNC => {
                 let commit = self.commit_mut(counter);
                 assert!(
-                    commit.write_done,
-                    "fdatasync completed before its linked write"
+                    commit.writes_pending == 0,
+                    "fdatasync completed before its linked writes"
                 );
                 commit.fsync_done = true;
             }
@@ -668,7 +642,7 @@ impl Appender {
     fn advance_positions(&mut self) {
         let mut written_upto = None;
         for commit in &self.commits {
-            if !commit.write_done || commit.failed {
+            if commit.writes_pending > 0 || commit.failed {
                 break;
             }
             written_upto = Some(commit.end);
@@ -679,7 +653,7 @@ impl Appender {
             self.mark_written(upto);
         }
         while let Some(front) = self.commits.front() {
-            if !(front.write_done && front.fsync_done) || front.failed {
+            if front.writes_pending > 0 || !front.fsync_done || front.failed {
                 break;
             }
             let front = self.commits.pop_front().expect("front exists");
@@ -715,11 +689,6 @@ impl Appender {
 
     /// Gives every buffer back to the disk (shutdown).
     pub(crate) fn release_buffers(&mut self, disk: &mut impl Disk) {
-        for buf in self.spare.drain(..) {
-            disk.recycle(buf);
-        }
-        for wb in self.sealed.drain(..) {
-            disk.recycle(wb.buf);
-        }
+        self.bufs.release(disk);
     }
 }

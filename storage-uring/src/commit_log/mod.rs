@@ -13,17 +13,18 @@
 //! ConsumeQueue entries, msgIds) carries the shard id in its top
 //! [`SHARD_ID_BITS`] bits: [`shard_offset`] and [`split_shard_offset`].
 //!
-//! Parts: [`segment`] (files), [`appender`] (write buffers, group commit,
-//! positions), [`reader`] (tail cache), [`recovery`] (the scan).
+//! Parts: [`segment`] (files), [`appender`] (group commit, positions),
+//! `write_bufs` (the write buffers, which are the tail cache too),
+//! [`recovery`] (the scan).
 //!
 //! # Invariants
 //! - A record never crosses a segment end: when `size + 8` does not fit, an
 //!   8-byte BLANK marker covers the rest of the segment (4.2) and the record
 //!   starts the next one. A batch is never split.
 //! - Reads never return bytes past the acknowledgeable position.
-//! - Every record is copied into the tail cache (one copy per write buffer
-//!   and turn) before any commit that covers it starts, so every readable
-//!   record is there until evicted.
+//! - Every record is encoded once, into a write buffer, and written and
+//!   read back from there; written buffers stay as the tail cache, so every
+//!   readable record is in memory until evicted.
 //! - After an abnormal recovery, appends continue in a fresh zero-filled
 //!   segment (the torn tail is fenced off by a durable BLANK marker), so no
 //!   stale bytes from before the crash can ever follow a new record.
@@ -37,10 +38,10 @@
 
 pub mod appender;
 pub mod crc_combine;
-pub mod reader;
 pub mod record_crc;
 pub mod recovery;
 pub mod segment;
+pub(crate) mod write_bufs;
 
 use std::path::PathBuf;
 
@@ -50,7 +51,6 @@ use self::appender::{
     Appender, FlushMode, Progress, SEQ_READ, SEQ_SEGMENT_CREATE, SEQ_SEGMENT_REMOVE,
     SEQ_SEGMENT_SPARE, commit_log_op_id, op_counter, op_kind,
 };
-use self::reader::TailCache;
 use self::recovery::{ScanOutcome, ScanStop, scan};
 use self::segment::SegmentSet;
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up};
@@ -160,9 +160,6 @@ pub struct CommitLog {
     config: CommitLogConfig,
     segments: SegmentSet,
     appender: Appender,
-    tail: TailCache,
-    /// Shard-local offset up to which encoded records are in `tail`.
-    cached_to: u64,
     last_flush_ms: u64,
     read_counter: u64,
     /// Completions reaped while waiting for a synchronous read; handed to the
@@ -297,6 +294,7 @@ impl CommitLog {
             append_from,
             &partial,
             buffer_size,
+            config.tail_cache_bytes,
         );
         let spares = segments.open_spares(disk, config.recycle_segments_max)?;
         let min_offset = segments.segments().first().map_or(0, |s| s.base);
@@ -317,8 +315,6 @@ impl CommitLog {
             segments_removed,
         };
         let log = CommitLog {
-            tail: TailCache::new(config.tail_cache_bytes),
-            cached_to: append_from,
             config,
             segments,
             appender,
@@ -503,14 +499,13 @@ impl CommitLog {
             let body_crc_raw = crc32_ieee(spec.body);
             spec.body_crc = Some(body_crc_raw);
             let active = self.appender.active();
-            let at = (active.data_end - active.base) as usize;
             let n = spec
                 .encode_into(active.tail_mut())
                 .map_err(|error| StorageError::Record {
                     commit_log_offset: shard_offset(self.config.shard_id, pos),
                     reason: error.to_string(),
                 })?;
-            let record = &mut active.buf.as_full_mut_slice()[at..at + n];
+            let record = &mut active.tail_mut()[..n];
             if crc_combine_fast || spec.body.len() >= RECORD_CRC_COMBINE_BODY_SIZE_MIN {
                 let body = body_range(record, spec);
                 record_crc::seal_with_body_crc(record, body, body_crc_raw);
@@ -571,7 +566,6 @@ impl CommitLog {
         now_ms: u64,
         partial_tail: bool,
     ) -> Result<(), StorageError> {
-        self.cache_encoded();
         self.appender.start_commit(disk, partial_tail)?;
         if self.appender.mode() == FlushMode::Async
             && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms
@@ -580,7 +574,7 @@ impl CommitLog {
             self.last_flush_ms = now_ms;
         }
         self.prepare_next_segment(disk, now_ms);
-        self.tail.evict(self.appender.written());
+        self.appender.evict_cache();
         Ok(())
     }
 
@@ -589,38 +583,9 @@ impl CommitLog {
     /// # Errors
     /// Disk errors of submission.
     pub fn start_flush_now(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
-        self.cache_encoded();
         self.appender.start_commit(disk, true)?;
         self.appender.start_flush(disk)?;
         Ok(())
-    }
-
-    /// Copies the records encoded since the last call into the tail cache,
-    /// one copy per write buffer instead of one per record: nothing is
-    /// readable before it is submitted, so this runs before every commit
-    /// starts. Each buffer holds whole records, so each copy does.
-    fn cache_encoded(&mut self) {
-        let encoded = self.appender.encoded();
-        if self.cached_to >= encoded {
-            return;
-        }
-        for wb in self.appender.unsubmitted_buffers() {
-            let from = self.cached_to.max(wb.base);
-            if wb.data_end <= from {
-                continue;
-            }
-            let at = (from - wb.base) as usize;
-            let len = (wb.data_end - from) as usize;
-            self.tail.push(from, &wb.buf.as_full_slice()[at..at + len]);
-            self.cached_to = wb.data_end;
-        }
-        assert!(
-            self.cached_to <= encoded,
-            "tail cache at {} past encoded {encoded}",
-            self.cached_to
-        );
-        // After a BLANK marker the rest of the segment is padding, never read.
-        self.cached_to = encoded;
     }
 
     /// Starts creating the segment after the active one in the background
@@ -911,7 +876,7 @@ impl CommitLog {
         if local < self.min_offset || local + size as u64 > self.appender.ack_position() {
             return Ok(None);
         }
-        if let Some(bytes) = self.tail.get(local, size) {
+        if let Some(bytes) = self.appender.cached(local, size) {
             return Ok(Some(bytes.to_vec()));
         }
         let Some(segment) = self.segments.get(local) else {

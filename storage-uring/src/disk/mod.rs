@@ -40,7 +40,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::aligned::AlignedBuf;
+use crate::aligned::{AlignedBuf, SharedBuf};
 
 /// A file opened through a [`Disk`]; an index into the disk's file table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -117,6 +117,21 @@ pub enum DiskOp {
         /// The part of `buf` to write.
         buf_range: Range<usize>,
     },
+    /// As `Write`, from a buffer the caller keeps using: the op holds a
+    /// clone of `buf` until its completion (which gives no buffer back), and
+    /// the caller does not touch `buf[buf_range]` meanwhile (see
+    /// [`SharedBuf::slice_mut`]). The CommitLog writes from its long-lived
+    /// write buffers this way.
+    WriteShared {
+        /// Target file.
+        file: FileId,
+        /// Byte offset in the file.
+        file_offset: u64,
+        /// The buffer, shared with its owner.
+        buf: SharedBuf,
+        /// The part of `buf` to write.
+        buf_range: Range<usize>,
+    },
     /// Reads up to `len` bytes at `file_offset` into `buf[..len]`. A short
     /// read (end of file) completes with the count actually read.
     Read {
@@ -137,6 +152,64 @@ pub enum DiskOp {
     },
 }
 
+impl DiskOp {
+    /// The file the op works on.
+    pub fn file(&self) -> FileId {
+        match self {
+            DiskOp::Write { file, .. }
+            | DiskOp::WriteShared { file, .. }
+            | DiskOp::Read { file, .. }
+            | DiskOp::Fdatasync { file } => *file,
+        }
+    }
+
+    /// A write's file offset, buffer and range of the buffer, owned or
+    /// shared alike.
+    pub fn write_parts(&self) -> Option<(u64, &AlignedBuf, &Range<usize>)> {
+        match self {
+            DiskOp::Write {
+                file_offset,
+                buf,
+                buf_range,
+                ..
+            } => Some((*file_offset, buf, buf_range)),
+            DiskOp::WriteShared {
+                file_offset,
+                buf,
+                buf_range,
+                ..
+            } => Some((*file_offset, buf.buf(), buf_range)),
+            DiskOp::Read { .. } | DiskOp::Fdatasync { .. } => None,
+        }
+    }
+
+    /// A write's file offset and the bytes it writes.
+    ///
+    /// # Panics
+    /// If the range is past the buffer.
+    pub fn write_bytes(&self) -> Option<(u64, &[u8])> {
+        self.write_parts()
+            .map(|(offset, buf, range)| (offset, &buf.as_full_slice()[range.clone()]))
+    }
+
+    /// A short name for errors ("write", "read", "fdatasync").
+    pub fn name(&self) -> &'static str {
+        match self {
+            DiskOp::Write { .. } | DiskOp::WriteShared { .. } => "write",
+            DiskOp::Read { .. } => "read",
+            DiskOp::Fdatasync { .. } => "fdatasync",
+        }
+    }
+
+    /// The buffer the op owns, given back in its completion.
+    pub fn into_buf(self) -> Option<AlignedBuf> {
+        match self {
+            DiskOp::Write { buf, .. } | DiskOp::Read { buf, .. } => Some(buf),
+            DiskOp::WriteShared { .. } | DiskOp::Fdatasync { .. } => None,
+        }
+    }
+}
+
 /// The outcome of one [`DiskOp`].
 #[derive(Debug)]
 pub struct DiskCompletion {
@@ -144,7 +217,7 @@ pub struct DiskCompletion {
     pub op_id: OpId,
     /// Bytes transferred (0 for fdatasync), or the error.
     pub result: Result<usize, DiskError>,
-    /// The operation's buffer, given back (None for fdatasync).
+    /// The operation's buffer, given back (None for fdatasync and `WriteShared`).
     pub buf: Option<AlignedBuf>,
 }
 

@@ -308,6 +308,9 @@ struct InFlight {
     /// order, as a unique number).
     waits_on: Option<u64>,
     number: u64,
+    /// CRC of a `WriteShared`'s bytes at submission: its owner must not
+    /// change them before the completion (checked when it executes).
+    shared_crc: Option<u32>,
 }
 
 /// A deterministic in-memory disk (see the module doc).
@@ -319,7 +322,7 @@ pub struct SimDisk {
     files: BTreeMap<PathBuf, SimFile>,
     open: BTreeMap<u32, OpenFile>,
     next_file_id: u32,
-    queued: Vec<(OpId, DiskOp, bool)>,
+    queued: Vec<(OpId, DiskOp, bool, Option<u32>)>,
     in_flight: Vec<InFlight>,
     /// Results decided for completed operations not yet handed out.
     ready: VecDeque<DiskCompletion>,
@@ -497,21 +500,10 @@ impl SimDisk {
         let in_flight: Vec<(PathBuf, u64, Vec<u8>)> = self
             .in_flight
             .iter()
-            .filter_map(|op| match &op.op {
-                DiskOp::Write {
-                    file,
-                    file_offset,
-                    buf,
-                    buf_range,
-                } => {
-                    let path = self.open.get(&file.0)?.path.clone();
-                    Some((
-                        path,
-                        *file_offset,
-                        buf.as_full_slice()[buf_range.clone()].to_vec(),
-                    ))
-                }
-                _ => None,
+            .filter_map(|op| {
+                let (file_offset, data) = op.op.write_bytes()?;
+                let path = self.open.get(&op.op.file().0)?.path.clone();
+                Some((path, file_offset, data.to_vec()))
             })
             .collect();
         for (path, file_offset, data) in in_flight {
@@ -551,7 +543,7 @@ impl SimDisk {
 
     /// Moves queued operations to in flight.
     fn start_queued(&mut self) {
-        for (op_id, op, link_next) in std::mem::take(&mut self.queued) {
+        for (op_id, op, link_next, shared_crc) in std::mem::take(&mut self.queued) {
             let number = self.next_number;
             self.next_number += 1;
             let waits_on = self.link_pending.take();
@@ -570,6 +562,7 @@ impl SimDisk {
                 started_at,
                 waits_on,
                 number,
+                shared_crc,
             });
         }
     }
@@ -588,17 +581,16 @@ impl SimDisk {
             .waits_on
             .is_some_and(|n| self.finished_failed.contains(&n));
         let started_at = op.started_at.unwrap_or(self.completion_seq);
+        if let (Some(crc), Some((_, data))) = (op.shared_crc, op.op.write_bytes()) {
+            assert_eq!(
+                crc32fast::hash(data),
+                crc,
+                "the bytes of a shared-buffer write changed while it was in flight"
+            );
+        }
         let (result, buf) = if canceled {
-            let name = match op.op {
-                DiskOp::Write { .. } => "write",
-                DiskOp::Read { .. } => "read",
-                DiskOp::Fdatasync { .. } => "fdatasync",
-            };
-            let buf = match op.op {
-                DiskOp::Write { buf, .. } | DiskOp::Read { buf, .. } => Some(buf),
-                DiskOp::Fdatasync { .. } => None,
-            };
-            (Err(DiskError::Canceled { op: name }), buf)
+            let name = op.op.name();
+            (Err(DiskError::Canceled { op: name }), op.op.into_buf())
         } else {
             self.execute(
                 std::mem::replace(&mut op.op, DiskOp::Fdatasync { file: FileId(0) }),
@@ -639,9 +631,18 @@ impl SimDisk {
                 buf,
                 buf_range,
             } => {
-                let result = self.execute_write(file, file_offset, &buf, buf_range);
+                let result = self.execute_write(file, file_offset, &buf.as_full_slice()[buf_range]);
                 (result, Some(buf))
             }
+            DiskOp::WriteShared {
+                file,
+                file_offset,
+                buf,
+                buf_range,
+            } => (
+                self.execute_write(file, file_offset, buf.slice(buf_range)),
+                None,
+            ),
             DiskOp::Read {
                 file,
                 file_offset,
@@ -659,8 +660,7 @@ impl SimDisk {
         &mut self,
         file: FileId,
         file_offset: u64,
-        buf: &AlignedBuf,
-        buf_range: std::ops::Range<usize>,
+        data: &[u8],
     ) -> Result<usize, DiskError> {
         let open = self.open_file(file)?;
         let path = open.path.clone();
@@ -671,7 +671,7 @@ impl SimDisk {
         if self.config.faults.write_eio_nth == Some(self.write_count) {
             return Err(io_err("write", &path, libc::EIO));
         }
-        let len = buf_range.len();
+        let len = data.len();
         if let Some(limit) = self.config.faults.enospc_after_write_bytes
             && self.written_bytes + len as u64 > limit
         {
@@ -684,7 +684,7 @@ impl SimDisk {
         }
         self.written_bytes += len as u64;
         let seq = self.completion_seq;
-        let data = buf.as_full_slice()[buf_range].to_vec();
+        let data = data.to_vec();
         let sim_file = self.files.get_mut(&path).expect("an open file exists");
         sim_file.volatile.write_at(file_offset, &data);
         sim_file.unsynced.push(UnsyncedWrite {
@@ -900,37 +900,27 @@ impl SimDisk {
     }
 
     fn assert_no_overlapping_direct_write(&self, op: &DiskOp) {
-        let DiskOp::Write {
-            file,
-            file_offset,
-            buf_range,
-            ..
-        } = op
-        else {
+        let Some((file_offset, data)) = op.write_bytes() else {
             return;
         };
+        let file = op.file();
         let Some(open) = self.open.get(&file.0) else {
             return;
         };
         if !open.options.direct {
             return;
         }
-        let range = *file_offset..*file_offset + buf_range.len() as u64;
+        let range = file_offset..file_offset + data.len() as u64;
         let others = self
             .in_flight
             .iter()
             .map(|f| &f.op)
             .chain(self.queued.iter().map(|q| &q.1));
         for other in others {
-            if let DiskOp::Write {
-                file: f2,
-                file_offset: o2,
-                buf_range: r2,
-                ..
-            } = other
-                && f2 == file
+            if let Some((o2, d2)) = other.write_bytes()
+                && other.file() == file
             {
-                let other_range = *o2..*o2 + r2.len() as u64;
+                let other_range = o2..o2 + d2.len() as u64;
                 assert!(
                     range.start >= other_range.end || other_range.start >= range.end,
                     "overlapping O_DIRECT writes in flight on {}: {range:?} and {other_range:?}",
@@ -1012,11 +1002,7 @@ impl Disk for SimDisk {
             .iter()
             .map(|f| &f.op)
             .chain(self.queued.iter().map(|q| &q.1))
-            .any(|op| match op {
-                DiskOp::Write { file: f, .. }
-                | DiskOp::Read { file: f, .. }
-                | DiskOp::Fdatasync { file: f } => *f == file,
-            });
+            .any(|op| op.file() == file);
         assert!(!busy, "close of {file:?} with operations in flight");
         let open = self.open.remove(&file.0).ok_or(DiskError::NotOpen(file))?;
         if let Some(f) = self.files.get_mut(&open.path) {
@@ -1148,20 +1134,13 @@ impl Disk for SimDisk {
             ));
         }
         let (file, direct_check) = match &op {
-            DiskOp::Write {
-                file,
-                file_offset,
-                buf,
-                buf_range,
-            } => {
+            DiskOp::Write { file, .. } | DiskOp::WriteShared { file, .. } => {
+                let (file_offset, buf, buf_range) = op.write_parts().expect("a write");
                 assert!(
                     buf_range.end <= buf.capacity(),
                     "write range {buf_range:?} past buffer"
                 );
-                (
-                    *file,
-                    Some((*file_offset, buf_range.start, buf_range.len())),
-                )
+                (*file, Some((file_offset, buf_range.start, buf_range.len())))
             }
             DiskOp::Read {
                 file,
@@ -1196,7 +1175,11 @@ impl Disk for SimDisk {
             );
         }
         self.assert_no_overlapping_direct_write(&op);
-        self.queued.push((op_id, op, link_next));
+        let shared_crc = match &op {
+            DiskOp::WriteShared { .. } => op.write_bytes().map(|(_, data)| crc32fast::hash(data)),
+            _ => None,
+        };
+        self.queued.push((op_id, op, link_next, shared_crc));
         Ok(())
     }
 
@@ -1323,6 +1306,7 @@ impl Disk for SimDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aligned::SharedBuf;
     use crate::disk::OpTag;
 
     fn block_buf(byte: u8, blocks: usize) -> AlignedBuf {
@@ -1360,6 +1344,46 @@ mod tests {
         };
         disk.submit(OpId::new(OpTag::Other, offset), op, link)
             .unwrap();
+    }
+
+    fn shared_write(disk: &mut SimDisk, file: FileId, shared: &SharedBuf) {
+        let op = DiskOp::WriteShared {
+            file,
+            file_offset: 0,
+            buf: shared.clone(),
+            buf_range: 0..BLOCK_SIZE,
+        };
+        disk.submit(OpId::new(OpTag::Other, 1), op, false).unwrap();
+    }
+
+    #[test]
+    fn a_shared_write_writes_its_bytes_and_gives_no_buffer_back() {
+        let (mut disk, file, path) = setup(5);
+        let shared = SharedBuf::new(block_buf(9, 2));
+        shared_write(&mut disk, file, &shared);
+        let out = drain(&mut disk);
+        assert_eq!(out.len(), 1);
+        assert_eq!(*out[0].result.as_ref().unwrap(), BLOCK_SIZE);
+        assert!(out[0].buf.is_none());
+        assert!(
+            disk.snapshot().files[&path][..BLOCK_SIZE]
+                .iter()
+                .all(|b| *b == 9)
+        );
+        shared.try_into_inner().expect("the disk dropped its clone");
+    }
+
+    #[test]
+    #[should_panic(expected = "changed while it was in flight")]
+    fn a_shared_write_whose_bytes_change_in_flight_is_caught() {
+        let (mut disk, file, _) = setup(6);
+        let shared = SharedBuf::new(block_buf(9, 1));
+        shared_write(&mut disk, file, &shared);
+        // SAFETY: deliberately breaks the contract the sim checks; the sim
+        // only reads the bytes when it executes the write, on this thread.
+        let bytes = unsafe { shared.slice_mut(0..1) };
+        bytes[0] = 1;
+        drain(&mut disk);
     }
 
     #[test]

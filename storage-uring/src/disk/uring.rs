@@ -384,6 +384,7 @@ impl UringDisk {
                 unreachable!("disk ops are single-shot");
             };
             let name = op.name();
+            // A shared write's clone of its buffer is dropped here.
             let buf = match op {
                 Op::Read { buf, .. } | Op::Write { buf, .. } => Some(buf),
                 _ => None,
@@ -580,16 +581,11 @@ impl UringDisk {
     /// zero write is ever in flight with, or lands after, a caller write it
     /// overlaps. A read does not wait (zero writes only ever cover zeros).
     fn yield_fill(&mut self, file: FileId, op: &DiskOp) -> Result<(), DiskError> {
-        let range = match op {
-            DiskOp::Fdatasync { .. } => return Ok(()),
-            DiskOp::Write {
-                file_offset,
-                buf_range,
-                ..
-            } => *file_offset..*file_offset + buf_range.len() as u64,
-            // A read needs no wait: a zero write only ever covers zeros.
-            DiskOp::Read { .. } => return Ok(()),
+        // A read needs no wait: a zero write only ever covers zeros.
+        let Some((file_offset, data)) = op.write_bytes() else {
+            return Ok(());
         };
+        let range = file_offset..file_offset + data.len() as u64;
         let deadline = Instant::now() + SYNC_STEP_TIMEOUT;
         loop {
             let open = self.file_mut(file)?;
@@ -919,35 +915,42 @@ impl UringDisk {
     }
 
     fn to_ring_op(&self, op: DiskOp) -> Result<(FileId, Op), (DiskError, DiskOp)> {
-        let file_id = match &op {
-            DiskOp::Write { file, .. } | DiskOp::Read { file, .. } | DiskOp::Fdatasync { file } => {
-                *file
-            }
-        };
+        let file_id = op.file();
         let file = match self.file(file_id) {
             Ok(file) => file,
             Err(error) => return Err((error, op)),
         };
         let fd = file.fd.as_raw_fd();
+        if file.direct
+            && let Some((file_offset, _, buf_range)) = op.write_parts()
+        {
+            assert_aligned("write offset", file_offset);
+            assert_aligned("write range start", buf_range.start as u64);
+            assert_aligned("write range end", buf_range.end as u64);
+        }
         let ring_op = match op {
             DiskOp::Write {
                 file_offset,
                 buf,
                 buf_range,
                 ..
-            } => {
-                if file.direct {
-                    assert_aligned("write offset", file_offset);
-                    assert_aligned("write range start", buf_range.start as u64);
-                    assert_aligned("write range end", buf_range.end as u64);
-                }
-                Op::Write {
-                    fd,
-                    file_offset,
-                    buf,
-                    buf_range,
-                }
-            }
+            } => Op::Write {
+                fd,
+                file_offset,
+                buf,
+                buf_range,
+            },
+            DiskOp::WriteShared {
+                file_offset,
+                buf,
+                buf_range,
+                ..
+            } => Op::WriteShared {
+                fd,
+                file_offset,
+                buf,
+                buf_range,
+            },
             DiskOp::Read {
                 file_offset,
                 buf,
@@ -1229,11 +1232,7 @@ impl Disk for UringDisk {
                 op,
             ));
         }
-        let file_id = match &op {
-            DiskOp::Write { file, .. } | DiskOp::Read { file, .. } | DiskOp::Fdatasync { file } => {
-                *file
-            }
-        };
+        let file_id = op.file();
         if self.file(file_id).is_ok_and(|file| file.fill.is_some())
             && let Err(error) = self.yield_fill(file_id, &op)
         {
@@ -1485,6 +1484,17 @@ fn back_to_disk_op(file: FileId, op: Op) -> DiskOp {
             buf_range,
             ..
         } => DiskOp::Write {
+            file,
+            file_offset,
+            buf,
+            buf_range,
+        },
+        Op::WriteShared {
+            file_offset,
+            buf,
+            buf_range,
+            ..
+        } => DiskOp::WriteShared {
             file,
             file_offset,
             buf,

@@ -10,6 +10,8 @@
 //!   exactly the registered memory of that index in this ring's table.
 
 use std::io;
+use std::ops::Range;
+use std::os::fd::RawFd;
 
 use io_uring::types::{Fd, Timespec};
 use io_uring::{opcode, squeue};
@@ -108,7 +110,7 @@ pub(super) fn judge(user: &mut UserOp, result: i32, more: bool, prev_live: bool)
             buf.set_len(user.progress);
             Verdict::Complete(Ok(user.progress))
         }
-        Op::Write { .. } | Op::Send { .. } => {
+        Op::Write { .. } | Op::WriteShared { .. } | Op::Send { .. } => {
             let total = total.expect("writes and sends have a transfer length");
             user.progress += count;
             if user.progress >= total {
@@ -139,6 +141,32 @@ pub(super) fn judge(user: &mut UserOp, result: i32, more: bool, prev_live: bool)
             Verdict::Complete(Ok(count))
         }
         _ => Verdict::Complete(Ok(count)),
+    }
+}
+
+/// The SQE writing what is left of `buf[buf_range]` after `progress` bytes.
+fn write_entry(
+    fd: RawFd,
+    file_offset: u64,
+    buf: &AlignedBuf,
+    buf_range: &Range<usize>,
+    progress: usize,
+    fixed: &[(usize, usize)],
+    stats: &mut RingStats,
+) -> squeue::Entry {
+    let remaining = (buf_range.len() - progress) as u32;
+    let offset = file_offset + progress as u64;
+    let ptr = buf.as_ptr().wrapping_add(buf_range.start + progress);
+    match registered_index(fixed, buf) {
+        Some(index) => {
+            stats.fixed_writes += 1;
+            opcode::WriteFixed::new(Fd(fd), ptr, remaining, index)
+                .offset(offset)
+                .build()
+        }
+        None => opcode::Write::new(Fd(fd), ptr, remaining)
+            .offset(offset)
+            .build(),
     }
 }
 
@@ -178,22 +206,21 @@ pub(super) fn build_entry(
             file_offset,
             buf,
             buf_range,
-        } => {
-            let remaining = (buf_range.len() - progress) as u32;
-            let offset = *file_offset + progress as u64;
-            let ptr = buf.as_ptr().wrapping_add(buf_range.start + progress);
-            match registered_index(fixed, buf) {
-                Some(index) => {
-                    stats.fixed_writes += 1;
-                    opcode::WriteFixed::new(Fd(*fd), ptr, remaining, index)
-                        .offset(offset)
-                        .build()
-                }
-                None => opcode::Write::new(Fd(*fd), ptr, remaining)
-                    .offset(offset)
-                    .build(),
-            }
-        }
+        } => write_entry(*fd, *file_offset, buf, buf_range, progress, fixed, stats),
+        Op::WriteShared {
+            fd,
+            file_offset,
+            buf,
+            buf_range,
+        } => write_entry(
+            *fd,
+            *file_offset,
+            buf.buf(),
+            buf_range,
+            progress,
+            fixed,
+            stats,
+        ),
         Op::Fsync { fd, datasync } => {
             let flags = if *datasync {
                 io_uring::types::FsyncFlags::DATASYNC

@@ -361,7 +361,7 @@ impl Ring {
         op.assert_valid();
         self.stats.ops_submitted += 1;
         match op {
-            Op::Write { .. } => self.stats.writes_submitted += 1,
+            Op::Write { .. } | Op::WriteShared { .. } => self.stats.writes_submitted += 1,
             Op::Fsync { .. } => self.stats.fsyncs_submitted += 1,
             _ => {}
         }

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::aligned::AlignedBuf;
+use crate::aligned::{AlignedBuf, SharedBuf};
 
 /// The caller's name for an operation, echoed in its completion. The ring
 /// does not interpret it; a shard loop typically puts the owning component
@@ -63,6 +63,18 @@ pub enum Op {
         file_offset: u64,
         /// Source; returned unchanged.
         buf: AlignedBuf,
+        /// Part of the buffer (of its full capacity) to write.
+        buf_range: Range<usize>,
+    },
+    /// As `Write`, from a buffer shared with its owner (the op keeps a clone
+    /// alive until the completion; the owner leaves `buf_range` alone).
+    WriteShared {
+        /// File descriptor.
+        fd: RawFd,
+        /// Byte offset in the file.
+        file_offset: u64,
+        /// Source, shared.
+        buf: SharedBuf,
         /// Part of the buffer (of its full capacity) to write.
         buf_range: Range<usize>,
     },
@@ -176,7 +188,7 @@ impl Op {
         match self {
             Op::Nop => "nop",
             Op::Read { .. } => "read",
-            Op::Write { .. } => "write",
+            Op::Write { .. } | Op::WriteShared { .. } => "write",
             Op::Fsync { datasync: true, .. } => "fdatasync",
             Op::Fsync {
                 datasync: false, ..
@@ -199,7 +211,9 @@ impl Op {
     pub(crate) fn transfer_len(&self) -> Option<usize> {
         match self {
             Op::Read { len, .. } => Some(*len),
-            Op::Write { buf_range, .. } => Some(buf_range.len()),
+            Op::Write { buf_range, .. } | Op::WriteShared { buf_range, .. } => {
+                Some(buf_range.len())
+            }
             Op::Send { data, .. } => Some(data.len()),
             _ => None,
         }
@@ -223,18 +237,8 @@ impl Op {
                     "read of {len} bytes exceeds u32"
                 );
             }
-            Op::Write { buf, buf_range, .. } => {
-                assert!(
-                    buf_range.start <= buf_range.end,
-                    "write range {buf_range:?} reversed"
-                );
-                assert!(
-                    buf_range.end <= buf.capacity(),
-                    "write range {buf_range:?} past {} bytes",
-                    buf.capacity()
-                );
-                assert!(u32::try_from(buf_range.len()).is_ok(), "write exceeds u32");
-            }
+            Op::Write { buf, buf_range, .. } => assert_write_range(buf, buf_range),
+            Op::WriteShared { buf, buf_range, .. } => assert_write_range(buf.buf(), buf_range),
             Op::Recv { buf, .. } => {
                 assert!(buf.len() < buf.capacity(), "recv into a full buffer");
             }
@@ -244,6 +248,19 @@ impl Op {
             _ => {}
         }
     }
+}
+
+fn assert_write_range(buf: &AlignedBuf, buf_range: &Range<usize>) {
+    assert!(
+        buf_range.start <= buf_range.end,
+        "write range {buf_range:?} reversed"
+    );
+    assert!(
+        buf_range.end <= buf.capacity(),
+        "write range {buf_range:?} past {} bytes",
+        buf.capacity()
+    );
+    assert!(u32::try_from(buf_range.len()).is_ok(), "write exceeds u32");
 }
 
 /// The outcome of an operation (or one shot of a multishot operation).
