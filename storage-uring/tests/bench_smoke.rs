@@ -29,6 +29,8 @@ const NUMERIC_KEYS: &[&str] = &[
     "floor_sync_inflight_mb_per_s",
     "floor_sync_inflight_p50_us",
     "floor_sync_inflight_p99_us",
+    "floor_sync_inflight_ordered_p50_us",
+    "floor_sync_inflight_ordered_p99_us",
     "floor_sync_group_mb_per_s",
     "floor_sync_group_p50_us",
     "floor_sync_group_p99_us",

@@ -20,7 +20,10 @@
 //!      `--record-size`) as [`COMMITS_IN_FLIGHT_MAX`] writes
 //!      (`floor_sync_inflight_pair_bytes` each), each linked to its
 //!      fdatasync and resubmitted as soon as both complete: SYNC_FLUSH's
-//!      workload with nothing but the disk in it, on a file of its own;
+//!      workload with nothing but the disk in it, on a file of its own.
+//!      `floor_sync_inflight_ordered_*` ends each pair's latency when it and
+//!      every pair submitted before it are done, as a SYNC_FLUSH ack waits
+//!      for the durable prefix;
 //!    - `floor_sync_group_*`: the same writes without links, and one
 //!      fdatasync at a time covering every write completed before it (a
 //!      write's latency ends with the fdatasync that covered it);
@@ -577,7 +580,7 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
     let path = args.dir.join("storage-bench-floor-sync.tmp");
     let file = open_zero_filled(&mut disk, &path).context("creating the sync floor file")?;
     let seconds = Duration::from_secs(args.floor_seconds);
-    let (histogram, rate) = floor_sync_pipeline(&mut disk, file, pair_size, seconds)?;
+    let (histogram, ordered, rate) = floor_sync_pipeline(&mut disk, file, pair_size, seconds)?;
     report.int("floor_sync_inflight_pair_bytes", pair_size as u64);
     report.float("floor_sync_inflight_mb_per_s", rate);
     report.int(
@@ -587,6 +590,14 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
     report.int(
         "floor_sync_inflight_p99_us",
         histogram.value_at_quantile(0.99),
+    );
+    report.int(
+        "floor_sync_inflight_ordered_p50_us",
+        ordered.value_at_quantile(0.50),
+    );
+    report.int(
+        "floor_sync_inflight_ordered_p99_us",
+        ordered.value_at_quantile(0.99),
     );
     let (histogram, rate) = floor_sync_group(&mut disk, file, pair_size, seconds)?;
     report.float("floor_sync_group_mb_per_s", rate);
@@ -668,14 +679,20 @@ fn align_up_block(bytes: u64) -> u64 {
 
 /// [`COMMITS_IN_FLIGHT_MAX`] writes of `size` bytes, each linked to its
 /// fdatasync, kept in flight for `seconds`. Returns the pair latencies
-/// (submission to the later of the two completions) and the MB/s.
+/// (submission to the later of the two completions), the same ended only
+/// once every earlier pair is done too (in order), and the MB/s.
 fn floor_sync_pipeline(
     disk: &mut UringDisk,
     file: FileId,
     size: usize,
     seconds: Duration,
-) -> anyhow::Result<(Histogram<u64>, f64)> {
+) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, f64)> {
     let mut histogram = latency_histogram()?;
+    let mut ordered = latency_histogram()?;
+    // Pairs done whose predecessors are not all done yet (by sequence
+    // number: when submitted), and the oldest pair not yet done in order.
+    let mut done_early: std::collections::BTreeMap<u64, Instant> = Default::default();
+    let mut in_order_next = 0u64;
     let mut free = floor_buffers(disk, size);
     // Per pair in flight: when it was submitted, how many of its two
     // completions are still due, and its buffer once the write is done (it
@@ -712,9 +729,15 @@ fn floor_sync_pipeline(
             entry.1 -= 1;
             if entry.1 == 0 {
                 histogram.saturating_record(micros(entry.0.elapsed()));
-                let (_, _, buf) = pairs.remove(&pair).context("the pair is in flight")?;
+                let (submitted_at, _, buf) =
+                    pairs.remove(&pair).context("the pair is in flight")?;
                 free.push(buf.context("the write's buffer came back")?);
                 bytes += size as u64;
+                done_early.insert(pair, submitted_at);
+                while let Some(submitted_at) = done_early.remove(&in_order_next) {
+                    ordered.saturating_record(micros(submitted_at.elapsed()));
+                    in_order_next += 1;
+                }
             }
         }
     }
@@ -722,7 +745,7 @@ fn floor_sync_pipeline(
     for buf in free {
         disk.recycle(buf);
     }
-    Ok((histogram, rate))
+    Ok((histogram, ordered, rate))
 }
 
 /// 1 MiB O_DIRECT writes, several in flight, no fdatasync.
