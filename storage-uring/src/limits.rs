@@ -40,6 +40,16 @@ pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 1_000;
 /// starts from trail the log by a tenth as much.
 pub const CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT: u64 = 100;
 
+/// Unwritten ConsumeQueue bytes at which a queue is flushed at once rather
+/// than at the next interval, so one hot queue never meets the disk with more
+/// than this in one burst. At ~1 M SYNC_FLUSH appends/s into one queue the
+/// 100 ms round wrote 2 MB at a time and the appends' p99 was about 2.2 ms;
+/// rounds of 5–10 ms (100–200 KB) brought it to about 1.6 ms at the same
+/// throughput (docs/BENCHMARKS.md, sixth session). Queues slower than this
+/// per interval still flush once per interval, so many quiet queues do not
+/// multiply the fdatasyncs.
+pub const CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT: usize = 128 * 1024;
+
 /// How often the store checks the disk usage (statvfs).
 pub const DISK_SPACE_CHECK_INTERVAL_MS: u64 = 1_000;
 

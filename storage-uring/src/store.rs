@@ -91,11 +91,11 @@ use crate::index_file::{
 use crate::limits::{
     CHECKPOINT_FILE_SIZE, CHECKPOINT_INTERVAL_MS_DEFAULT, CLEAN_RESOURCE_INTERVAL_MS_DEFAULT,
     COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_DEFAULT,
-    COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
-    DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS, FLUSH_INTERVAL_MS_DEFAULT,
-    GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX, GET_MESSAGES_SCAN_ENTRIES_MAX,
-    MESSAGE_SIZE_MAX_BYTES, RETENTION_QUEUES_PER_TURN_MAX, SHUTDOWN_POLL_ROUNDS_MAX,
-    SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
+    COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX, CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT,
+    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS,
+    FLUSH_INTERVAL_MS_DEFAULT, GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX,
+    GET_MESSAGES_SCAN_ENTRIES_MAX, MESSAGE_SIZE_MAX_BYTES, RETENTION_QUEUES_PER_TURN_MAX,
+    SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
 };
 use crate::retention::RetentionConfig;
 
@@ -130,6 +130,9 @@ pub struct StoreConfig {
     pub checkpoint_interval_ms: u64,
     /// ConsumeQueue write-behind period.
     pub consume_queue_flush_interval_ms: u64,
+    /// Unwritten bytes at which one queue is flushed before the period ends
+    /// ([`CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT`]).
+    pub consume_queue_flush_early_bytes: usize,
     /// Disk usage ratio above which appends are refused (retriable), on top
     /// of `retention.disk_space_warning_level_ratio` (the lower one wins).
     pub disk_full_ratio: f64,
@@ -169,6 +172,7 @@ impl StoreConfig {
             store_host,
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
             consume_queue_flush_interval_ms: CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+            consume_queue_flush_early_bytes: CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT,
             disk_full_ratio: DISK_FULL_RATIO_DEFAULT,
             index_geometry: IndexGeometry::ROCKETMQ,
             retention: RetentionConfig::default(),
@@ -839,6 +843,11 @@ impl<D: Disk> Store<D> {
             wrote_bytes += size;
         }
         self.sizes_scratch = sizes;
+        self.queues.flush_early(
+            &mut self.disk,
+            queue_index,
+            self.config.consume_queue_flush_early_bytes,
+        )?;
         let id = self.next_ticket_id;
         self.next_ticket_id += 1;
         let deadline_ms = now_ms.saturating_add(self.config.sync_flush_timeout_ms);
@@ -1792,6 +1801,7 @@ fn remove_consume_queue_files(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consume_queue::CQ_ENTRY_SIZE;
     use crate::disk::sim::{CrashKind, SimConfig, SimDisk};
     use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
@@ -1833,6 +1843,28 @@ mod tests {
             }
         }
         panic!("appends still pending");
+    }
+
+    #[test]
+    fn a_queue_with_enough_unwritten_entries_is_flushed_before_the_interval() {
+        let mut config = config(FlushMode::Async);
+        config.consume_queue_flush_interval_ms = u64::MAX;
+        config.consume_queue_flush_early_bytes = 10 * CQ_ENTRY_SIZE;
+        let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(31)), config, 0).unwrap();
+        let dirty = |store: &Store<SimDisk>| store.queues.get("T", 0).unwrap().dirty_bytes();
+        for _ in 0..9 {
+            store.append(&message(b"x"), 1).unwrap();
+        }
+        turns(&mut store, 1, 20);
+        assert_eq!(
+            dirty(&store),
+            9 * CQ_ENTRY_SIZE,
+            "below the threshold: left for the interval"
+        );
+        store.append(&message(b"x"), 1).unwrap();
+        turns(&mut store, 1, 20);
+        assert_eq!(dirty(&store), 0, "written at once");
+        assert!(store.queues.is_clean(), "and synced after its write");
     }
 
     #[test]

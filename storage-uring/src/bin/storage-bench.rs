@@ -83,8 +83,8 @@ use ringmq_storage::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, Op
 use ringmq_storage::error::StorageError;
 use ringmq_storage::limits::{
     COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMITS_IN_FLIGHT_MAX,
-    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, TAIL_CACHE_SIZE, WRITE_BUFFER_SIZE,
-    write_buffers_in_use_max,
+    CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+    TAIL_CACHE_SIZE, WRITE_BUFFER_SIZE, write_buffers_in_use_max,
 };
 use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreFlushMode};
 
@@ -183,6 +183,10 @@ struct Args {
     /// `flushIntervalConsumeQueue`).
     #[arg(long, default_value_t = CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT)]
     cq_flush_ms: u64,
+    /// Unwritten bytes at which a ConsumeQueue is flushed before the period
+    /// ends (the store's `consume_queue_flush_early_bytes`).
+    #[arg(long, default_value_t = CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT)]
+    cq_flush_early_bytes: usize,
     /// Print a latency timeline of the measured phase to stderr: one line
     /// per window of this many ms (0: none) with its acks, p50, p99 and max.
     #[arg(long, default_value_t = 0)]
@@ -272,6 +276,7 @@ fn main() -> anyhow::Result<()> {
     report.int("eager_retention", u64::from(args.eager_retention));
     report.int("recycle_segments", args.recycle_segments as u64);
     report.int("cq_flush_ms", args.cq_flush_ms);
+    report.int("cq_flush_early_bytes", args.cq_flush_early_bytes as u64);
     report.int("zero_fill", u64::from(args.zero_fill));
     if args.floor_seconds > 0 {
         measure_floor(&args, &mut report).context("measuring the disk floor")?;
@@ -843,6 +848,7 @@ fn store_config(args: &Args) -> StoreConfig {
     config.segment_size_bytes = args.segment_size;
     config.commit_log_recycle_segments = args.recycle_segments;
     config.consume_queue_flush_interval_ms = args.cq_flush_ms;
+    config.consume_queue_flush_early_bytes = args.cq_flush_early_bytes;
     if args.eager_retention {
         config.retention.file_reserved_time_hours = 0;
         config.retention.delete_when_hours = (0..24).collect();

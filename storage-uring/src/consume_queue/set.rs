@@ -421,17 +421,33 @@ impl ConsumeQueueSet {
     pub fn flush_all<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
         let mut submitted = 0;
         for queue in self.queues.iter_mut().flatten() {
-            if self
-                .draining
-                .iter()
-                .any(|(_, old)| old.queue_id == queue.queue_id && old.topic == queue.topic)
-            {
-                // Its files are still the deleted queue's.
+            if shadowed_by_draining(&self.draining, queue) {
                 continue;
             }
             submitted += queue.flush(disk)?;
         }
         Ok(submitted)
+    }
+
+    /// [`ConsumeQueue::flush`] of the queue at `index` if at least
+    /// `min_dirty_bytes` of it are not written yet (and its files are not a
+    /// deleted queue's still draining); returns the operations submitted.
+    ///
+    /// # Errors
+    /// As [`ConsumeQueue::flush`].
+    pub fn flush_early<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        index: usize,
+        min_dirty_bytes: usize,
+    ) -> Result<usize, StorageError> {
+        let Some(Some(queue)) = self.queues.get_mut(index) else {
+            return Ok(0);
+        };
+        if queue.dirty_bytes() < min_dirty_bytes || shadowed_by_draining(&self.draining, queue) {
+            return Ok(0);
+        }
+        queue.flush(disk)
     }
 
     /// Routes a completion tagged [`crate::disk::OpTag::ConsumeQueue`] to its
@@ -529,6 +545,14 @@ impl ConsumeQueueSet {
         }
         Ok(removed)
     }
+}
+
+/// Whether `queue`'s files are still a deleted queue's (one of `draining`
+/// with its topic and queue id): it is not flushed until those are gone.
+fn shadowed_by_draining(draining: &[(usize, ConsumeQueue)], queue: &ConsumeQueue) -> bool {
+    draining
+        .iter()
+        .any(|(_, old)| old.queue_id == queue.queue_id && old.topic == queue.topic)
 }
 
 #[cfg(test)]
