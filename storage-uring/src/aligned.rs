@@ -22,6 +22,11 @@ pub const fn align_up(n: usize) -> usize {
     n.div_ceil(BLOCK_SIZE) * BLOCK_SIZE
 }
 
+/// Rounds the file or log offset `n` up to a multiple of [`BLOCK_SIZE`].
+pub const fn align_up_offset(n: u64) -> u64 {
+    n.next_multiple_of(BLOCK_SIZE as u64)
+}
+
 /// Rounds `n` down to a multiple of [`BLOCK_SIZE`].
 pub const fn align_down(n: u64) -> u64 {
     n - n % BLOCK_SIZE as u64

@@ -39,7 +39,7 @@
 use std::collections::VecDeque;
 
 use super::write_bufs::{WriteBuf, WriteBufs};
-use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down};
+use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up_offset};
 use crate::disk::{Disk, DiskError, DiskOp, FileId, OpId, OpTag};
 use crate::limits::{
     COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_BEHIND_BYTES_MIN_SYNC, COMMITS_IN_FLIGHT_MAX,
@@ -72,11 +72,6 @@ struct Commit {
 struct Flush {
     covers: u64,
     remaining: usize,
-}
-
-/// `offset` rounded up to a whole block.
-fn align_up_offset(offset: u64) -> u64 {
-    offset.next_multiple_of(BLOCK_SIZE as u64)
 }
 
 /// What one completion changed.
@@ -151,11 +146,10 @@ struct CommitPlan {
     /// Index of the buffer in the chain.
     index: usize,
     /// Also the partial last block (from a copy), and everything up to the
-    /// buffer's logical end becomes covered.
+    /// buffer's logical end becomes covered. A whole commit of a sealed
+    /// buffer is its segment's last (the BLANK marker, or a record reaching
+    /// the segment end): nothing is written from that buffer after it.
     whole: bool,
-    /// The buffer is its segment's last (it ends with the BLANK marker, or a
-    /// record reaching the segment end): nothing is written from it after.
-    segment_last: bool,
 }
 
 impl Appender {
@@ -244,11 +238,6 @@ impl Appender {
         self.commit_count
     }
 
-    /// Bytes the write buffers hold (the tail cache included).
-    pub fn cached_bytes(&self) -> usize {
-        self.bufs.cached_bytes()
-    }
-
     /// The acknowledgeable (and readable) position.
     pub fn ack_position(&self) -> u64 {
         match self.mode {
@@ -302,7 +291,7 @@ impl Appender {
         active.data_end += len as u64;
         active.end = end_after_blank.unwrap_or(active.data_end);
         assert!(
-            active.data_end - active.base <= active.buf.buf().capacity() as u64,
+            active.held_bytes() <= active.buf.buf().capacity(),
             "write buffer overrun"
         );
         assert!(active.end >= self.encoded, "encoded went backwards");
@@ -386,20 +375,12 @@ impl Appender {
                     blocks_end
                 };
                 if wb.submitted_to < target {
-                    return Some(CommitPlan {
-                        index,
-                        whole,
-                        segment_last: whole,
-                    });
+                    return Some(CommitPlan { index, whole });
                 }
                 continue;
             }
             if tail_now {
-                return Some(CommitPlan {
-                    index,
-                    whole: true,
-                    segment_last: false,
-                });
+                return Some(CommitPlan { index, whole: true });
             }
             // Behind others (or while appends keep coming) a commit waits for
             // enough whole blocks: each commit costs a write (and in
@@ -412,7 +393,6 @@ impl Appender {
             return (ready > 0 && ready >= min_bytes as u64).then_some(CommitPlan {
                 index,
                 whole: false,
-                segment_last: false,
             });
         }
         None
@@ -498,7 +478,8 @@ impl Appender {
         }
         // The active buffer's partial block is written again (from the
         // buffer, once whole) by a later commit; a segment's last is done.
-        self.bufs.get_mut(plan.index).submitted_to = if plan.segment_last {
+        let segment_last = plan.whole && plan.index + 1 < self.bufs.len();
+        self.bufs.get_mut(plan.index).submitted_to = if segment_last {
             align_up_offset(data_end)
         } else {
             blocks_end

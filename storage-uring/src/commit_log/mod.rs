@@ -53,7 +53,7 @@ use self::appender::{
 };
 use self::recovery::{ScanOutcome, ScanStop, scan};
 use self::segment::SegmentSet;
-use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up};
+use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up, align_up_offset};
 use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpenOptions, Wait, created_file_id};
 use crate::error::StorageError;
 use crate::limits::{
@@ -965,7 +965,7 @@ impl CommitLog {
     pub fn zero_block_after_clean_end(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
         let end = self.appender.encoded();
         let base = self.appender.active_segment_base();
-        let block = end.next_multiple_of(BLOCK_SIZE as u64);
+        let block = align_up_offset(end);
         if self.appender.failure().is_some()
             || !self.appender.is_idle()
             || end + BLANK_SIZE as u64 <= block

@@ -56,14 +56,19 @@ pub(crate) struct WriteBuf {
 }
 
 impl WriteBuf {
+    /// Bytes of the CommitLog the buffer holds, `[base, data_end)`.
+    pub(crate) fn held_bytes(&self) -> usize {
+        (self.data_end - self.base) as usize
+    }
+
     /// Bytes still free in the buffer.
     pub(crate) fn free_bytes(&self) -> usize {
-        self.buf.buf().capacity() - (self.data_end - self.base) as usize
+        self.buf.buf().capacity() - self.held_bytes()
     }
 
     /// Mutable bytes from `data_end` on.
     pub(crate) fn tail_mut(&mut self) -> &mut [u8] {
-        let at = (self.data_end - self.base) as usize;
+        let at = self.held_bytes();
         let capacity = self.buf.buf().capacity();
         // SAFETY: writes and readers only look below `data_end` (module
         // invariant), and `&mut self` keeps any other slice of this buffer
@@ -228,10 +233,7 @@ impl WriteBufs {
 
     /// Bytes the chain holds.
     pub(crate) fn cached_bytes(&self) -> usize {
-        self.bufs
-            .iter()
-            .map(|b| (b.data_end - b.base) as usize)
-            .sum()
+        self.bufs.iter().map(WriteBuf::held_bytes).sum()
     }
 
     /// Drops the oldest buffers while the chain holds more than its cache
@@ -245,7 +247,7 @@ impl WriteBufs {
             if oldest.end > written {
                 break;
             }
-            let bytes = (oldest.data_end - oldest.base) as usize;
+            let bytes = oldest.held_bytes();
             let oldest = self.bufs.pop_front().expect("the chain has two buffers");
             match oldest.buf.try_into_inner() {
                 Ok(buf) => {
