@@ -773,6 +773,27 @@ impl ConsumeQueue {
             .sum()
     }
 
+    /// Whether at least `min` bytes in memory are not yet written: as
+    /// [`ConsumeQueue::dirty_bytes`` >= min`](ConsumeQueue::dirty_bytes), in
+    /// time that does not grow with the queue's files. Unwritten bytes lie in
+    /// the newest files only (a file is written once every earlier one is,
+    /// and full files never change), so the walk from the newest file stops
+    /// at the first one fully written.
+    pub fn unwritten_reaches(&self, min: usize) -> bool {
+        let mut unwritten = 0;
+        for file in self.files.iter().rev() {
+            let dirty = file.dirty_end() - file.written_len;
+            if dirty == 0 {
+                break;
+            }
+            unwritten += dirty;
+            if unwritten >= min {
+                return true;
+            }
+        }
+        unwritten >= min
+    }
+
     /// Flush errors kept since the last call (at most [`CQ_ERRORS_KEPT_MAX`]).
     pub fn take_errors(&mut self) -> Vec<StorageError> {
         std::mem::take(&mut self.errors)
@@ -1300,6 +1321,27 @@ mod tests {
             second[20..40],
             entry(CQ_FILE_ENTRY_COUNT as u64 + 1).encode()
         );
+    }
+
+    #[test]
+    fn unwritten_reaches_agrees_with_dirty_bytes_across_files() {
+        let mut d = disk(19);
+        let mut q = filled(CQ_FILE_ENTRY_COUNT as u64 + 2);
+        let dirty = q.dirty_bytes();
+        assert_eq!(dirty, (CQ_FILE_ENTRY_COUNT + 2) * CQ_ENTRY_SIZE);
+        assert!(q.unwritten_reaches(dirty), "both files count");
+        assert!(!q.unwritten_reaches(dirty + 1));
+        settle(&mut d, &mut q);
+        assert!(q.unwritten_reaches(0));
+        assert!(!q.unwritten_reaches(1), "all written");
+        q.append(
+            CQ_FILE_ENTRY_COUNT as u64 + 2,
+            entry(CQ_FILE_ENTRY_COUNT as u64 + 2),
+        )
+        .unwrap();
+        assert_eq!(q.dirty_bytes(), CQ_ENTRY_SIZE);
+        assert!(q.unwritten_reaches(CQ_ENTRY_SIZE));
+        assert!(!q.unwritten_reaches(CQ_ENTRY_SIZE + 1));
     }
 
     #[test]

@@ -444,7 +444,8 @@ impl ConsumeQueueSet {
         let Some(Some(queue)) = self.queues.get_mut(index) else {
             return Ok(0);
         };
-        if queue.dirty_bytes() < min_dirty_bytes || shadowed_by_draining(&self.draining, queue) {
+        if !queue.unwritten_reaches(min_dirty_bytes) || shadowed_by_draining(&self.draining, queue)
+        {
             return Ok(0);
         }
         queue.flush(disk)
