@@ -320,6 +320,35 @@ fn a_deleted_topic_created_again_serves_only_its_new_messages_also_after_a_resta
     assert!(broker.stop().success());
 }
 
+/// io_uring instances the process `pid` holds open.
+fn io_uring_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains("io_uring"))
+        .count()
+}
+
+#[test]
+fn each_shard_serves_sockets_and_disk_on_one_ring() {
+    let store = fresh_store("one-ring");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    // A send and a pull go through both lanes of the ring that serves them.
+    let mut client = broker.connect();
+    client.create_topic("OneRing", 2);
+    for queue_id in 0..2 {
+        client.send("OneRing", queue_id, b"on one ring");
+        let (code, _, bodies) = client.pull("OneRing", queue_id, 0, None);
+        assert_eq!(code, response_code::SUCCESS);
+        assert_eq!(bodies, vec![b"on one ring".to_vec()]);
+    }
+    // Two shards with one ring each, and the embedded name server's.
+    assert_eq!(io_uring_fds(broker.pid()), 3);
+    assert!(broker.stop().success());
+}
+
 #[test]
 fn two_shards_forward_sends_and_pulls_to_the_queue_owner() {
     let store = fresh_store("roundtrip");

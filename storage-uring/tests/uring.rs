@@ -283,7 +283,7 @@ fn fixed_buffer_write_uses_write_fixed() {
     );
     let data = pattern(16 * 1024, 9);
     buf.as_full_mut_slice()[..data.len()].copy_from_slice(&data);
-    let before = disk.ring().stats().fixed_writes;
+    let before = disk.ring_stats().fixed_writes;
     disk.submit(
         id(1),
         DiskOp::Write {
@@ -298,7 +298,7 @@ fn fixed_buffer_write_uses_write_fixed() {
     let done = wait_for(&mut disk, 1).pop().unwrap();
     assert_eq!(*done.result.as_ref().unwrap(), data.len());
     assert_eq!(
-        disk.ring().stats().fixed_writes,
+        disk.ring_stats().fixed_writes,
         before + 1,
         "submitted as WRITE_FIXED"
     );
@@ -311,7 +311,7 @@ fn fixed_buffer_write_uses_write_fixed() {
 
     // Read it back into a registered buffer (READ_FIXED).
     let buf = disk.buffer(16 * 1024);
-    let reads_before = disk.ring().stats().fixed_reads;
+    let reads_before = disk.ring_stats().fixed_reads;
     disk.submit(
         id(2),
         DiskOp::Read {
@@ -325,7 +325,7 @@ fn fixed_buffer_write_uses_write_fixed() {
     .unwrap();
     let done = wait_for(&mut disk, 1).pop().unwrap();
     assert_eq!(
-        disk.ring().stats().fixed_reads,
+        disk.ring_stats().fixed_reads,
         reads_before + 1,
         "submitted as READ_FIXED"
     );

@@ -78,7 +78,7 @@ pub const DEFAULT_TOPIC_QUEUE_NUMS_MAX: u32 = 1024;
 /// Ring entries bounds (io_uring accepts powers of two up to 32768).
 pub const RING_ENTRIES_MIN: u32 = 8;
 /// See [`RING_ENTRIES_MIN`].
-pub const RING_ENTRIES_MAX: u32 = 32768;
+pub const RING_ENTRIES_MAX: u32 = ringmq_storage::ring::RING_ENTRIES_MAX;
 /// Most connections one shard accepts.
 pub const CONNECTIONS_PER_SHARD_LIMIT: u32 = 65536;
 /// Default tail cache per shard, 64 MiB.
@@ -266,9 +266,10 @@ pub struct BrokerConfig {
     pub shard_count: u32,
     /// `tailCacheSize` (ringmq): bytes of recent CommitLog kept in memory per shard.
     pub tail_cache_size_bytes: u64,
-    /// `ringEntries` (ringmq): submission queue entries of each shard's
-    /// network ring; more than `2 * connectionsPerShardMax + 2` (a receive
-    /// and a send per connection, the accept and a timer).
+    /// `ringEntries` (ringmq): submission queue entries of each shard's one
+    /// ring (sockets and disk); at least `2 * connectionsPerShardMax + 3` (a
+    /// receive and a send per connection, the accept and a timer) plus
+    /// `DISK_LANE_SLOTS_MIN` for the store and the ring's own two.
     pub ring_entries: u32,
     /// `connectionsPerShardMax` (ringmq): connections one shard serves at
     /// once; a shard closes one more at once.
@@ -315,7 +316,7 @@ impl BrokerConfig {
             register_name_server_period_ms: 30_000,
             shard_count: env.cpu_count.clamp(1, SHARD_COUNT_MAX),
             tail_cache_size_bytes: TAIL_CACHE_SIZE_DEFAULT,
-            ring_entries: crate::server::RING_ENTRIES,
+            ring_entries: crate::shard::runtime::SHARD_RING_ENTRIES_DEFAULT,
             connections_per_shard_max: crate::server::CONNECTION_COUNT_MAX as u32,
             transaction_timeout_ms: 6_000,
             transaction_check_interval_ms: 60_000,
@@ -543,11 +544,15 @@ impl BrokerConfig {
                 self.ring_entries
             ));
         }
-        let ring_needs = 2 * u64::from(self.connections_per_shard_max) + 2;
-        if u64::from(self.ring_entries) <= ring_needs {
+        let ring_needs = crate::shard::runtime::shard_ring_entries_needed(
+            self.connections_per_shard_max as usize,
+        );
+        if (self.ring_entries as usize) < ring_needs {
             return fail(format!(
-                "connectionsPerShardMax={} needs ringEntries above {ring_needs} (a receive and a send per connection, the accept and a timer), not {}",
-                self.connections_per_shard_max, self.ring_entries
+                "connectionsPerShardMax={} needs ringEntries of at least {ring_needs} (a receive and a send per connection, the accept, a timer, {} for the store and 2 for the ring), not {}",
+                self.connections_per_shard_max,
+                ringmq_storage::limits::DISK_LANE_SLOTS_MIN,
+                self.ring_entries
             ));
         }
         Ok(())
@@ -1137,12 +1142,12 @@ mod tests {
             ),
             ("listenPort=65535", "leaves no port for the HA service"),
             (
-                "connectionsPerShardMax=2047",
-                "connectionsPerShardMax=2047 needs ringEntries above 4096",
+                "connectionsPerShardMax=3584",
+                "connectionsPerShardMax=3584 needs ringEntries of at least 8197",
             ),
             (
                 "ringEntries=1024",
-                "connectionsPerShardMax=2000 needs ringEntries above 4002",
+                "connectionsPerShardMax=2000 needs ringEntries of at least 5029",
             ),
         ];
         for (line, expected) in cases {
@@ -1157,9 +1162,9 @@ mod tests {
         load("brokerRole=SLAVE\nbrokerId=1").unwrap();
         load("listenPort=9876\nnamesrvAddr=10.0.0.1:9876").unwrap();
         load("mapedFileSizeCommitLog=1048576\nmaxMessageSize=65536").unwrap();
-        let fits = load("connectionsPerShardMax=2046").unwrap();
-        assert_eq!(fits.connections_per_shard_max, 2046);
-        load("ringEntries=1024\nconnectionsPerShardMax=500").unwrap();
+        let fits = load("connectionsPerShardMax=3581").unwrap();
+        assert_eq!(fits.connections_per_shard_max, 3581);
+        load("ringEntries=2048\nconnectionsPerShardMax=500").unwrap();
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The remoting server: one listening socket and its connections on one
-//! io_uring [`Ring`], one thread. Every broker shard runs one instance (the
+//! io_uring [`Ring`] (its own, or its [`Lane`] of a shard's ring), one
+//! thread. Every broker shard runs one instance (the
 //! listener has SO_REUSEPORT, so every shard listens on the same port), and
 //! `ringmq namesrv` runs one with the name server as its [`RequestHandler`].
 //!
@@ -76,8 +77,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_storage::ring::{
-    COMPLETIONS_PER_TURN_MAX, Completion, Op, Ring, RingConfig, RingError, TimerId, Token,
-    TurnOutput, Waker,
+    COMPLETIONS_PER_TURN_MAX, Completion, Lane, OWNER_SHIFT, Op, Ring, RingConfig, RingError,
+    SharedRing, TimerId, Token, TurnOutput, Waker,
 };
 use slab::Slab;
 
@@ -90,7 +91,8 @@ use connection::Connection;
 
 /// Default of [`ServerConfig::connections_max`] (`connectionsPerShardMax`).
 pub const CONNECTION_COUNT_MAX: usize = 2000;
-/// Default of [`ServerConfig::ring_entries`] (`ringEntries`).
+/// Default of [`ServerConfig::ring_entries`] (a server with a ring of its
+/// own: the name server; a shard's ring is sized by `ringEntries`).
 pub const RING_ENTRIES: u32 = 4096;
 /// Requests of one connection handled per loop turn before the others get
 /// their turn (the rest wait in the read buffer).
@@ -116,8 +118,10 @@ const _: () = assert!(RING_ENTRIES <= ringmq_storage::ring::RING_ENTRIES_MAX);
 const _: () = assert!(OUTPUT_PAUSE_SIZE < OUTPUT_QUEUE_SIZE_MAX);
 const _: () = assert!(OUTPUT_QUEUE_SIZE_MAX >= FRAME_SIZE_MAX as usize);
 
-/// The tag in the top byte of every token this server submits.
-const TOKEN_TAG: Token = 0x4E << 56;
+/// The owner tag of the server's lane: the top byte of every token it
+/// submits.
+pub const SERVER_OWNER: u8 = 0x4E;
+const TOKEN_TAG: Token = (SERVER_OWNER as Token) << OWNER_SHIFT;
 const KIND_SHIFT: u32 = 48;
 const KIND_ACCEPT: Token = 1;
 const KIND_RECV: Token = 2;
@@ -126,6 +130,13 @@ const KIND_TICK: Token = 4;
 const KIND_ACCEPT_RETRY: Token = 5;
 const KIND_STOP_DEADLINE: Token = 6;
 const KEY_MASK: Token = 0xFFFF_FFFF;
+
+/// Ring slots a server with `connections_max` connections may hold at
+/// once: a receive and a send per connection, the accept, and one to spare
+/// for a timer.
+pub fn ring_slots_needed(connections_max: usize) -> usize {
+    2 * connections_max + 3
+}
 
 fn token(kind: Token, key: usize) -> Token {
     assert!(key as u64 <= KEY_MASK, "slab key {key} past 32 bits");
@@ -297,7 +308,7 @@ enum Phase {
 
 /// The server: a listener, its connections and their handler, on one ring.
 pub struct Server<H: RequestHandler> {
-    ring: Ring,
+    lane: Lane,
     handler: H,
     listener: OwnedFd,
     local_addr: SocketAddr,
@@ -336,24 +347,48 @@ impl<H: RequestHandler> Server<H> {
     /// [`ServerError::Ring`] (io_uring unavailable: the message says why) or
     /// [`ServerError::Listen`].
     pub fn bind(config: ServerConfig, handler: H) -> Result<Self, ServerError> {
-        if config.connections_max == 0 {
-            return Err(ServerError::Config(
-                "connections_max must be positive".into(),
-            ));
-        }
         let ring = Ring::new(RingConfig {
             entries: config.ring_entries,
             ..RingConfig::default()
         })
         .map_err(ServerError::Ring)?;
+        let shared = SharedRing::new(ring);
+        let lane = shared
+            .lane(SERVER_OWNER, shared.capacity())
+            .map_err(ServerError::Ring)?;
+        Self::bind_on(lane, config, handler)
+    }
+
+    /// As [`Server::bind`], on `lane` (owner [`SERVER_OWNER`]) of a ring the
+    /// thread shares with other lanes (a shard's disk); `config.ring_entries`
+    /// is not used. [`Server::run`] turns and sleeps in that ring; the
+    /// handler's [`RequestHandler::on_turn`] collects what the turn parked
+    /// for the other lanes.
+    ///
+    /// # Errors
+    /// As [`Server::bind`]; [`ServerError::Config`] when the lane is not the
+    /// server's or has no room for `connections_max`.
+    pub fn bind_on(lane: Lane, config: ServerConfig, handler: H) -> Result<Self, ServerError> {
+        if config.connections_max == 0 {
+            return Err(ServerError::Config(
+                "connections_max must be positive".into(),
+            ));
+        }
+        if lane.owner() != SERVER_OWNER {
+            return Err(ServerError::Config(format!(
+                "the server's lane must have owner {SERVER_OWNER:#04x}, not {:#04x}",
+                lane.owner()
+            )));
+        }
         // One receive and one send per connection plus the accept (and a
-        // timer) must fit the ring.
-        if ring.capacity() <= 2 * config.connections_max + 2 {
+        // timer) must fit the lane.
+        let needs = ring_slots_needed(config.connections_max);
+        if lane.capacity() < needs {
             return Err(ServerError::Config(format!(
                 "{} connections need a ring of more than {} entries, not {}",
                 config.connections_max,
-                2 * config.connections_max + 2,
-                ring.capacity()
+                needs - 1,
+                lane.capacity()
             )));
         }
         let listen_error = |source| ServerError::Listen {
@@ -362,9 +397,9 @@ impl<H: RequestHandler> Server<H> {
         };
         let listener = socket::bind_listener(config.listen_addr).map_err(listen_error)?;
         let local_addr = socket::local_addr(listener.as_raw_fd()).map_err(listen_error)?;
-        let shutdown = ShutdownHandle::new(ring.waker());
+        let shutdown = ShutdownHandle::new(lane.with_ring(|ring| ring.waker()));
         Ok(Server {
-            ring,
+            lane,
             handler,
             listener,
             local_addr,
@@ -403,7 +438,7 @@ impl<H: RequestHandler> Server<H> {
     /// runs [`RequestHandler::on_turn`]); its eventfd can also be given to
     /// another ring's `notify_eventfd`.
     pub fn waker(&self) -> Waker {
-        self.ring.waker()
+        self.lane.with_ring(|ring| ring.waker())
     }
 
     /// The handler.
@@ -422,6 +457,9 @@ impl<H: RequestHandler> Server<H> {
     /// # Errors
     /// [`ServerError::Turn`] when the ring itself fails.
     pub fn run(mut self) -> Result<H, ServerError> {
+        // Set-up before this (store recovery, waiting for the other shards)
+        // is not a stalled turn.
+        self.lane.with_ring(|ring| ring.reset_stall_clock());
         self.arm_accept();
         let _ = self.arm_timer(KIND_TICK, self.handler.tick_interval());
         let mut out = TurnOutput::new();
@@ -443,7 +481,7 @@ impl<H: RequestHandler> Server<H> {
                 Duration::ZERO
             };
             out.clear();
-            self.ring
+            self.lane
                 .turn(Some(wait), COMPLETIONS_PER_TURN_MAX, &mut out)
                 .map_err(ServerError::Turn)?;
             let now_ms = wall_clock_ms();
@@ -522,7 +560,7 @@ impl<H: RequestHandler> Server<H> {
     }
 
     fn arm_timer(&mut self, kind: Token, after: Duration) -> Option<TimerId> {
-        match self.ring.add_timer(Instant::now() + after, token(kind, 0)) {
+        match self.lane.add_timer(Instant::now() + after, token(kind, 0)) {
             Ok(id) => Some(id),
             Err(error) => {
                 // A handful of timers against a table of 65,536: a bug if it
@@ -536,7 +574,7 @@ impl<H: RequestHandler> Server<H> {
     /// Replaces the stop deadline (one per stop phase).
     fn arm_stop_deadline(&mut self, after: Duration) {
         if let Some(previous) = self.stop_timer.take() {
-            self.ring.cancel_timer(previous);
+            self.lane.cancel_timer(previous);
         }
         self.stop_timer = self.arm_timer(KIND_STOP_DEADLINE, after);
     }
@@ -552,7 +590,7 @@ impl<H: RequestHandler> Server<H> {
             AcceptMode::Multi => Op::AcceptMulti { fd },
             AcceptMode::Single => Op::Accept { fd },
         };
-        match self.ring.submit(token(KIND_ACCEPT, 0), op, false) {
+        match self.lane.submit(token(KIND_ACCEPT, 0), op, false) {
             Ok(()) => self.accept_in_flight = true,
             Err((error, _)) => {
                 tracing::error!(%error, "submitting accept failed; retrying");

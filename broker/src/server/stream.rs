@@ -50,7 +50,7 @@ impl<H: RequestHandler> Server<H> {
             fd: conn.fd.as_raw_fd(),
             buf,
         };
-        match self.ring.submit(token(KIND_RECV, key), op, false) {
+        match self.lane.submit(token(KIND_RECV, key), op, false) {
             Ok(()) => conn.recv_in_flight = true,
             Err((error, op)) => {
                 let Op::Recv { buf, .. } = op else {
@@ -204,7 +204,7 @@ impl<H: RequestHandler> Server<H> {
             fd: conn.fd.as_raw_fd(),
             data,
         };
-        match self.ring.submit(token(KIND_SEND, key), op, false) {
+        match self.lane.submit(token(KIND_SEND, key), op, false) {
             Ok(()) => {
                 conn.send_in_flight = true;
                 conn.send_size = size;

@@ -1,5 +1,6 @@
-//! A broker shard: one thread, one remoting [`Server`](crate::server::Server)
-//! ring, one [`Store`] with its own disk ring, the queues whose
+//! A broker shard: one thread, one io_uring ring shared by its remoting
+//! [`Server`](crate::server::Server) and its [`Store`]'s disk (a lane
+//! each), the queues whose
 //! `queue_id % shard_count` is this shard's id, their consumer offsets and
 //! their held pulls. Shard 0 also owns the control plane ([`control`]).
 //!

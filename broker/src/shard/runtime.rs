@@ -35,8 +35,8 @@ use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
 use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
-use ringmq_storage::limits::write_buffers_in_use_max;
-use ringmq_storage::ring::{RingConfig, Waker};
+use ringmq_storage::limits::{DISK_LANE_SLOTS_MIN, write_buffers_in_use_max};
+use ringmq_storage::ring::{RING_INTERNAL_SLOTS, Ring, RingConfig, SharedRing, Waker};
 use ringmq_storage::store::{Store, StoreConfig, StoreFlushMode};
 
 use super::control::ControlPlane;
@@ -51,7 +51,10 @@ use crate::namesrv::register::{
 use crate::namesrv::{NameServer, NameServerSettings};
 use crate::persist::{ConfigDir, ConfigFile, PersistError, Persister, PersisterHandle};
 use crate::route::Router;
-use crate::server::{NameServerHandler, Server, ServerConfig, ShutdownHandle, signal};
+use crate::server::{
+    NameServerHandler, SERVER_OWNER, Server, ServerConfig, ShutdownHandle, ring_slots_needed,
+    signal,
+};
 use crate::subscription_group::{SubscriptionGroupSnapshot, SubscriptionGroupTable};
 use crate::topic_config::{TopicConfigSettings, TopicConfigSnapshot, TopicConfigTable};
 
@@ -59,8 +62,19 @@ use crate::topic_config::{TopicConfigSettings, TopicConfigSnapshot, TopicConfigT
 pub const LOCK_FILE_NAME: &str = "lock";
 /// How long a name server may take to answer one registration.
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(3);
-/// Stall threshold of a shard's disk ring (see `run_shard`).
-pub const DISK_RING_STALL_THRESHOLD: Duration = Duration::from_secs(3600);
+/// Stall threshold of a shard's ring while the store recovers (its turns
+/// come between long stretches of scanning; see `run_shard`).
+pub const RECOVERY_STALL_THRESHOLD: Duration = Duration::from_secs(3600);
+/// Default `ringEntries`: room for the default connections and the store.
+pub const SHARD_RING_ENTRIES_DEFAULT: u32 = 8192;
+
+/// Entries a shard's ring needs for `connections_max` connections beside
+/// the store's lane ([`DISK_LANE_SLOTS_MIN`] at least).
+pub fn shard_ring_entries_needed(connections_max: usize) -> usize {
+    ring_slots_needed(connections_max) + DISK_LANE_SLOTS_MIN + RING_INTERNAL_SLOTS
+}
+
+const _: () = assert!(SHARD_RING_ENTRIES_DEFAULT <= ringmq_storage::ring::RING_ENTRIES_MAX);
 /// How long startup waits for one shard to recover its store and listen.
 pub const SHARD_START_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -247,19 +261,28 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
     pin_to_cpu(usize::from(start.id));
     let id = start.id;
     let config = &start.config;
-    let disk = UringDisk::new(UringDiskConfig {
-        ring: RingConfig {
-            entries: config.ring_entries,
-            // The disk ring turns once per server-ring turn, and the server
-            // ring sleeps between them: its own stall detector is the one
-            // that means something.
-            stall_threshold: DISK_RING_STALL_THRESHOLD,
-        },
-        fixed_buffer_count: write_buffers_in_use_max(config.tail_cache_size_bytes as usize)
-            .min(REGISTERED_WRITE_BUFFERS_MAX),
-        ..UringDiskConfig::default()
+    // One ring for the shard's sockets and disk: the server's lane holds
+    // what its connections need, the store's the rest.
+    let mut ring = Ring::new(RingConfig {
+        entries: config.ring_entries,
+        ..RingConfig::default()
     })
-    .map_err(|error| format!("creating the disk ring: {error}"))?;
+    .map_err(|error| format!("creating the shard's ring: {error}"))?;
+    let stall_threshold = ring.config().stall_threshold;
+    ring.set_stall_threshold(RECOVERY_STALL_THRESHOLD);
+    let shared = SharedRing::new(ring);
+    let server_slots = ring_slots_needed(config.connections_per_shard_max as usize);
+    let disk_slots = shared.capacity().saturating_sub(server_slots);
+    let disk = UringDisk::on_shared_ring(
+        &shared,
+        disk_slots,
+        UringDiskConfig {
+            fixed_buffer_count: write_buffers_in_use_max(config.tail_cache_size_bytes as usize)
+                .min(REGISTERED_WRITE_BUFFERS_MAX),
+            ..UringDiskConfig::default()
+        },
+    )
+    .map_err(|error| format!("opening the store's lane of the shard's ring: {error}"))?;
     let now = wall_clock_ms();
     let (store, report) = Store::open(
         disk,
@@ -311,15 +334,14 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
             start.port,
         ))
     };
-    let mut server = Server::bind(server_config, handler).map_err(|error| format!("{error:#}"))?;
+    // Recovery is over: a long turn from now on is a stall.
+    shared.with_ring(|ring| ring.set_stall_threshold(stall_threshold));
+    let server_lane = shared
+        .lane(SERVER_OWNER, server_slots)
+        .map_err(|error| format!("opening the server's lane of the shard's ring: {error}"))?;
+    let mut server = Server::bind_on(server_lane, server_config, handler)
+        .map_err(|error| format!("{error:#}"))?;
     let waker = server.waker();
-    server
-        .handler()
-        .store()
-        .disk()
-        .ring()
-        .notify_eventfd(waker.as_fd())
-        .map_err(|error| format!("linking the disk ring to the server ring: {error}"))?;
     let ready = Ready {
         port: server.local_addr().port(),
         waker,

@@ -111,6 +111,11 @@ pub fn start_broker(store: &Path, extra: &[String]) -> Option<Broker> {
 }
 
 impl Broker {
+    /// The broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, then the exit status.
     pub fn stop(mut self) -> ExitStatus {
         // SAFETY: kill(2) on our own child's pid.

@@ -346,7 +346,7 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let seconds = Duration::from_secs(args.floor_seconds);
     let config = disk_config(args, FLOOR_DIRECT_IN_FLIGHT, FLOOR_LARGE_WRITE_SIZE);
     let mut disk = UringDisk::new(config).context("setting up io_uring")?;
-    let flags = disk.ring().setup_flags();
+    let flags = disk.setup_flags();
     report.text(
         "ring_flags",
         format!(
@@ -888,7 +888,7 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let mut acks = Vec::new();
     let mut record_bytes = 0u64;
     let (mut acked, mut flush_timeouts) = (0u64, 0u64);
-    let mut stats_before = store.disk().ring().stats();
+    let mut stats_before = store.disk().ring_stats();
     let mut commits_before = store.commit_log().appender().commit_count();
     let mut segments_before = store.commit_log().segment_stats();
     let mut cpu_before = thread_cpu_time()?;
@@ -906,7 +906,7 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
             warmup_until = None;
             histogram.reset();
             (acked, flush_timeouts) = (0, 0);
-            stats_before = store.disk().ring().stats();
+            stats_before = store.disk().ring_stats();
             commits_before = store.commit_log().appender().commit_count();
             segments_before = store.commit_log().segment_stats();
             cpu_before = thread_cpu_time()?;
@@ -996,7 +996,7 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     }
     let elapsed = start.elapsed();
     let cpu = thread_cpu_time()?;
-    let stats = store.disk().ring().stats();
+    let stats = store.disk().ring_stats();
     let commits = store.commit_log().appender().commit_count() - commits_before;
     let fsyncs = stats.fsyncs_submitted - stats_before.fsyncs_submitted;
     let seconds = elapsed.as_secs_f64().max(1e-9);

@@ -27,6 +27,7 @@ use super::{
 };
 use crate::disk::{Disk, DiskCompletion};
 use crate::error::StorageError;
+use crate::limits::CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX;
 
 /// All ConsumeQueues of one shard, keyed by (topic, queue id). Routes disk
 /// completions to their queue by its own sequence numbers (the queue's index
@@ -51,6 +52,10 @@ pub struct ConsumeQueueSet {
     round: Option<DurableRound>,
     /// The latest durable point (0 until a round completes).
     durable_point: u64,
+    /// Where the next [`ConsumeQueueSet::flush_all`] starts, so that a
+    /// flush cut short by [`CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX`] goes on
+    /// with the queues it did not reach.
+    flush_cursor: usize,
 }
 
 /// A round of [`ConsumeQueueSet::advance_durable_point`]: once every queue
@@ -74,6 +79,7 @@ impl ConsumeQueueSet {
             last_found: None,
             round: None,
             durable_point: 0,
+            flush_cursor: 0,
         }
     }
 
@@ -412,15 +418,27 @@ impl ConsumeQueueSet {
             .unwrap_or(0)
     }
 
-    /// [`ConsumeQueue::flush`] of every queue; returns the operations
-    /// submitted.
+    /// [`ConsumeQueue::flush`] of every queue, round-robin from where the
+    /// previous call stopped, until the disk has
+    /// [`CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX`] operations in flight (the
+    /// rest of its ring stays free for commits and reads); returns the
+    /// operations submitted.
     ///
     /// # Errors
     /// The first queue's flush error (queues after it are not flushed this
     /// time).
     pub fn flush_all<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
+        let count = self.queues.len();
         let mut submitted = 0;
-        for queue in self.queues.iter_mut().flatten() {
+        for step in 0..count {
+            let index = (self.flush_cursor + step) % count;
+            if disk.in_flight() >= CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX {
+                self.flush_cursor = index;
+                return Ok(submitted);
+            }
+            let Some(queue) = self.queues[index].as_mut() else {
+                continue;
+            };
             if shadowed_by_draining(&self.draining, queue) {
                 continue;
             }
@@ -444,7 +462,9 @@ impl ConsumeQueueSet {
         let Some(Some(queue)) = self.queues.get_mut(index) else {
             return Ok(0);
         };
-        if !queue.unwritten_reaches(min_dirty_bytes) || shadowed_by_draining(&self.draining, queue)
+        if !queue.unwritten_reaches(min_dirty_bytes)
+            || shadowed_by_draining(&self.draining, queue)
+            || disk.in_flight() >= CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX
         {
             return Ok(0);
         }
@@ -627,6 +647,28 @@ mod tests {
             }
         }
         panic!("the set did not settle");
+    }
+
+    #[test]
+    fn a_flush_of_many_queues_leaves_the_disk_room_and_resumes_where_it_stopped() {
+        let mut disk = SimDisk::new(SimConfig::new(4));
+        let mut set = ConsumeQueueSet::new(Path::new("/store"));
+        let queues = CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX as u32 + 200;
+        for queue_id in 0..queues {
+            set.append("T", queue_id, 0, entry(1_000 + u64::from(queue_id)))
+                .unwrap();
+        }
+        set.flush_all(&mut disk).unwrap();
+        let in_flight = disk.in_flight();
+        assert!(
+            (CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX..CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX + 4)
+                .contains(&in_flight),
+            "{in_flight} operations in flight after one flush"
+        );
+        assert!(!set.is_clean(), "the flush stopped short");
+        // Later rounds reach the queues the first one did not.
+        settle(&mut disk, &mut set);
+        assert!(set.iter().all(|q| q.synced_offset() == q.max_offset()));
     }
 
     /// Three queues: A/0 and A/1 (3 entries each), B/0 (2 entries); every

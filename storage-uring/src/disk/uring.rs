@@ -47,26 +47,28 @@
 //! message names cause and remedy), keeps it in
 //! [`UringDisk::fixed_buffers_error`], and allocates plain buffers.
 //!
-//! # Plan: the disk as a view on the shard's ring
-//! Standalone (tests, benchmark, tools), `UringDisk` owns its `Ring` and
-//! `poll` drives it. In the broker, the shard loop owns the one ring that
-//! also serves sockets. The step there: split `UringDisk` into the disk
-//! state (file table, pending-op slab, pool) and the ring, with
-//! `UringDisk::view(&mut state, &mut ring)` implementing `Disk` for the span
-//! of a call; disk tokens carry a tag bit so the shard loop hands disk
-//! completions to `state.on_completion` and network completions to
-//! connections; `Disk::poll` then only drains completions the loop already
-//! reaped (`Wait` is the loop's business). Nothing in the `Disk` seam has to
-//! change for that.
+//! # The ring: owned or shared
+//! Standalone (tests, benchmark, tools), [`UringDisk::new`] builds a ring of
+//! its own and every `poll` turns it. In the broker,
+//! [`UringDisk::on_shared_ring`] opens the disk's [`Lane`] of the shard's one
+//! ring, which the shard loop turns (and sleeps in) for its sockets too: a
+//! `poll` without waiting then only collects the completions the loop's turn
+//! parked for the disk, and what the disk submits goes down with the loop's
+//! next turn. A `poll` that waits, and the synchronous steps, turn the ring
+//! through the lane themselves (parking what they reap for the other lanes).
 //!
 //! # Invariants
 //! - Every submitted operation has an entry in `ops` until its completion is
 //!   returned (directly or through `ready`), and counts in its file's
 //!   `in_flight`; a file is closed only when that count is 0.
-//! - Ring tokens are `ops` keys; tokens with [`INTERNAL_TOKEN_BIT`] belong to
+//! - Ring tokens carry [`DISK_OWNER`] in the top byte (the lane's owner tag);
+//!   below it, a token is an `ops` key, or, with [`INTERNAL_TOKEN_BIT`], belongs to
 //!   the disk's own operations (zero fill, fallocate, fsync at create, and
 //!   with [`METADATA_TOKEN_BIT`] the steps of background creates and removes,
 //!   which count in `in_flight` until their one caller completion).
+//! - On a shared ring, the disk is dropped only after its lane has nothing
+//!   in flight (Drop waits, bounded), so no queued SQE outlives the
+//!   descriptor it names.
 //! - On direct files, offsets, buffer ranges and lengths are multiples of
 //!   [`BLOCK_SIZE`] (asserted at submission).
 //! - No caller write is submitted while a zero write it overlaps is in
@@ -86,17 +88,24 @@ use super::{Disk, DiskCompletion, DiskError, DiskOp, FileId, OpId, OpenOptions, 
 use crate::aligned::{AlignedBuf, BLOCK_SIZE};
 use crate::limits::{COMPLETIONS_PER_TURN_MAX, WRITE_BUFFER_SIZE};
 use crate::ring::{
-    Completion, FixedBufferPool, Op, Ring, RingConfig, RingError, TurnOutput, Waker,
+    Completion, FixedBufferPool, Lane, OWNER_SHIFT, Op, Ring, RingConfig, RingError, RingStats,
+    SetupFlags, SharedRing, TurnOutput, Waker,
 };
 
+/// The owner tag of the disk's ring tokens (their top byte).
+pub const DISK_OWNER: u8 = 0xD1;
+/// [`DISK_OWNER`] in place.
+const DISK_TAG: u64 = (DISK_OWNER as u64) << OWNER_SHIFT;
+/// The part of a token below its flags: an `ops` key, a counter, or a slot.
+const TOKEN_KEY_MASK: u64 = (1 << 53) - 1;
 /// Ring tokens with this bit are the disk's own operations.
-pub const INTERNAL_TOKEN_BIT: u64 = 1 << 63;
+pub const INTERNAL_TOKEN_BIT: u64 = 1 << 55;
 /// Ring tokens with this bit (and [`INTERNAL_TOKEN_BIT`]) are steps of a
 /// background create or remove; the low 32 bits are the job's key.
-pub const METADATA_TOKEN_BIT: u64 = 1 << 61;
+pub const METADATA_TOKEN_BIT: u64 = 1 << 53;
 /// Ring tokens with this bit (and [`INTERNAL_TOKEN_BIT`]) are background
 /// zero-fill operations; the low 32 bits are the file's slot.
-pub const BACKGROUND_TOKEN_BIT: u64 = 1 << 62;
+pub const BACKGROUND_TOKEN_BIT: u64 = 1 << 54;
 /// Size of one zero-fill write when creating a file.
 pub const ZERO_FILL_CHUNK_SIZE: usize = 1 << 20;
 /// Zero-fill writes in flight per file. One: a background fill competes
@@ -227,9 +236,12 @@ struct MetaJob {
 /// The io_uring disk.
 #[derive(Debug)]
 pub struct UringDisk {
-    /// First field, so it drops first: the ring waits for every in-flight
-    /// operation before the descriptors in `files` are closed.
-    ring: Ring,
+    /// First field, so it drops first: a ring of its own waits for every
+    /// in-flight operation before the descriptors in `files` are closed (on
+    /// a shared ring, Drop waits for the lane's).
+    lane: Lane,
+    /// The ring is the disk's own (`new`): `poll` always turns it.
+    owns_ring: bool,
     config: UringDiskConfig,
     pool: Option<FixedBufferPool>,
     pool_error: Option<RingError>,
@@ -256,15 +268,34 @@ impl UringDisk {
     /// cannot be used (cause and fix in the message); a registration error
     /// when `fixed_buffers_required`.
     pub fn new(config: UringDiskConfig) -> Result<Self, RingError> {
-        let mut ring = Ring::new(config.ring)?;
+        let shared = SharedRing::new(Ring::new(config.ring)?);
+        let lane = shared.lane(DISK_OWNER, shared.capacity())?;
+        Self::with_lane(lane, true, config)
+    }
+
+    /// The disk as a lane of `shared` (a shard's one ring), with room for
+    /// `capacity` operations in flight; `config.ring` is not used. The
+    /// caller turns the ring (see the module doc).
+    ///
+    /// # Errors
+    /// [`RingError::Lane`] when the ring has no room for the lane (or has a
+    /// disk lane already); registration errors as [`UringDisk::new`].
+    pub fn on_shared_ring(
+        shared: &SharedRing,
+        capacity: usize,
+        config: UringDiskConfig,
+    ) -> Result<Self, RingError> {
+        let lane = shared.lane(DISK_OWNER, capacity)?;
+        Self::with_lane(lane, false, config)
+    }
+
+    fn with_lane(lane: Lane, owns_ring: bool, config: UringDiskConfig) -> Result<Self, RingError> {
         let (pool, pool_error) = if config.fixed_buffer_count == 0 {
             (None, None)
         } else {
-            match FixedBufferPool::register(
-                &mut ring,
-                config.fixed_buffer_count,
-                config.fixed_buffer_size,
-            ) {
+            match lane.with_ring(|ring| {
+                FixedBufferPool::register(ring, config.fixed_buffer_count, config.fixed_buffer_size)
+            }) {
                 Ok(pool) => (Some(pool), None),
                 Err(error) if !config.fixed_buffers_required => {
                     tracing::warn!(error = %error, "falling back to unregistered buffers");
@@ -274,7 +305,8 @@ impl UringDisk {
             }
         };
         Ok(UringDisk {
-            ring,
+            lane,
+            owns_ring,
             config,
             pool,
             pool_error,
@@ -291,14 +323,19 @@ impl UringDisk {
         })
     }
 
-    /// The ring underneath (flags, stats).
-    pub fn ring(&self) -> &Ring {
-        &self.ring
+    /// The setup flags the kernel accepted for the ring underneath.
+    pub fn setup_flags(&self) -> SetupFlags {
+        self.lane.with_ring(|ring| ring.setup_flags())
+    }
+
+    /// The counters of the ring underneath (every lane's, when shared).
+    pub fn ring_stats(&self) -> RingStats {
+        self.lane.with_ring(|ring| ring.stats())
     }
 
     /// A handle other threads use to wake a `poll` that is waiting.
     pub fn waker(&self) -> Waker {
-        self.ring.waker()
+        self.lane.with_ring(|ring| ring.waker())
     }
 
     /// Why registered buffers are not in use, if registration was refused.
@@ -345,9 +382,14 @@ impl UringDisk {
     /// `internal_done`. Returns the number of disk completions added.
     fn drive(&mut self, wait: Option<Duration>, max: usize) -> Result<usize, DiskError> {
         self.turn_output.clear();
-        self.ring
-            .turn(wait, max, &mut self.turn_output)
-            .map_err(|error| ring_error("io_uring_enter", error))?;
+        if wait.is_none() && !self.owns_ring {
+            // The shard loop turns a shared ring; collect what it reaped.
+            self.lane.take_parked(max, &mut self.turn_output);
+        } else {
+            self.lane
+                .turn(wait, max, &mut self.turn_output)
+                .map_err(|error| ring_error("io_uring_enter", error))?;
+        }
         let mut added = 0;
         let mut completions = std::mem::take(&mut self.turn_output.completions);
         for completion in completions.drain(..) {
@@ -363,7 +405,9 @@ impl UringDisk {
                 self.internal_done.push(completion);
                 continue;
             }
-            let pending = self.ops.remove(completion.token as usize);
+            let pending = self
+                .ops
+                .remove((completion.token & TOKEN_KEY_MASK) as usize);
             let path = match self
                 .files
                 .get_mut(pending.file.0 as usize)
@@ -456,7 +500,7 @@ impl UringDisk {
         if fill.syncing {
             return false;
         }
-        let token = INTERNAL_TOKEN_BIT | BACKGROUND_TOKEN_BIT | u64::from(file_id.0);
+        let token = DISK_TAG | INTERNAL_TOKEN_BIT | BACKGROUND_TOKEN_BIT | u64::from(file_id.0);
         // Zero writes only go out while no caller operation is in flight: a
         // fill is worth having only if it costs the caller nothing, and under
         // sustained load it would take half the disk's bandwidth (a write
@@ -465,7 +509,7 @@ impl UringDisk {
         while idle
             && fill.next_offset < fill.len
             && fill.in_flight < ZERO_FILL_IN_FLIGHT
-            && self.ring.in_flight() < self.ring.capacity() / 2
+            && self.lane.in_flight() < self.lane.capacity() / 2
         {
             let buf = self
                 .zero_bufs
@@ -479,7 +523,7 @@ impl UringDisk {
                 buf,
                 buf_range: 0..chunk,
             };
-            match self.ring.submit(token, write, false) {
+            match self.lane.submit(token, write, false) {
                 Ok(()) => {
                     fill.next_offset += chunk as u64;
                     fill.in_flight += 1;
@@ -495,7 +539,7 @@ impl UringDisk {
             // The zero writes converted the extents; make that durable now,
             // so the first fdatasync of real data does not pay for it.
             if self
-                .ring
+                .lane
                 .submit(
                     token,
                     Op::Fsync {
@@ -638,8 +682,8 @@ impl UringDisk {
                 }
             },
         };
-        let token = INTERNAL_TOKEN_BIT | METADATA_TOKEN_BIT | key as u64;
-        if let Err((_, op)) = self.ring.submit(token, op, false) {
+        let token = DISK_TAG | INTERNAL_TOKEN_BIT | METADATA_TOKEN_BIT | key as u64;
+        if let Err((_, op)) = self.lane.submit(token, op, false) {
             self.meta[key].blocked = Some(op);
         }
     }
@@ -790,9 +834,9 @@ impl UringDisk {
     }
 
     fn start_meta(&mut self, job: MetaJob) -> Result<(), DiskError> {
-        if self.meta.len() >= self.ring.capacity() {
+        if self.meta.len() >= self.lane.capacity() {
             return Err(DiskError::QueueFull {
-                capacity: self.ring.capacity(),
+                capacity: self.lane.capacity(),
             });
         }
         let key = self.meta.insert(job);
@@ -806,7 +850,7 @@ impl UringDisk {
 
     fn internal_token(&mut self) -> u64 {
         self.next_internal += 1;
-        INTERNAL_TOKEN_BIT | self.next_internal
+        DISK_TAG | INTERNAL_TOKEN_BIT | (self.next_internal & TOKEN_KEY_MASK)
     }
 
     /// Runs the disk's own ops (all for one file) to completion, at most
@@ -830,7 +874,7 @@ impl UringDisk {
                     break;
                 };
                 let token = self.internal_token();
-                self.ring
+                self.lane
                     .submit(token, op, false)
                     .map_err(|(error, _)| ring_error("submit", error))?;
                 outstanding += 1;
@@ -1224,10 +1268,10 @@ impl Disk for UringDisk {
         op: DiskOp,
         link_next: bool,
     ) -> Result<(), (DiskError, DiskOp)> {
-        if self.ring.in_flight() >= self.ring.capacity() {
+        if self.lane.in_flight() >= self.lane.capacity() {
             return Err((
                 DiskError::QueueFull {
-                    capacity: self.ring.capacity(),
+                    capacity: self.lane.capacity(),
                 },
                 op,
             ));
@@ -1240,7 +1284,7 @@ impl Disk for UringDisk {
         }
         let (file, ring_op) = self.to_ring_op(op)?;
         let key = self.ops.insert(PendingOp { op_id, file });
-        match self.ring.submit(key as u64, ring_op, link_next) {
+        match self.lane.submit(DISK_TAG | key as u64, ring_op, link_next) {
             Ok(()) => {
                 self.file_mut(file)
                     .expect("checked open in to_ring_op")
@@ -1251,7 +1295,7 @@ impl Disk for UringDisk {
                 self.ops.remove(key);
                 let capacity = match error {
                     RingError::QueueFull { capacity } => capacity,
-                    _ => self.ring.capacity(),
+                    _ => self.lane.capacity(),
                 };
                 Err((
                     DiskError::QueueFull { capacity },
@@ -1390,12 +1434,41 @@ impl Disk for UringDisk {
     }
 
     fn recycle(&mut self, buf: AlignedBuf) {
-        if self.ring.is_registered(&buf)
+        if self.lane.with_ring(|ring| ring.is_registered(&buf))
             && let Some(pool) = self.pool.as_mut()
         {
             pool.give_back(buf);
         }
         // Otherwise dropped: freed if plain, leaked if registered elsewhere.
+    }
+}
+
+impl Drop for UringDisk {
+    fn drop(&mut self) {
+        if self.owns_ring {
+            // The ring drops with the lane, first, and drains itself.
+            return;
+        }
+        // A shared ring lives on: wait (bounded) for the lane's operations,
+        // so none is still queued when the descriptors close.
+        let deadline = Instant::now() + SYNC_STEP_TIMEOUT;
+        while self.lane.in_flight() > 0 && Instant::now() < deadline {
+            self.turn_output.clear();
+            if let Err(error) = self.lane.turn(
+                Some(Duration::from_millis(100)),
+                COMPLETIONS_PER_TURN_MAX,
+                &mut self.turn_output,
+            ) {
+                tracing::error!(%error, "draining the disk's lane failed");
+                return;
+            }
+        }
+        if self.lane.in_flight() > 0 {
+            tracing::error!(
+                in_flight = self.lane.in_flight(),
+                "disk dropped with operations still in flight on the shared ring"
+            );
+        }
     }
 }
 

@@ -79,6 +79,13 @@ pub enum RingError {
         /// Most timers at once.
         max: usize,
     },
+    /// A lane of a shared ring could not be opened (its owner tag is taken,
+    /// or its quota does not fit what the other lanes left).
+    #[error("opening a lane of the shared ring: {reason}")]
+    Lane {
+        /// What did not fit.
+        reason: String,
+    },
     /// `io_uring_enter` failed with an errno that is not part of normal flow.
     #[error("io_uring_enter failed: {source}")]
     Enter {

@@ -1,5 +1,5 @@
 //! The shard reactor: one io_uring ring per shard thread, serving disk and
-//! (later) network operations alike.
+//! network operations alike.
 //!
 //! ```text
 //!  submit(token, Op, link) ──► slab[key] = Op ──► SQE(user_data = key) ─┐
@@ -44,18 +44,18 @@
 //!   operation's CQE before freeing its buffers; whatever has not completed
 //!   after [`DRAIN_TIMEOUT`] is leaked, never freed under the kernel.
 //!
-//! # Plan for the broker
-//! The shard loop will own the `Ring` and call `turn`; components submit
-//! through it with tokens carrying their tag in the top byte (as
-//! [`crate::disk::OpId`] does) and the loop routes completions by tag. The
-//! network code adds its connections' ops (the `Accept`, `AcceptMulti`,
-//! `Recv`, `Send` variants exist already) to the same ring.
+//! # Sharing
+//! A shard thread runs one ring for its sockets and its disk: [`SharedRing`]
+//! divides it into [`Lane`]s, one per owner (the owner tag is the top byte
+//! of a token), each with its quota of slots; any lane's turn reaps for all
+//! and parks what belongs to the others (`shared` module).
 
 pub mod buffers;
 pub mod error;
 mod inflight;
 pub mod op;
 mod setup;
+pub mod shared;
 pub mod timer;
 pub mod waker;
 
@@ -78,6 +78,7 @@ pub use buffers::FixedBufferPool;
 pub use error::RingError;
 pub use op::{Completion, Op, Token};
 pub use setup::SetupFlags;
+pub use shared::{Lane, OWNER_SHIFT, SharedRing, token_owner};
 pub use timer::{TIMER_COUNT_MAX, TimerId};
 pub use waker::Waker;
 
@@ -86,7 +87,7 @@ pub const RING_ENTRIES_DEFAULT: u32 = 1024;
 /// Smallest accepted depth.
 pub const RING_ENTRIES_MIN: u32 = 8;
 /// Largest accepted depth.
-pub const RING_ENTRIES_MAX: u32 = 4096;
+pub const RING_ENTRIES_MAX: u32 = 32768;
 /// Default bound on a loop turn before the stall detector warns.
 pub const STALL_THRESHOLD_DEFAULT: Duration = Duration::from_millis(20);
 /// Most resubmissions of one operation after `EINTR` / `EAGAIN`.
@@ -97,8 +98,10 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub const FIXED_BUFFER_COUNT_MAX: usize = 1 << 14;
 /// The kernel's limit on the size of one registered buffer (1 GiB).
 pub const FIXED_BUFFER_SIZE_MAX: usize = 1 << 30;
-/// Slots kept for the ring's own operations (the eventfd read, a cancel).
-const INTERNAL_SLOTS: usize = 2;
+/// Slots kept for the ring's own operations (the eventfd read, a cancel):
+/// a ring of `entries` holds `entries - RING_INTERNAL_SLOTS` callers' ops.
+pub const RING_INTERNAL_SLOTS: usize = 2;
+const INTERNAL_SLOTS: usize = RING_INTERNAL_SLOTS;
 
 const _: () = assert!(RING_ENTRIES_MIN as usize > INTERNAL_SLOTS);
 const _: () = assert!(RING_ENTRIES_DEFAULT >= RING_ENTRIES_MIN);
@@ -290,6 +293,18 @@ impl Ring {
     /// The configuration the ring was built with.
     pub fn config(&self) -> RingConfig {
         self.config
+    }
+
+    /// Forgets when the previous turn ended, so the next turn does not count
+    /// the time since as a stall (a loop that starts after set-up work).
+    pub fn reset_stall_clock(&mut self) {
+        self.busy_since = None;
+    }
+
+    /// Changes the stall detector's bound (a phase of long turns, such as
+    /// recovery, raises it for a while).
+    pub fn set_stall_threshold(&mut self, threshold: Duration) {
+        self.config.stall_threshold = threshold;
     }
 
     /// A handle that wakes this ring from any thread.
