@@ -15,7 +15,7 @@ use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::disk::{
     Disk, DiskCompletion, DiskError, DiskOp, OpId, OpTag, OpenOptions, Wait,
 };
-use ringmq_storage::ring::{Completion, Op, Ring, RingConfig, TurnOutput};
+use ringmq_storage::ring::{Completion, Op, Ring, RingConfig, SharedRing, TurnOutput};
 
 /// A directory under /tmp removed when the test ends.
 struct TempDir(PathBuf);
@@ -1283,4 +1283,78 @@ fn remove_dir_removes_only_an_empty_directory() {
     assert!(!sub.exists());
     let gone = disk.remove_dir(&sub).unwrap_err();
     assert_eq!(gone.raw_os_error(), Some(libc::ENOENT), "{gone}");
+}
+
+#[test]
+fn a_disk_on_a_shared_ring_gets_its_completions_from_the_loops_turn() {
+    let Some(ring) = ring_or_skip() else {
+        return;
+    };
+    const LOOP_OWNER: u8 = 0x4E;
+    let shared = SharedRing::new(ring);
+    let loop_lane = shared.lane(LOOP_OWNER, 16).expect("the loop's lane");
+    let disk_slots = shared.capacity() - 16;
+    let mut disk = UringDisk::on_shared_ring(&shared, disk_slots, small_disk_config())
+        .expect("the disk's lane");
+    let dir = TempDir::new("shared-ring");
+    let path = dir.path("00000000000000000000");
+    let file = disk
+        .open(&path, OpenOptions::create_direct(1 << 20))
+        .unwrap();
+    let data = pattern(2 * BLOCK_SIZE, 3);
+    let write = DiskOp::Write {
+        file,
+        file_offset: 0,
+        buf: filled_buf(&data),
+        buf_range: 0..data.len(),
+    };
+    disk.submit(id(1), write, true).unwrap();
+    disk.submit(id(2), DiskOp::Fdatasync { file }, false)
+        .unwrap();
+    loop_lane
+        .submit(u64::from(LOOP_OWNER) << 56 | 9, Op::Nop, false)
+        .unwrap();
+    // A poll that does not wait neither submits nor reaps on a shared ring.
+    let enters = disk.ring_stats().enters;
+    let mut out = Vec::new();
+    disk.poll(&mut out, 64, Wait::No).unwrap();
+    assert!(out.is_empty());
+    assert_eq!(disk.ring_stats().enters, enters, "nothing entered the kernel");
+    // The loop's turns submit everything and keep only the loop's own.
+    let mut turn = TurnOutput::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while disk.in_flight() > 0 && Instant::now() < deadline {
+        loop_lane
+            .turn(Some(Duration::from_millis(100)), 64, &mut turn)
+            .unwrap();
+        disk.poll(&mut out, 64, Wait::No).unwrap();
+    }
+    let tokens: Vec<u64> = turn.completions.iter().map(|c| c.token).collect();
+    assert_eq!(tokens, vec![u64::from(LOOP_OWNER) << 56 | 9]);
+    let ids: Vec<OpId> = out.iter().map(|c| c.op_id).collect();
+    assert_eq!(ids, vec![id(1), id(2)], "the write, then its fdatasync");
+    assert!(out.iter().all(|c| c.result.is_ok()));
+    // A poll that waits turns the ring itself, parking the loop's.
+    loop_lane
+        .submit(u64::from(LOOP_OWNER) << 56 | 10, Op::Nop, false)
+        .unwrap();
+    let read = DiskOp::Read {
+        file,
+        file_offset: 0,
+        buf: AlignedBuf::new(data.len()),
+        len: data.len(),
+    };
+    disk.submit(id(3), read, false).unwrap();
+    let done = wait_for(&mut disk, 1);
+    assert_eq!(done[0].buf.as_ref().unwrap().as_slice(), &data[..]);
+    let mut turn = TurnOutput::new();
+    loop_lane.take_parked(64, &mut turn);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while turn.completions.is_empty() && Instant::now() < deadline {
+        loop_lane
+            .turn(Some(Duration::from_millis(100)), 64, &mut turn)
+            .unwrap();
+    }
+    assert_eq!(turn.completions[0].token, u64::from(LOOP_OWNER) << 56 | 10);
+    disk.close(file).unwrap();
 }

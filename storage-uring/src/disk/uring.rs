@@ -378,12 +378,18 @@ impl UringDisk {
             .ok_or(DiskError::NotOpen(file))
     }
 
-    /// One ring turn; disk completions go to `ready`, internal ones to
-    /// `internal_done`. Returns the number of disk completions added.
-    fn drive(&mut self, wait: Option<Duration>, max: usize) -> Result<usize, DiskError> {
+    /// One ring turn (`collect_only`: only what other lanes' turns parked
+    /// for the disk, no system call); disk completions go to `ready`,
+    /// internal ones to `internal_done`. Returns the number of disk
+    /// completions added.
+    fn drive(
+        &mut self,
+        wait: Option<Duration>,
+        max: usize,
+        collect_only: bool,
+    ) -> Result<usize, DiskError> {
         self.turn_output.clear();
-        if wait.is_none() && !self.owns_ring {
-            // The shard loop turns a shared ring; collect what it reaped.
+        if collect_only {
             self.lane.take_parked(max, &mut self.turn_output);
         } else {
             self.lane
@@ -611,7 +617,11 @@ impl UringDisk {
                     source: io::Error::from(io::ErrorKind::TimedOut),
                 });
             }
-            self.drive(Some(Duration::from_millis(100)), COMPLETIONS_PER_TURN_MAX)?;
+            self.drive(
+                Some(Duration::from_millis(100)),
+                COMPLETIONS_PER_TURN_MAX,
+                false,
+            )?;
         }
     }
 
@@ -663,7 +673,11 @@ impl UringDisk {
                     source: io::Error::from(io::ErrorKind::TimedOut),
                 });
             }
-            self.drive(Some(Duration::from_millis(100)), COMPLETIONS_PER_TURN_MAX)?;
+            self.drive(
+                Some(Duration::from_millis(100)),
+                COMPLETIONS_PER_TURN_MAX,
+                false,
+            )?;
         }
     }
 
@@ -889,7 +903,11 @@ impl UringDisk {
                     source: io::Error::from(io::ErrorKind::TimedOut),
                 });
             }
-            self.drive(Some(Duration::from_millis(100)), COMPLETIONS_PER_TURN_MAX)?;
+            self.drive(
+                Some(Duration::from_millis(100)),
+                COMPLETIONS_PER_TURN_MAX,
+                false,
+            )?;
             for completion in std::mem::take(&mut self.internal_done) {
                 outstanding -= 1;
                 let op = completion.op.expect("internal ops are single-shot");
@@ -1112,7 +1130,11 @@ impl Disk for UringDisk {
                     source: io::Error::from(io::ErrorKind::TimedOut),
                 });
             }
-            self.drive(Some(Duration::from_millis(100)), COMPLETIONS_PER_TURN_MAX)?;
+            self.drive(
+                Some(Duration::from_millis(100)),
+                COMPLETIONS_PER_TURN_MAX,
+                false,
+            )?;
         }
         let open = self.files[file.0 as usize]
             .take()
@@ -1337,7 +1359,10 @@ impl Disk for UringDisk {
             }
             self.advance_fills();
             self.retry_blocked_meta();
-            self.drive(wait_now, (max - appended).max(1))?;
+            // On a shared ring a poll that does not wait only collects what
+            // the shard loop's turn reaped; one that may wait turns it.
+            let collect_only = !self.owns_ring && matches!(wait, Wait::No);
+            self.drive(wait_now, (max - appended).max(1), collect_only)?;
             submitted = true;
             if self.ready.is_empty() && wait_now.is_none() {
                 return Ok(appended);

@@ -232,22 +232,22 @@ impl Lane {
 
     /// This lane's operations submitted and not finally completed.
     pub fn in_flight(&self) -> usize {
-        let shared = self.shared.borrow();
-        shared
-            .lanes
-            .iter()
-            .find(|lane| lane.owner == self.owner)
-            .map_or(0, |lane| lane.in_flight)
+        self.state(|lane| lane.in_flight)
     }
 
     /// Most operations this lane has in flight at once.
     pub fn capacity(&self) -> usize {
+        self.state(|lane| lane.capacity)
+    }
+
+    fn state<R>(&self, f: impl FnOnce(&LaneState) -> R) -> R {
         let shared = self.shared.borrow();
-        shared
+        let lane = shared
             .lanes
             .iter()
             .find(|lane| lane.owner == self.owner)
-            .map_or(0, |lane| lane.capacity)
+            .expect("a live lane has its state");
+        f(lane)
     }
 
     /// As [`Ring::submit`], within this lane's quota.
