@@ -16,6 +16,8 @@ pub(super) struct InFlight {
     pub(super) write: Option<(usize, usize)>,
     /// Fdatasync: `written_len` at submission.
     pub(super) sync_upto: usize,
+    /// The background create of the file (completes with its `FileId`).
+    pub(super) create: bool,
     pub(super) generation: u64,
 }
 

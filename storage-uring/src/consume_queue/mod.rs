@@ -15,7 +15,12 @@
 //! with O_DIRECT, and written *behind*: [`ConsumeQueue::append`] only changes
 //! memory; [`ConsumeQueue::flush`] submits a write of a file's dirty range or,
 //! once that write has completed, its fdatasync; [`ConsumeQueue::on_completion`]
-//! marks ranges written or synced. Flush errors are kept
+//! marks ranges written or synced. A file is created (preallocated, then
+//! fsynced with its directory) in the background, through
+//! [`Disk::submit_create`], the first time a flush reaches it; its writes,
+//! and those of later files, wait for that create, and the queue flushes
+//! again as soon as it completes. The append path never waits for a file
+//! system call. Flush errors are kept
 //! ([`ConsumeQueue::take_errors`]) and the range stays dirty, so the next
 //! flush retries it.
 //!
@@ -52,7 +57,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, OpenOptions};
+use crate::disk::{Disk, DiskCompletion, DiskOp, OpId, OpTag, OpenOptions, created_file_id};
 use crate::error::StorageError;
 
 /// Bytes of one entry: commit_log_offset i64, size i32, tags_code i64.
@@ -195,6 +200,9 @@ pub struct ConsumeQueue {
     error_count: u64,
     /// Entries per file: [`CQ_FILE_ENTRY_COUNT`] except in tests.
     file_entry_count: usize,
+    /// A file's background create completed: flush at once rather than at
+    /// the next interval.
+    created: bool,
 }
 
 /// The directory of one queue under the store root.
@@ -256,6 +264,7 @@ impl ConsumeQueue {
             errors: Vec::new(),
             error_count: 0,
             file_entry_count: CQ_FILE_ENTRY_COUNT,
+            created: false,
         })
     }
 
@@ -342,6 +351,9 @@ impl ConsumeQueue {
     pub fn wants_flush_now(&self) -> bool {
         if self.files.iter().any(|f| f.in_flight.is_some()) {
             return false;
+        }
+        if self.created {
+            return true;
         }
         let pending = |f: &CqFile| {
             f.sync_before_write || f.written_len < f.dirty_end() || f.synced_len < f.written_len
@@ -830,6 +842,7 @@ impl ConsumeQueue {
     /// the next flush (the ConsumeQueue is derived data; the append path must
     /// not stop for it). The `Result` leaves room for fatal errors.
     pub fn flush<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
+        self.created = false;
         let mut submitted = 0;
         for index in 0..self.files.len() {
             // Writes are ordered: a file's write starts only once every
@@ -860,12 +873,14 @@ impl ConsumeQueue {
             if !wants_write && !wants_sync {
                 continue;
             }
-            let id = match self.ensure_open(disk, index) {
-                Ok(id) => id,
-                Err(error) => {
-                    self.record_error(error);
-                    break;
+            let Some(id) = self.files[index].file else {
+                // Created in the background, off the append path; the
+                // writes of this file and of later ones wait for it.
+                match self.start_create(disk, index) {
+                    Ok(started) => submitted += usize::from(started),
+                    Err(error) => self.record_error(error),
                 }
+                break;
             };
             let local_seq = self.next_local_seq;
             let op_id = self.op_id(local_seq);
@@ -899,6 +914,7 @@ impl ConsumeQueue {
                         local_seq,
                         write: Some((copy_end, end)),
                         sync_upto: 0,
+                        create: false,
                         generation: file.generation,
                     },
                 )
@@ -910,6 +926,7 @@ impl ConsumeQueue {
                         local_seq,
                         write: None,
                         sync_upto: file.written_len,
+                        create: false,
                         generation: file.generation,
                     },
                 )
@@ -934,24 +951,37 @@ impl ConsumeQueue {
         Ok(submitted)
     }
 
-    fn ensure_open<D: Disk + ?Sized>(
+    /// Starts creating file `index` in the background (preallocated, then
+    /// fsynced with its directory); false when the disk had no room (the
+    /// next flush tries again).
+    fn start_create<D: Disk + ?Sized>(
         &mut self,
         disk: &mut D,
         index: usize,
-    ) -> Result<FileId, StorageError> {
-        if let Some(id) = self.files[index].file {
-            return Ok(id);
-        }
+    ) -> Result<bool, StorageError> {
         if !self.dir_created {
             disk.create_dir_all(&self.dir)?;
             self.dir_created = true;
         }
         let path = self.dir.join(self.files[index].name());
         let size = self.file_size() as u64;
-        let id = disk.open(&path, OpenOptions::buffered(Some(size)))?;
-        disk.sync_dir(&self.dir)?;
-        self.files[index].file = Some(id);
-        Ok(id)
+        let local_seq = self.next_local_seq;
+        let op_id = self.op_id(local_seq);
+        match disk.submit_create(op_id, &path, OpenOptions::buffered(Some(size))) {
+            Ok(()) => {}
+            Err(crate::disk::DiskError::QueueFull { .. }) => return Ok(false),
+            Err(error) => return Err(error.into()),
+        }
+        let file = &mut self.files[index];
+        file.in_flight = Some(InFlight {
+            local_seq,
+            write: None,
+            sync_upto: 0,
+            create: true,
+            generation: file.generation,
+        });
+        self.next_local_seq = self.next_local_seq.wrapping_add(1);
+        Ok(true)
     }
 
     /// Handles the completion of an operation this queue submitted (an
@@ -971,6 +1001,16 @@ impl ConsumeQueue {
             return;
         };
         let in_flight = file.in_flight.take().expect("found by its in-flight op");
+        if in_flight.create {
+            match result {
+                Ok(value) => {
+                    file.file = Some(created_file_id(value));
+                    self.created = true;
+                }
+                Err(error) => self.record_error(error.into()),
+            }
+            return;
+        }
         let current = in_flight.generation == file.generation;
         match (result, in_flight.write) {
             (Ok(n), Some((copy_end, end))) if current => {
@@ -1392,11 +1432,24 @@ mod tests {
         config.capacity_bytes = 1024 * 1024;
         let mut d = SimDisk::new(config);
         let mut q = filled(2);
-        assert_eq!(q.flush(&mut d).unwrap(), 0);
+        // The file is created in the background: its failure arrives as a
+        // completion, not from the flush.
+        assert_eq!(q.flush(&mut d).unwrap(), 1, "the create was submitted");
+        assert!(q.take_errors().is_empty());
+        for _ in 0..10 {
+            let mut out = Vec::new();
+            d.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+                .unwrap();
+            for completion in out {
+                q.on_completion(&mut d, completion);
+            }
+        }
+        assert!(q.is_idle());
         let errors = q.take_errors();
         assert_eq!(errors.len(), 1);
         assert!(errors[0].to_string().contains("No space"), "{}", errors[0]);
         assert_eq!(q.dirty_bytes(), 40, "still dirty, retried next time");
+        assert_eq!(q.flush(&mut d).unwrap(), 1, "the next flush tries again");
     }
 
     #[test]

@@ -274,6 +274,8 @@ struct MetaJob {
     path: PathBuf,
     /// `Some(len)` for a create.
     create_len: Option<u64>,
+    /// A create's file opens with O_DIRECT.
+    create_direct: bool,
     /// `Some(old path)` for a rename.
     rename_from: Option<PathBuf>,
     /// A rename's options for opening the renamed file, if it opens it.
@@ -800,6 +802,7 @@ impl SimDisk {
                     Some(len) => {
                         let options = OpenOptions {
                             create_preallocated: None,
+                            direct: job.create_direct,
                             ..OpenOptions::create_direct(len)
                         };
                         let id = self.insert_open(&job.path, options);
@@ -1237,6 +1240,7 @@ impl Disk for SimDisk {
             op_id,
             path: path.to_path_buf(),
             create_len: Some(len),
+            create_direct: options.direct,
             rename_from: None,
             open: None,
             steps_done: 0,
@@ -1249,6 +1253,7 @@ impl Disk for SimDisk {
             op_id,
             path: path.to_path_buf(),
             create_len: None,
+            create_direct: false,
             rename_from: None,
             open: None,
             steps_done: 0,
@@ -1268,6 +1273,7 @@ impl Disk for SimDisk {
             op_id,
             path: to.to_path_buf(),
             create_len: None,
+            create_direct: false,
             rename_from: Some(from.to_path_buf()),
             open,
             steps_done: 0,
