@@ -4,7 +4,7 @@
 # percentile plots to bench-results/<date>-<commit>/.
 #
 #   scripts/bench.sh [--peer apache-rocketmq|rocketmq-rust] [--broker ringmq|none] [--quick]
-#                    [--seconds S] [--warmup S] [--out DIR]
+#                    [--seconds S] [--warmup S] [--only NAME[,NAME...]] [--out DIR]
 #
 # - Targets: ringmq (unless --broker none) and the peer when given, one after the other on the
 #   default ports (name server 127.0.0.1:9876, broker 127.0.0.1:10911). While `ringmq broker`
@@ -21,6 +21,7 @@
 #   and .txt (loadgen's output); then summary.md (compare tables with ratios when two targets
 #   ran) and plots/*.svg.
 # - --quick: 5 s per workload after a 2 s warm-up (smoke run); default 30 s after 5 s.
+# - --only: run just the named workloads (an A/B of one workload), in suite order.
 # - Binaries: $LOADGEN_BIN and $RINGMQ_BIN if set, else built with cargo --release (in
 #   $CARGO_TARGET_DIR, default target/).
 set -euo pipefail
@@ -46,7 +47,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -401,7 +402,7 @@ cleanup() {
 
 main() {
     INVOCATION="scripts/bench.sh $*"
-    PEER="" BROKER=ringmq QUICK=0 OUT="" RUN_SECONDS="" WARMUP_SECONDS=""
+    PEER="" BROKER=ringmq QUICK=0 OUT="" RUN_SECONDS="" WARMUP_SECONDS="" ONLY=""
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --peer) PEER=${2:?--peer needs a name}; shift 2 ;;
@@ -410,6 +411,7 @@ main() {
             --seconds) RUN_SECONDS=${2:?}; shift 2 ;;
             --warmup) WARMUP_SECONDS=${2:?}; shift 2 ;;
             --out) OUT=${2:?}; shift 2 ;;
+            --only) ONLY=${2:?--only needs workload names}; shift 2 ;;
             -h | --help) usage ;;
             *) die "unknown option '$1'" ;;
         esac
@@ -439,6 +441,20 @@ main() {
     mkdir -p "$STORE_ROOT"
     RAN=() SKIPPED=() FAILED=() PEER_STARTED=0
     mapfile -t WORKLOADS < <(workloads)
+    if [[ -n "$ONLY" ]]; then
+        local -a kept=() wanted
+        local line name
+        IFS=, read -r -a wanted <<<"$ONLY"
+        for name in "${wanted[@]}"; do
+            grep -q "^$name|" < <(workloads) || die "unknown workload '$name' in --only"
+        done
+        for line in "${WORKLOADS[@]}"; do
+            for name in "${wanted[@]}"; do
+                [[ "${line%%|*}" == "$name" ]] && kept+=("$line")
+            done
+        done
+        WORKLOADS=("${kept[@]}")
+    fi
     trap cleanup EXIT
     trap 'exit 130' INT TERM
 
