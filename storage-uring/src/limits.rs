@@ -106,18 +106,18 @@ pub const SEGMENT_CREATE_WAIT_MAX: u32 = 3;
 /// Size of the checkpoint file (one block, written with O_DIRECT).
 pub const CHECKPOINT_FILE_SIZE: usize = 4096;
 
-/// CommitLog commits (O_DIRECT writes, each linked to its fdatasync in
-/// SYNC_FLUSH) in flight at once. Each holds a write buffer until it
-/// completes. 8 measured ~7 % more ASYNC_FLUSH throughput than 4 here.
+/// CommitLog commits (O_DIRECT writes) in flight at once. Each holds a
+/// write buffer until it completes. 8 measured ~7 % more ASYNC_FLUSH
+/// throughput than 4 here.
 pub const COMMITS_IN_FLIGHT_MAX: usize = 8;
 
 /// ASYNC_FLUSH: whole-block bytes a commit started behind others (or
 /// while appends keep arriving) waits for; fewer wait for the next turn.
 pub const COMMIT_BEHIND_BYTES_MIN_ASYNC: usize = 64 * 1024;
 
-/// SYNC_FLUSH: as [`COMMIT_BEHIND_BYTES_MIN_ASYNC`]. Each commit carries its
-/// own fdatasync, but this disk runs several at once: 64, 128 and 256 KiB
-/// gave the same throughput here, and 64 KiB the lowest p99.
+/// SYNC_FLUSH: as [`COMMIT_BEHIND_BYTES_MIN_ASYNC`]. Measured when each
+/// commit still carried its own fdatasync: 64, 128 and 256 KiB gave the same
+/// throughput here, and 64 KiB the lowest p99.
 pub const COMMIT_BEHIND_BYTES_MIN_SYNC: usize = 64 * 1024;
 
 /// Size of one recovery scan read. The scan is CPU-bound on this machine and

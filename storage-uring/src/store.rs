@@ -1949,7 +1949,19 @@ mod tests {
         assert_eq!(acks.len(), 1);
         assert_eq!(acks[0].status, AckStatus::FlushTimeout);
         assert_eq!(acks[0].id, ticket.id);
-        settle(&mut store, 200, &mut acks);
+        // Its write, then the group fdatasync, complete later.
+        for _ in 0..100 {
+            if store
+                .read_record(ticket.commit_log_offset)
+                .unwrap()
+                .is_some()
+            {
+                break;
+            }
+            store
+                .poll_wait(200, std::time::Duration::ZERO, &mut acks)
+                .unwrap();
+        }
         assert_eq!(
             acks.len(),
             1,

@@ -1319,7 +1319,11 @@ fn a_disk_on_a_shared_ring_gets_its_completions_from_the_loops_turn() {
     let mut out = Vec::new();
     disk.poll(&mut out, 64, Wait::No).unwrap();
     assert!(out.is_empty());
-    assert_eq!(disk.ring_stats().enters, enters, "nothing entered the kernel");
+    assert_eq!(
+        disk.ring_stats().enters,
+        enters,
+        "nothing entered the kernel"
+    );
     // The loop's turns submit everything and keep only the loop's own.
     let mut turn = TurnOutput::new();
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -19,14 +19,15 @@
 //!    - `floor_sync_inflight_*`: the run's bytes in flight (`--inflight` ×
 //!      `--record-size`) as [`COMMITS_IN_FLIGHT_MAX`] writes
 //!      (`floor_sync_inflight_pair_bytes` each), each linked to its
-//!      fdatasync and resubmitted as soon as both complete: SYNC_FLUSH's
-//!      workload with nothing but the disk in it, on a file of its own.
-//!      `floor_sync_inflight_ordered_*` ends each pair's latency when it and
-//!      every pair submitted before it are done, as a SYNC_FLUSH ack waits
-//!      for the durable prefix;
+//!      fdatasync and resubmitted as soon as both complete (the store's
+//!      SYNC_FLUSH shape until the group fdatasync replaced it), on a file
+//!      of its own. `floor_sync_inflight_ordered_*` ends each pair's
+//!      latency when it and every pair submitted before it are done, as a
+//!      SYNC_FLUSH ack waits for the durable prefix;
 //!    - `floor_sync_group_*`: the same writes without links, and one
 //!      fdatasync at a time covering every write completed before it (a
-//!      write's latency ends with the fdatasync that covered it);
+//!      write's latency ends with the fdatasync that covered it): the
+//!      store's SYNC_FLUSH shape, with nothing but the disk in it;
 //!    - `floor_direct_fresh_mb_per_s`, `floor_commit1m_fresh_mb_per_s`: the
 //!      same two on freshly fallocated files (no zero fill), once through,
 //!      so every write lands on an unwritten extent, as appends into a
@@ -572,10 +573,9 @@ fn floor_write_sync(
 /// (`--inflight` × `--record-size`) as [`COMMITS_IN_FLIGHT_MAX`] block-sized
 /// writes, each linked to its fdatasync, on a zero-filled file with its own
 /// registered buffers; a pair is resubmitted at the next offset as soon as
-/// it completes. It is the append workload's shape with nothing but the disk
-/// in it: no store can ack those bytes faster than this disk syncs them.
-/// Then `floor_sync_group_*`, the same writes synced by one fdatasync at a
-/// time ([`floor_sync_group`]).
+/// it completes. Then `floor_sync_group_*`, the same writes synced by one
+/// fdatasync at a time ([`floor_sync_group`]), the store's own shape: no
+/// store of that shape can ack those bytes faster than this disk syncs them.
 fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let in_flight_bytes = (args.inflight as u64).saturating_mul(args.record_size as u64);
     let pair_size = align_up_block(in_flight_bytes.div_ceil(COMMITS_IN_FLIGHT_MAX as u64))

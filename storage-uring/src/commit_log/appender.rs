@@ -4,11 +4,10 @@
 //! chain (see there: buffers live across many commits and serve as the tail
 //! cache). A commit writes, from the oldest buffer with something to write,
 //! the blocks between its `submitted_to` and its last whole block with one
-//! O_DIRECT write straight from the buffer (linked to an fdatasync in
-//! SYNC_FLUSH). Up to [`COMMITS_IN_FLIGHT_MAX`] commits are in flight: with
-//! none in flight, when the caller is about to wait (or appends stopped), a
-//! commit writes everything, the partial last block included, from a copy of
-//! that block (a second write, after the first in SYNC_FLUSH), and no other
+//! O_DIRECT write straight from the buffer. Up to [`COMMITS_IN_FLIGHT_MAX`]
+//! commits are in flight: with none in flight, when the caller is about to
+//! wait (or appends stopped), a commit writes everything, the partial last
+//! block included, from a copy of that block (a second write), and no other
 //! commit starts until that copy is written; behind others, or while appends
 //! keep arriving, a commit writes only whole blocks, and only once at least
 //! [`COMMIT_BEHIND_BYTES_MIN_ASYNC`] (SYNC_FLUSH:
@@ -16,6 +15,16 @@
 //! same block are never in flight together, and everything appended while
 //! commits run joins the next one. Positions advance over the in-order prefix
 //! of completed commits.
+//!
+//! Durability is a group fdatasync, one in flight at a time, covering what
+//! was written when it was submitted: ASYNC_FLUSH starts one every flush
+//! interval; SYNC_FLUSH starts one as soon as a write completes with none in
+//! flight, and the next as soon as it completes if more was written
+//! meanwhile. So a SYNC_FLUSH ack waits for its write and at most two
+//! fdatasyncs, and the disk sees one fdatasync per round rather than one per
+//! commit (measured here, 8 × 128 KiB writes in flight: about 10,000
+//! fdatasyncs/s linked one per write, a third of the group shape's
+//! throughput at twice its p99; docs/BENCHMARKS.md).
 //!
 //! The segment barrier: no write goes into a segment before everything up
 //! to its start is durable (ASYNC_FLUSH asks for an fdatasync at once when
@@ -64,7 +73,6 @@ struct Commit {
     /// Writes of the commit not completed (two when the partial last block
     /// goes from a copy).
     writes_pending: u8,
-    fsync_done: bool,
     failed: bool,
 }
 
@@ -84,7 +92,8 @@ pub struct Progress {
 /// Op sequence numbers in the CommitLog's tag space (the low 56 bits).
 const SEQ_KIND_SHIFT: u32 = 52;
 const SEQ_COMMIT_WRITE: u64 = 1;
-const SEQ_COMMIT_FSYNC: u64 = 2;
+// 2 was the fdatasync linked to each SYNC_FLUSH commit (before the group
+// fdatasync); not reused, so an old tag never means something else.
 const SEQ_FLUSH_FSYNC: u64 = 3;
 /// Kind of a CommitLog op used for synchronous reads (reader side).
 pub(crate) const SEQ_READ: u64 = 4;
@@ -399,7 +408,6 @@ impl Appender {
     }
 
     fn submit_commit(&mut self, disk: &mut impl Disk, plan: CommitPlan) -> Result<(), DiskError> {
-        let sync = self.mode == FlushMode::Sync;
         let wb = self.bufs.get(plan.index);
         let (file, segment_base, base, data_end, end) =
             (wb.file, wb.segment_base, wb.base, wb.data_end, wb.end);
@@ -440,9 +448,7 @@ impl Appender {
                 buf: wb.buf.clone(),
                 buf_range: (from - base) as usize..(blocks_end - base) as usize,
             };
-            // SYNC_FLUSH: the copy's write (if any) and the fdatasync run
-            // after this one, linked.
-            disk.submit(commit_log_op_id(SEQ_COMMIT_WRITE, counter), op, sync)
+            disk.submit(commit_log_op_id(SEQ_COMMIT_WRITE, counter), op, false)
                 .map_err(|(error, _)| error)?;
             writes += 1;
         }
@@ -457,7 +463,7 @@ impl Appender {
                 buf: block,
                 buf_range: 0..BLOCK_SIZE,
             };
-            match disk.submit(commit_log_op_id(SEQ_COMMIT_TAIL_WRITE, counter), op, sync) {
+            match disk.submit(commit_log_op_id(SEQ_COMMIT_TAIL_WRITE, counter), op, false) {
                 Ok(()) => writes += 1,
                 Err((error, op)) => {
                     if let Some(buf) = op.into_buf() {
@@ -468,12 +474,6 @@ impl Appender {
                     }
                     failed_now = Some(error);
                 }
-            }
-        }
-        if sync && failed_now.is_none() {
-            let fsync_id = commit_log_op_id(SEQ_COMMIT_FSYNC, counter);
-            if let Err((error, _)) = disk.submit(fsync_id, DiskOp::Fdatasync { file }, false) {
-                failed_now = Some(error);
             }
         }
         // The active buffer's partial block is written again (from the
@@ -497,7 +497,6 @@ impl Appender {
             end: covered,
             file,
             writes_pending: writes,
-            fsync_done: !sync,
             failed: failed_now.is_some(),
         });
         if tail_len > 0 && failed_now.is_none() {
@@ -515,7 +514,8 @@ impl Appender {
         }
     }
 
-    /// Starts the periodic fdatasync (ASYNC_FLUSH) if data is written but not
+    /// Starts the group fdatasync (ASYNC_FLUSH: the periodic one; SYNC_FLUSH
+    /// starts it itself, see the module doc) if data is written but not
     /// durable and no flush runs.
     pub fn start_flush(&mut self, disk: &mut impl Disk) -> Result<bool, DiskError> {
         if self.flush.is_some() || self.failed.is_some() || self.written <= self.durable {
@@ -586,14 +586,6 @@ impl Appender {
                     self.tail_block_commit = None;
                 }
             }
-            SEQ_COMMIT_FSYNC => {
-                let commit = self.commit_mut(counter);
-                assert!(
-                    commit.writes_pending == 0,
-                    "fdatasync completed before its linked writes"
-                );
-                commit.fsync_done = true;
-            }
             SEQ_FLUSH_FSYNC => {
                 let flush = self.flush.as_mut().expect("a flush is in flight");
                 flush.remaining -= 1;
@@ -606,8 +598,21 @@ impl Appender {
             other => panic!("unexpected commit log op kind {other}"),
         }
         self.advance_positions();
+        if self.mode == FlushMode::Sync {
+            self.sync_written(disk);
+        }
         Progress {
             ack_moved: self.ack_position() != before,
+        }
+    }
+
+    /// SYNC_FLUSH: starts the group fdatasync over what is written, unless
+    /// one runs (its completion comes back here). A submission failure fails
+    /// the appender: nothing it wrote could become durable any more.
+    fn sync_written(&mut self, disk: &mut impl Disk) {
+        if let Err(error) = self.start_flush(disk) {
+            tracing::error!(%error, "commit log fdatasync failed; the store stops accepting appends");
+            self.failed.get_or_insert(error.to_string());
         }
     }
 
@@ -618,8 +623,8 @@ impl Appender {
             .expect("a completion of a commit in flight")
     }
 
-    /// Moves `written` over the in-order prefix of written commits and
-    /// `durable` over the prefix of synced ones (SYNC_FLUSH), retiring them.
+    /// Moves `written` over the in-order prefix of written commits, retiring
+    /// them (`durable` moves with the group fdatasync).
     fn advance_positions(&mut self) {
         let mut written_upto = None;
         for commit in &self.commits {
@@ -634,17 +639,10 @@ impl Appender {
             self.mark_written(upto);
         }
         while let Some(front) = self.commits.front() {
-            if front.writes_pending > 0 || !front.fsync_done || front.failed {
+            if front.writes_pending > 0 || front.failed {
                 break;
             }
-            let front = self.commits.pop_front().expect("front exists");
-            if self.mode == FlushMode::Sync {
-                self.unsynced_files.retain(|f| *f != front.file);
-                // A shutdown flush may have covered it already.
-                if front.end > self.durable {
-                    self.mark_durable(front.end);
-                }
-            }
+            self.commits.pop_front();
         }
     }
 
