@@ -377,7 +377,11 @@ impl ShardHandler {
         let base_properties = header.properties.as_deref().unwrap_or("").as_bytes();
         let cluster = self.settings.cluster_name.clone();
         let reconsume_times = header.reconsume_times.unwrap_or(0);
-        let now = now_ms.max(0) as u64;
+        // The store timestamp is read now, not taken from the loop turn's
+        // clock: a request forwarded from another shard can arrive after
+        // this turn read it, and a delay level's delivery time (store time
+        // plus the delay) must never come before the client's send.
+        let now = crate::shard::runtime::wall_clock_ms().max(now_ms).max(0) as u64;
         let result = if is_batch {
             let mut entries = Vec::new();
             for entry in iter_batch(body) {
