@@ -53,16 +53,17 @@ pub const CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT: usize = 128 * 1024;
 /// Disk operations in flight past which ConsumeQueue flushes wait for the
 /// next round. A shard with thousands of queues would otherwise fill the
 /// disk's share of the ring with queue writes in one flush, and a commit
-/// that then finds no room fails the CommitLog for good. The commits
-/// (at most [`COMMITS_IN_FLIGHT_MAX`] × 3 operations), reads and the index
-/// keep the rest of [`DISK_LANE_SLOTS_MIN`].
+/// that then finds no room fails the CommitLog for good. The commits (at
+/// most two writes each, [`COMMITS_IN_FLIGHT_MAX`] of them, and an
+/// fdatasync of each of at most two segments), reads and the index keep the
+/// rest of [`DISK_LANE_SLOTS_MIN`].
 pub const CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX: usize = 512;
 
 /// Fewest ring slots a shard's disk lane gets beside its connections.
 pub const DISK_LANE_SLOTS_MIN: usize = 1024;
 
 const _: () = assert!(
-    CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX + 3 * COMMITS_IN_FLIGHT_MAX < DISK_LANE_SLOTS_MIN
+    CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX + 2 * COMMITS_IN_FLIGHT_MAX + 2 < DISK_LANE_SLOTS_MIN
 );
 
 /// How often the store checks the disk usage (statvfs).

@@ -327,7 +327,6 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
     );
     let server_config = ServerConfig {
         connection_tag: id as u8,
-        ring_entries: start.config.ring_entries,
         connections_max: start.config.connections_per_shard_max as usize,
         ..ServerConfig::new(SocketAddr::new(
             IpAddr::V4(Ipv4Addr::UNSPECIFIED),

@@ -22,9 +22,9 @@
 //! flight, and the next as soon as it completes if more was written
 //! meanwhile. So a SYNC_FLUSH ack waits for its write and at most two
 //! fdatasyncs, and the disk sees one fdatasync per round rather than one per
-//! commit (measured here, 8 × 128 KiB writes in flight: about 10,000
-//! fdatasyncs/s linked one per write, a third of the group shape's
-//! throughput at twice its p99; docs/BENCHMARKS.md).
+//! commit (measured here with 1,024 appends of 1 KiB in flight: 2,000–2,400
+//! fdatasyncs/s against 8,000–9,000 with one linked to each commit, p99.9
+//! lower, throughput within 15 %; docs/BENCHMARKS.md).
 //!
 //! The segment barrier: no write goes into a segment before everything up
 //! to its start is durable (ASYNC_FLUSH asks for an fdatasync at once when

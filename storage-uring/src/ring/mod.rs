@@ -101,9 +101,8 @@ pub const FIXED_BUFFER_SIZE_MAX: usize = 1 << 30;
 /// Slots kept for the ring's own operations (the eventfd read, a cancel):
 /// a ring of `entries` holds `entries - RING_INTERNAL_SLOTS` callers' ops.
 pub const RING_INTERNAL_SLOTS: usize = 2;
-const INTERNAL_SLOTS: usize = RING_INTERNAL_SLOTS;
 
-const _: () = assert!(RING_ENTRIES_MIN as usize > INTERNAL_SLOTS);
+const _: () = assert!(RING_ENTRIES_MIN as usize > RING_INTERNAL_SLOTS);
 const _: () = assert!(RING_ENTRIES_DEFAULT >= RING_ENTRIES_MIN);
 const _: () = assert!(RING_ENTRIES_DEFAULT <= RING_ENTRIES_MAX);
 const _: () = assert!(RING_ENTRIES_MAX.is_power_of_two());
@@ -268,7 +267,7 @@ impl Ring {
             slab: Slab::with_capacity(sq_capacity),
             next_seq: 0,
             user_in_flight: 0,
-            user_capacity: sq_capacity - INTERNAL_SLOTS,
+            user_capacity: sq_capacity - RING_INTERNAL_SLOTS,
             link_tail: None,
             fixed: Vec::new(),
             timers: timer::Timers::default(),

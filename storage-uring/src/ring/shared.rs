@@ -85,15 +85,21 @@ struct LaneState {
 }
 
 impl Shared {
+    /// The live lane of `owner`, if it has one.
+    fn find(&self, owner: u8) -> Option<&LaneState> {
+        self.lanes.iter().find(|lane| lane.owner == owner)
+    }
+
+    fn find_mut(&mut self, owner: u8) -> Option<&mut LaneState> {
+        self.lanes.iter_mut().find(|lane| lane.owner == owner)
+    }
+
     fn lane_mut(&mut self, owner: u8) -> &mut LaneState {
-        self.lanes
-            .iter_mut()
-            .find(|lane| lane.owner == owner)
-            .expect("a live lane calls")
+        self.find_mut(owner).expect("a live lane calls")
     }
 
     fn is_live(&self, owner: u8) -> bool {
-        self.lanes.iter().any(|lane| lane.owner == owner)
+        self.find(owner).is_some()
     }
 
     fn quota_used(&self) -> usize {
@@ -106,8 +112,7 @@ impl Shared {
         if completion.more {
             return;
         }
-        let owner = token_owner(completion.token);
-        if let Some(lane) = self.lanes.iter_mut().find(|lane| lane.owner == owner) {
+        if let Some(lane) = self.find_mut(token_owner(completion.token)) {
             lane.in_flight = lane
                 .in_flight
                 .checked_sub(1)
@@ -241,13 +246,11 @@ impl Lane {
     }
 
     fn state<R>(&self, f: impl FnOnce(&LaneState) -> R) -> R {
-        let shared = self.shared.borrow();
-        let lane = shared
-            .lanes
-            .iter()
-            .find(|lane| lane.owner == self.owner)
-            .expect("a live lane has its state");
-        f(lane)
+        f(self
+            .shared
+            .borrow()
+            .find(self.owner)
+            .expect("a live lane has its state"))
     }
 
     /// As [`Ring::submit`], within this lane's quota.
@@ -413,6 +416,15 @@ mod tests {
         out.completions.iter().map(|c| c.token).collect()
     }
 
+    /// Turns `lane` until the ring has nothing in flight (at most 5 s).
+    fn turn_until_idle(ring: &SharedRing, lane: &Lane, out: &mut TurnOutput) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while ring.with_ring(|r| r.in_flight()) > 0 && Instant::now() < deadline {
+            lane.turn(Some(Duration::from_millis(10)), 64, out)
+                .expect("turn");
+        }
+    }
+
     #[test]
     fn each_lane_gets_its_own_completions_in_order_whoever_turns() {
         let ring = shared(64);
@@ -494,11 +506,7 @@ mod tests {
         let b = ring.lane(B, 4).expect("lane b");
         b.submit(tok(B, 1), Op::Nop, false).expect("submit");
         let mut out = TurnOutput::new();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while ring.with_ring(|r| r.in_flight()) > 0 && Instant::now() < deadline {
-            a.turn(Some(Duration::from_millis(10)), 64, &mut out)
-                .expect("turn");
-        }
+        turn_until_idle(&ring, &a, &mut out);
         // B's completion is parked: a long wait must return at once.
         let started = Instant::now();
         a.turn(Some(Duration::from_secs(2)), 64, &mut out)
@@ -541,11 +549,7 @@ mod tests {
         b.submit(tok(B, 1), Op::Nop, false).expect("submit");
         drop(b);
         let mut out = TurnOutput::new();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while ring.with_ring(|r| r.in_flight()) > 0 && Instant::now() < deadline {
-            a.turn(Some(Duration::from_millis(10)), 64, &mut out)
-                .expect("turn");
-        }
+        turn_until_idle(&ring, &a, &mut out);
         assert!(out.completions.is_empty());
         // Nothing parked: a wait sleeps again (bounded here).
         let started = Instant::now();
