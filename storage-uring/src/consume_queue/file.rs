@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::image::CqImage;
 use super::{CQ_ENTRY_SIZE, CQ_LOAD_READ_SIZE, CqEntry, LOAD_POLL_ROUNDS_MAX};
 use crate::disk::{Disk, DiskOp, FileId, OpId, OpTag, Wait};
 use crate::error::StorageError;
@@ -25,7 +26,7 @@ pub(super) struct InFlight {
 pub(super) struct CqFile {
     /// Queue offset of the first entry.
     pub(super) base: u64,
-    pub(super) image: Vec<u8>,
+    pub(super) image: CqImage,
     pub(super) file: Option<FileId>,
     pub(super) written_len: usize,
     pub(super) synced_len: usize,
@@ -44,7 +45,7 @@ impl CqFile {
     pub(super) fn new(base: u64) -> Self {
         CqFile {
             base,
-            image: Vec::new(),
+            image: CqImage::default(),
             file: None,
             written_len: 0,
             synced_len: 0,
@@ -60,11 +61,7 @@ impl CqFile {
     }
 
     pub(super) fn entry(&self, index: usize) -> CqEntry {
-        let start = index * CQ_ENTRY_SIZE;
-        let bytes: &[u8; CQ_ENTRY_SIZE] = self.image[start..start + CQ_ENTRY_SIZE]
-            .try_into()
-            .expect("slice of CQ_ENTRY_SIZE");
-        CqEntry::decode(bytes)
+        CqEntry::decode(self.image.entry(index))
     }
 
     pub(super) fn push(&mut self, entry: &CqEntry, file_entry_count: usize) {
@@ -73,13 +70,8 @@ impl CqFile {
             count < file_entry_count,
             "push into a full CQ file ({count} entries)"
         );
-        if self.image.capacity() == self.image.len() {
-            // Grow by doubling but never past the file size.
-            let file_size = file_entry_count * CQ_ENTRY_SIZE;
-            let want = (self.image.len() * 2).max(4096).min(file_size);
-            self.image.reserve_exact(want - self.image.len());
-        }
-        self.image.extend_from_slice(&entry.encode());
+        self.image
+            .push(&entry.encode(), file_entry_count * CQ_ENTRY_SIZE);
     }
 
     pub(super) fn dirty_end(&self) -> usize {

@@ -35,8 +35,7 @@
 //! this through the simulated disk's crashes.
 //!
 //! Memory: every entry of every loaded file lives in memory, 20 bytes per
-//! entry (a `Vec<u8>` image of the file; up to twice that transiently while
-//! the vector grows). One GiB of RAM thus holds about 53.7 million entries:
+//! entry (the file's image in 80 KiB chunks that never move, `image.rs`). One GiB of RAM thus holds about 53.7 million entries:
 //! a shard that keeps `N` messages in its queues needs `20 * N` bytes, which
 //! bounds the retained message count by RAM (retention keeps it bounded).
 //!
@@ -83,6 +82,7 @@ pub const LOAD_POLL_ROUNDS_MAX: u32 = 600;
 const LOCAL_SEQ_BITS: u32 = 32;
 
 mod file;
+mod image;
 mod set;
 
 use file::{CqFile, InFlight, accept_loaded, parse_file_name};
@@ -899,7 +899,7 @@ impl ConsumeQueue {
                 let copy_end = file.image.len().min(end);
                 let mut buf = disk.buffer(end - start);
                 let data = buf.as_full_mut_slice();
-                data[..copy_end - start].copy_from_slice(&file.image[start..copy_end]);
+                file.image.copy_to(start, &mut data[..copy_end - start]);
                 data[copy_end - start..end - start].fill(0);
                 buf.set_len(end - start);
                 let op = DiskOp::Write {
@@ -1114,7 +1114,7 @@ impl ConsumeQueue {
             }
             let valid_len = valid * CQ_ENTRY_SIZE;
             let mut file = CqFile::new(base);
-            file.image = bytes[..valid_len].to_vec();
+            file.image = image::CqImage::from_bytes(&bytes[..valid_len]);
             file.file = Some(id);
             file.written_len = valid_len;
             file.synced_len = valid_len;
