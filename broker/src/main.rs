@@ -28,6 +28,14 @@ use ringmq_broker::config::{
 use ringmq_broker::namesrv::{NameServer, NameServerSettings};
 use ringmq_broker::server::{NameServerHandler, Server, ServerConfig, signal};
 
+/// mimalloc instead of glibc's malloc: with glibc, a shard freeing a buffer
+/// another shard allocated (a forwarded request's body, a response for a
+/// connection of another shard) takes that shard's arena lock, and the
+/// shards sat in `futex` on each other's arenas thousands of times a
+/// second under load (docs/architecture.md, Allocation).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// ringmq: a RocketMQ-compatible message broker on io_uring.
 #[derive(Parser)]
 #[command(
