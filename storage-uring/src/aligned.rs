@@ -8,8 +8,9 @@
 //! WRITE_FIXED becomes one bio segment and one virtio descriptor instead of
 //! 32, and the kernel's mapping work per commit shrinks with it
 //! (docs/BENCHMARKS.md, eighth session: more throughput in 6 of 7
-//! alternating ASYNC_FLUSH pairs and 3 of 3 SYNC_FLUSH pairs). Where the kernel has no huge page to give,
-//! the buffer is on small pages and works as before.
+//! alternating ASYNC_FLUSH pairs and 3 of 3 SYNC_FLUSH pairs). Where the
+//! kernel has no huge page to give, the buffer is on small pages and works
+//! as before.
 //!
 //! # Invariants
 //! - `ptr` is aligned to [`BLOCK_SIZE`] (to [`HUGE_PAGE_SIZE`] when
@@ -75,28 +76,29 @@ impl AlignedBuf {
     pub fn new(capacity: usize) -> Self {
         let capacity = align_up(capacity.max(1));
         let layout = Self::layout(capacity);
-        let ptr = if layout.align() == HUGE_PAGE_SIZE {
-            // SAFETY: layout has a non-zero size.
-            let raw = unsafe { alloc::alloc(layout) };
-            let Some(ptr) = NonNull::new(raw) else {
-                alloc::handle_alloc_error(layout)
-            };
-            // Asked before the first touch, so the zero fill below faults in
-            // huge pages where the kernel has them. Advice only: refused, the
-            // buffer works on small pages.
-            // SAFETY: the range is this allocation, aligned to a huge page.
-            unsafe { libc::madvise(raw.cast(), capacity, libc::MADV_HUGEPAGE) };
-            // SAFETY: `raw` owns `capacity` writable bytes.
-            unsafe { std::ptr::write_bytes(raw, 0, capacity) };
-            ptr
-        } else {
-            // SAFETY: layout has a non-zero size.
-            let raw = unsafe { alloc::alloc_zeroed(layout) };
-            let Some(ptr) = NonNull::new(raw) else {
-                alloc::handle_alloc_error(layout)
-            };
-            ptr
+        let huge = layout.align() == HUGE_PAGE_SIZE;
+        // SAFETY: layout has a non-zero size.
+        let raw = unsafe {
+            if huge {
+                alloc::alloc(layout)
+            } else {
+                alloc::alloc_zeroed(layout)
+            }
         };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        if huge {
+            // Asked before the first touch, so the zero fill faults in huge
+            // pages where the kernel has them. Advice only: refused, the
+            // buffer works on small pages.
+            // SAFETY: the range is this allocation, aligned to a huge page,
+            // and `raw` owns `capacity` writable bytes.
+            unsafe {
+                libc::madvise(raw.cast(), capacity, libc::MADV_HUGEPAGE);
+                std::ptr::write_bytes(raw, 0, capacity);
+            }
+        }
         AlignedBuf {
             ptr,
             capacity,

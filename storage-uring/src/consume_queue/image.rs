@@ -20,7 +20,7 @@ use super::CQ_ENTRY_SIZE;
 /// Entries per chunk.
 const CHUNK_ENTRIES: usize = 4096;
 /// Bytes per full chunk (80 KiB).
-pub(super) const CHUNK_BYTES: usize = CHUNK_ENTRIES * CQ_ENTRY_SIZE;
+const CHUNK_BYTES: usize = CHUNK_ENTRIES * CQ_ENTRY_SIZE;
 /// First allocation of the first chunk.
 const FIRST_CHUNK_BYTES_MIN: usize = 4096;
 
