@@ -14,7 +14,9 @@
 //! and a length below 256 needs none. A product is a carry-less
 //! multiplication of two 32-bit polynomials (PCLMULQDQ on x86-64 when the
 //! CPU has it, detected at run time; a portable loop otherwise) followed by a
-//! reduction modulo `P` through the byte table of the CRC.
+//! reduction modulo `P` through four byte tables of the CRC (one lookup per
+//! byte, independent of each other). [`Combiner`] keeps the power for the
+//! last length, so a combination at a repeated length is one product.
 //!
 //! Polynomials are in the CRC's reflected bit order: bit 31 of a `u32` is the
 //! coefficient of `x^0`, bit 0 that of `x^31`.
@@ -146,13 +148,41 @@ fn multiply_mod_p(a: u32, b: u32) -> u32 {
     // x^(63-i)). Its low half then holds x^63..x^32 (`high`), its high half
     // x^31..x^0 (`low`): the value is high·x^32 + low.
     let product = clmul(a, b) << 1;
-    let mut high = product as u32;
+    let high = product as u32;
     let low = (product >> 32) as u32;
-    // high·x^32 mod P: four byte steps of the CRC register over zeros.
-    for _ in 0..4 {
-        high = (high >> 8) ^ BYTE_TABLE[(high & 0xFF) as usize];
+    // high·x^32 mod P: four byte steps of the CRC register over zeros,
+    // looked up one byte of `high` per table (the steps are linear, so the
+    // four lookups are independent instead of a chain of four).
+    let [b0, b1, b2, b3] = high.to_le_bytes();
+    REDUCE_TABLES[0][b0 as usize]
+        ^ REDUCE_TABLES[1][b1 as usize]
+        ^ REDUCE_TABLES[2][b2 as usize]
+        ^ REDUCE_TABLES[3][b3 as usize]
+        ^ low
+}
+
+/// `REDUCE_TABLES[k][v]`: four byte steps of the CRC register over zeros
+/// from the register holding `v` in its byte `k` (and zeros elsewhere).
+static REDUCE_TABLES: [[u32; 256]; 4] = build_reduce_tables();
+
+const fn build_reduce_tables() -> [[u32; 256]; 4] {
+    let mut tables = [[0u32; 256]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut v = 0;
+        while v < 256 {
+            let mut register = (v as u32) << (8 * k);
+            let mut step = 0;
+            while step < 4 {
+                register = (register >> 8) ^ BYTE_TABLE[(register & 0xFF) as usize];
+                step += 1;
+            }
+            tables[k][v] = register;
+            v += 1;
+        }
+        k += 1;
     }
-    high ^ low
+    tables
 }
 
 /// `x^(8·len) mod P`.
@@ -190,6 +220,41 @@ pub fn combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
         return crc_a;
     }
     multiply_mod_p(x_pow_8n(len_b), crc_a) ^ crc_b
+}
+
+/// [`combine`] with the power of `x` for the last length kept: records of a
+/// producer tend to repeat their body length, and then a combination is one
+/// product instead of two.
+#[derive(Clone, Copy, Debug)]
+pub struct Combiner {
+    len: u64,
+    power: u32,
+}
+
+impl Default for Combiner {
+    fn default() -> Self {
+        Combiner {
+            len: 0,
+            power: X_POW_0,
+        }
+    }
+}
+
+impl Combiner {
+    /// As [`combine`]`(crc_a, crc_b, len_b)`.
+    ///
+    /// # Panics
+    /// If `len_b` exceeds `u32::MAX`.
+    pub fn combine(&mut self, crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
+        if len_b == 0 {
+            return crc_a;
+        }
+        if len_b != self.len {
+            self.power = x_pow_8n(len_b);
+            self.len = len_b;
+        }
+        multiply_mod_p(self.power, crc_a) ^ crc_b
+    }
 }
 
 #[cfg(test)]
@@ -251,7 +316,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn reduction_tables_agree_with_four_byte_steps() {
+        for high in [0u32, 1, 0xFF, 0x100, 0xDEAD_BEEF, u32::MAX, X_POW_0] {
+            let mut register = high;
+            for _ in 0..4 {
+                register = (register >> 8) ^ BYTE_TABLE[(register & 0xFF) as usize];
+            }
+            let [b0, b1, b2, b3] = high.to_le_bytes();
+            let looked_up = REDUCE_TABLES[0][b0 as usize]
+                ^ REDUCE_TABLES[1][b1 as usize]
+                ^ REDUCE_TABLES[2][b2 as usize]
+                ^ REDUCE_TABLES[3][b3 as usize];
+            assert_eq!(looked_up, register, "{high:#x}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn a_combiner_agrees_with_combine_whatever_the_lengths_before(
+            steps in proptest::collection::vec((any::<u32>(), any::<u32>(), 0u64..70_000), 1..20),
+        ) {
+            let mut combiner = Combiner::default();
+            for (crc_a, crc_b, len_b) in steps {
+                prop_assert_eq!(combiner.combine(crc_a, crc_b, len_b), combine(crc_a, crc_b, len_b));
+            }
+        }
+
         #[test]
         fn combine_equals_the_crc_of_the_concatenation(
             a in proptest::collection::vec(any::<u8>(), 0..300),

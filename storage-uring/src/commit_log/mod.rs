@@ -170,6 +170,8 @@ pub struct CommitLog {
     /// Reused property buffers (each record's properties plus the CRC
     /// trailer).
     properties_scratch: Vec<Vec<u8>>,
+    /// Powers of `x` for the record CRC, kept from record to record.
+    sealer: record_crc::Sealer,
     /// Base of the segment being created in the background, if one is.
     creating: Option<u64>,
     /// No background creation starts before this time (after a failure).
@@ -323,6 +325,7 @@ impl CommitLog {
             stash: Vec::new(),
             min_offset,
             properties_scratch: Vec::new(),
+            sealer: record_crc::Sealer::default(),
             creating: None,
             create_retry_at_ms: 0,
             create_failed: false,
@@ -508,7 +511,7 @@ impl CommitLog {
             let record = &mut active.tail_mut()[..n];
             if crc_combine_fast || spec.body.len() >= RECORD_CRC_COMBINE_BODY_SIZE_MIN {
                 let body = body_range(record, spec);
-                record_crc::seal_with_body_crc(record, body, body_crc_raw);
+                record_crc::seal_with_body_crc(record, body, body_crc_raw, &mut self.sealer);
             } else {
                 record_crc::seal(record);
             }
