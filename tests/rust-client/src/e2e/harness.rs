@@ -361,9 +361,38 @@ pub async fn wait_consumed(
     topic: &str,
     max: &BTreeMap<i32, i64>,
 ) -> anyhow::Result<()> {
-    recorder.wait_all(what, wanted).await?;
+    if let Err(error) = recorder.wait_all(what, wanted).await {
+        // Where the consumers stand tells a skipped offset (commit offsets at
+        // the max, a hole in the delivered offsets) from a stalled pull.
+        let mut commits = BTreeMap::new();
+        for consumer in consumers {
+            match assigned_offsets(consumer, topic).await {
+                Ok(offsets) => commits.extend(offsets),
+                Err(e) => return Err(error.context(format!("commit offsets unknown: {e:#}"))),
+            }
+        }
+        let mut delivered: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        for delivery in recorder.snapshot() {
+            if delivery.queue_topic == topic {
+                delivered
+                    .entry(delivery.queue_id)
+                    .or_default()
+                    .push(delivery.queue_offset);
+            }
+        }
+        for offsets in delivered.values_mut() {
+            offsets.sort_unstable();
+            offsets.truncate(DELIVERED_OFFSETS_SHOWN);
+        }
+        return Err(error.context(format!(
+            "commit offsets {commits:?}, max offsets {max:?}, delivered queue offsets {delivered:?}"
+        )));
+    }
     wait_drained(consumers, topic, max).await
 }
+
+/// Delivered queue offsets per queue a failed [`wait_consumed`] shows at most.
+const DELIVERED_OFFSETS_SHOWN: usize = 64;
 
 /// Runs one client call under [`CALL_TIMEOUT`], naming it in the error.
 pub async fn bounded<T, F>(what: &str, call: F) -> anyhow::Result<T>
