@@ -57,6 +57,11 @@ pub const DISK_SPACE_WARNING_LEVEL_RATIO_RANGE: (u8, u8) = (35, 90);
 pub const DELETE_FILE_BATCH_MAX_DEFAULT: usize = 10;
 /// Largest `deleteFileBatchMax` accepted (a run must stay short).
 pub const DELETE_FILE_BATCH_MAX_LIMIT: usize = 1_000;
+/// Default `deleteCommitLogFilesInterval`: milliseconds between the removals
+/// of two segments of one plan.
+pub const DELETE_COMMIT_LOG_FILES_INTERVAL_MS_DEFAULT: u64 = 100;
+/// Largest `deleteCommitLogFilesInterval` accepted (milliseconds).
+pub const DELETE_COMMIT_LOG_FILES_INTERVAL_MS_MAX: u64 = 60_000;
 /// Largest `fileReservedTime` accepted: ten years, so `hours * 3_600_000`
 /// never overflows.
 pub const FILE_RESERVED_TIME_HOURS_MAX: u32 = 24 * 365 * 10;
@@ -90,6 +95,10 @@ pub struct RetentionConfig {
     /// `cleanFileForciblyEnable`: whether a nearly full disk deletes
     /// segments regardless of age.
     pub clean_file_forcibly_enable: bool,
+    /// `deleteCommitLogFilesInterval`, milliseconds: the store removes the
+    /// segments of a plan one at a time, each after the previous removal
+    /// completed and at least this long after it started.
+    pub delete_commit_log_files_interval_ms: u64,
 }
 
 impl Default for RetentionConfig {
@@ -102,6 +111,7 @@ impl Default for RetentionConfig {
             disk_space_warning_level_ratio: DISK_SPACE_WARNING_LEVEL_RATIO_DEFAULT,
             delete_file_batch_max: DELETE_FILE_BATCH_MAX_DEFAULT,
             clean_file_forcibly_enable: true,
+            delete_commit_log_files_interval_ms: DELETE_COMMIT_LOG_FILES_INTERVAL_MS_DEFAULT,
         }
     }
 }
@@ -215,6 +225,17 @@ impl RetentionConfig {
                     ));
                 }
                 self.delete_file_batch_max = batch;
+            }
+            "deleteCommitLogFilesInterval" => {
+                let interval: u64 = parse_number("deleteCommitLogFilesInterval", value)?;
+                if interval > DELETE_COMMIT_LOG_FILES_INTERVAL_MS_MAX {
+                    return Err(invalid(
+                        "deleteCommitLogFilesInterval",
+                        value,
+                        format!("more than {DELETE_COMMIT_LOG_FILES_INTERVAL_MS_MAX} ms"),
+                    ));
+                }
+                self.delete_commit_log_files_interval_ms = interval;
             }
             "cleanFileForciblyEnable" => {
                 self.clean_file_forcibly_enable = parse_bool("cleanFileForciblyEnable", value)?;
@@ -598,6 +619,8 @@ mod tests {
             ("diskSpaceCleanForciblyRatio", "x"),
             ("diskSpaceWarningLevelRatio", "0.9"),
             ("deleteFileBatchMax", "0"),
+            ("deleteCommitLogFilesInterval", "-5"),
+            ("deleteCommitLogFilesInterval", "60001"),
             ("cleanFileForciblyEnable", "yes"),
         ];
         for (key, value) in cases {

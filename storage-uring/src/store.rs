@@ -392,6 +392,8 @@ pub struct Store<D: Disk> {
     disk_usage_ratio: f64,
     /// When retention last ran (ms).
     last_retention_ms: u64,
+    /// When the last segment removal of a plan started (ms).
+    last_segment_removal_ms: u64,
     /// CommitLog segments a retention run decided to delete, one per turn.
     retention_queue: VecDeque<u64>,
     /// Next ConsumeQueue (by index) to clean below the CommitLog min
@@ -595,6 +597,7 @@ impl<D: Disk> Store<D> {
             disk_full: None,
             disk_usage_ratio: 0.0,
             last_retention_ms: now_ms,
+            last_segment_removal_ms: 0,
             retention_queue: VecDeque::new(),
             retention_cursor: None,
             retention_stats: RetentionStats::default(),
@@ -1002,7 +1005,7 @@ impl<D: Disk> Store<D> {
                 self.plan_retention(now_ms);
             }
         }
-        self.run_retention_step()?;
+        self.run_retention_step(now_ms)?;
         Ok(())
     }
 
@@ -1062,8 +1065,19 @@ impl<D: Disk> Store<D> {
     /// One bounded step of retention per turn: removes one planned segment
     /// (its unlink runs in the background), or cleans a few ConsumeQueues,
     /// then the index, below the new CommitLog min offset.
-    fn run_retention_step(&mut self) -> Result<(), StorageError> {
+    fn run_retention_step(&mut self, now_ms: u64) -> Result<(), StorageError> {
         if let Some(&base) = self.retention_queue.front() {
+            // One removal at a time, spaced (deleteCommitLogFilesInterval):
+            // unlinking a segment frees a gigabyte of extents, which on a
+            // file system mounted with `discard` is a synchronous discard of
+            // all of it; ten at once kept the disk from the CommitLog's
+            // writes for seconds (docs/BENCHMARKS.md, ninth session).
+            let spacing = self.config.retention.delete_commit_log_files_interval_ms;
+            if self.commit_log.removals_in_flight() > 0
+                || now_ms.saturating_sub(self.last_segment_removal_ms) < spacing
+            {
+                return Ok(());
+            }
             // A disk over its max used ratio needs the space back: no spares.
             let recycle = self.disk_usage_ratio <= self.config.retention.max_used_ratio();
             match self
@@ -1071,6 +1085,7 @@ impl<D: Disk> Store<D> {
                 .remove_segment(&mut self.disk, base, recycle)?
             {
                 SegmentRemoval::Removed => {
+                    self.last_segment_removal_ms = now_ms;
                     self.retention_queue.pop_front();
                     self.retention_stats.segments_removed += 1;
                     self.retention_cursor = Some(0);
@@ -2090,6 +2105,9 @@ mod tests {
     fn retention_config() -> StoreConfig {
         let mut config = config(FlushMode::Async);
         config.retention.file_reserved_time_hours = 1;
+        // These tests are about what goes, not how fast: no spacing (the
+        // one-at-a-time rule still holds; its own test spaces).
+        config.retention.delete_commit_log_files_interval_ms = 0;
         config.clean_resource_interval_ms = 1_000;
         config.index_geometry = IndexGeometry {
             hash_slot_count: 64,
@@ -2126,6 +2144,36 @@ mod tests {
             store.poll(now_ms, &mut acks).unwrap();
         }
         settle(store, now_ms, &mut acks);
+    }
+
+    #[test]
+    fn a_plan_removes_its_segments_one_at_a_time_spaced_by_the_interval() {
+        let mut config = retention_config();
+        config.retention.delete_commit_log_files_interval_ms = 100;
+        let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(22)), config, T0).unwrap();
+        fill_segments(&mut store, 5, T0);
+        let mut acks = Vec::new();
+        let at_delete_when = T0 + 3 * HOUR_MS;
+        let mut removed = Vec::new();
+        // 04:00, then turns 10 ms apart for a second.
+        for step in 0..100 {
+            store.poll(at_delete_when + step * 10, &mut acks).unwrap();
+            assert!(
+                store.commit_log().removals_in_flight() <= 1,
+                "two segment removals in flight at step {step}"
+            );
+            removed.push(store.retention_stats().segments_removed);
+        }
+        let total = *removed.last().unwrap();
+        assert!(total >= 3, "only {total} segments went in a second");
+        // At most one removal starts per 100 ms (10 turns).
+        for window in removed.windows(10) {
+            assert!(
+                window[9] - window[0] <= 1,
+                "more than one removal within 100 ms: {removed:?}"
+            );
+        }
+        settle(&mut store, at_delete_when + 1_000, &mut acks);
     }
 
     #[test]

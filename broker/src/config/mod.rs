@@ -176,6 +176,7 @@ pub const KEYS: &[&str] = &[
     "commitLogRecycleSegments",
     "connectionsPerShardMax",
     "defaultTopicQueueNums",
+    "deleteCommitLogFilesInterval",
     "deleteWhen",
     "diskMaxUsedSpaceRatio",
     "enablePropertyFilter",
@@ -253,6 +254,9 @@ pub struct BrokerConfig {
     pub delete_when_hours: Vec<u8>,
     /// `diskMaxUsedSpaceRatio`: percent of the disk the store may fill.
     pub disk_max_used_space_ratio_percent: u32,
+    /// `deleteCommitLogFilesInterval`: milliseconds between two CommitLog
+    /// segment removals of one retention run.
+    pub delete_commit_log_files_interval_ms: u64,
     /// `maxMessageSize`: largest message body (and batch body).
     pub message_size_max_bytes: u32,
     /// `messageDelayLevel`: the delay of each level, `1s 5s ... 2h` by default
@@ -310,6 +314,8 @@ impl BrokerConfig {
             file_reserved_time_hours: 72,
             delete_when_hours: vec![4],
             disk_max_used_space_ratio_percent: 75,
+            delete_commit_log_files_interval_ms:
+                ringmq_storage::retention::DELETE_COMMIT_LOG_FILES_INTERVAL_MS_DEFAULT,
             message_size_max_bytes: MESSAGE_SIZE_MAX_DEFAULT,
             message_delay_level: crate::features::delay::DELAY_LEVELS_DEFAULT.to_owned(),
             broker_role: BrokerRole::AsyncMaster,
@@ -426,6 +432,12 @@ impl BrokerConfig {
             "deleteWhen" => self.delete_when_hours = v.hours()?,
             "diskMaxUsedSpaceRatio" => {
                 self.disk_max_used_space_ratio_percent = v.int(10, 95)? as u32
+            }
+            "deleteCommitLogFilesInterval" => {
+                self.delete_commit_log_files_interval_ms = v.int(
+                    0,
+                    ringmq_storage::retention::DELETE_COMMIT_LOG_FILES_INTERVAL_MS_MAX as i64,
+                )? as u64
             }
             "maxMessageSize" => {
                 self.message_size_max_bytes = v.int(1, i64::from(MESSAGE_SIZE_MAX_LIMIT))? as u32
@@ -590,7 +602,7 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 34] = [
+        let entries: [(&'static str, String); 35] = [
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -619,6 +631,10 @@ impl BrokerConfig {
             (
                 "defaultTopicQueueNums",
                 self.default_topic_queue_nums.to_string(),
+            ),
+            (
+                "deleteCommitLogFilesInterval",
+                self.delete_commit_log_files_interval_ms.to_string(),
             ),
             ("deleteWhen", join_hours),
             (

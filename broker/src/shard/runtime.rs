@@ -249,6 +249,8 @@ fn store_config(config: &BrokerConfig, shard: u16, store_host: SocketAddr) -> St
     store.retention.file_reserved_time_hours = config.file_reserved_time_hours;
     store.retention.delete_when_hours = config.delete_when_hours.clone();
     store.retention.disk_max_used_space_ratio = config.disk_max_used_space_ratio_percent as u8;
+    store.retention.delete_commit_log_files_interval_ms =
+        config.delete_commit_log_files_interval_ms;
     store
 }
 
