@@ -18,7 +18,8 @@
 #     syncflush-1k  1 KiB async, 1,024 in flight, broker restarted in SYNC_FLUSH mode
 #   plus one disk-floor run (4 KiB write+fdatasync, 1 MiB O_DIRECT) on the store's filesystem.
 # - Per target and workload: <target>/<workload>.json (summary), .hgrm, .hlog (interval log)
-#   and .txt (loadgen's output); then summary.md (compare tables with ratios when two targets
+#   and .txt (loadgen's output); ringmq/broker-async.log and broker-sync.log (the broker's log of
+#   each phase); then summary.md (compare tables with ratios when two targets
 #   ran) and plots/*.svg.
 # - --quick: 5 s per workload after a 2 s warm-up (smoke run); default 30 s after 5 s.
 # - --only: run just the named workloads (an A/B of one workload), in suite order.
@@ -205,10 +206,15 @@ stop_running_peer() {
     fi
 }
 
+# target_stop TARGET [FLUSH]: for ringmq, its log of the FLUSH phase is kept beside the results
+# (the next start wipes its directory).
 target_stop() {
-    local target=$1
+    local target=$1 flush=${2:-}
     case "$target" in
-        ringmq) ringmq_stop ;;
+        ringmq)
+            ringmq_stop
+            [[ -z "$flush" ]] || cp "$STORE_ROOT/ringmq/broker.out" "$OUT/ringmq/broker-$flush.log" 2>/dev/null || true
+            ;;
         *)
             "$PEER_SH" "$target" stop
             PEER_STARTED=0
@@ -274,7 +280,7 @@ run_target() {
     for line in "${WORKLOADS[@]}"; do
         IFS='|' read -r name flush args description <<<"$line"
         if [[ "$flush" != "$current" ]]; then
-            [[ -n "$current" ]] && target_stop "$target"
+            [[ -n "$current" ]] && target_stop "$target" "$current"
             status=0
             target_start "$target" "$flush" || status=$?
             if ((status == 10)); then
@@ -289,7 +295,7 @@ run_target() {
         fi
         run_workload "$target" "$name" "$args"
     done
-    target_stop "$target"
+    target_stop "$target" "$current"
     RAN+=("$target")
 }
 
