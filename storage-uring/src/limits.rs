@@ -187,6 +187,12 @@ pub const CLEAN_RESOURCE_INTERVAL_MS_DEFAULT: u64 = 10_000;
 /// a segment removal (each may unlink a few files in the background).
 pub const RETENTION_QUEUES_PER_TURN_MAX: usize = 16;
 
+/// ConsumeQueue files removed per loop turn at most after a segment
+/// removal: dropping a file's 6 MB image is about 75 frees, and a turn that
+/// dropped every expired file of a shard's queues spent 27 ms in them (ninth
+/// session, docs/BENCHMARKS.md).
+pub const RETENTION_CQ_FILES_PER_TURN_MAX: usize = 8;
+
 /// Without a hardware carry-less multiplication, bodies at least this large
 /// get their record CRC (`__CRC32#`) by combining BODYCRC with the CRC of the
 /// bytes around the body instead of a second pass over it; smaller ones take

@@ -94,8 +94,9 @@ use crate::limits::{
     COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX, CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT,
     CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS,
     FLUSH_INTERVAL_MS_DEFAULT, GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX,
-    GET_MESSAGES_SCAN_ENTRIES_MAX, MESSAGE_SIZE_MAX_BYTES, RETENTION_QUEUES_PER_TURN_MAX,
-    SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
+    GET_MESSAGES_SCAN_ENTRIES_MAX, MESSAGE_SIZE_MAX_BYTES, RETENTION_CQ_FILES_PER_TURN_MAX,
+    RETENTION_QUEUES_PER_TURN_MAX, SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT,
+    TAIL_CACHE_SIZE,
 };
 use crate::retention::RetentionConfig;
 
@@ -1106,11 +1107,18 @@ impl<D: Disk> Store<D> {
             removed: 0,
         };
         let bound = self.queues.index_bound();
-        let to = (from + RETENTION_QUEUES_PER_TURN_MAX).min(bound);
+        let mut to = (from + RETENTION_QUEUES_PER_TURN_MAX).min(bound);
+        let mut budget = RETENTION_CQ_FILES_PER_TURN_MAX;
         for index in from..to {
             // Deleted topics leave holes.
             if let Some(queue) = self.queues.try_queue_at_mut(index) {
-                queue.delete_below_commit_log_offset(&mut disk, log_min)?;
+                budget -=
+                    queue.delete_below_commit_log_offset_at_most(&mut disk, log_min, budget)?;
+                if budget == 0 {
+                    // This queue may have more: it is the next turn's first.
+                    to = index;
+                    break;
+                }
             }
         }
         if to < bound {

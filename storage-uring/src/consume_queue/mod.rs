@@ -690,8 +690,24 @@ impl ConsumeQueue {
         disk: &mut D,
         commit_log_min_offset: u64,
     ) -> Result<usize, StorageError> {
+        self.delete_below_commit_log_offset_at_most(disk, commit_log_min_offset, usize::MAX)
+    }
+
+    /// As [`ConsumeQueue::delete_below_commit_log_offset`], removing at most
+    /// `max_files` files (the rest go at the next call). Freeing a file's
+    /// image is one free per 80 KiB chunk; a shard that dropped every
+    /// expired file of its queues in one turn spent 27 ms in the allocator.
+    ///
+    /// # Errors
+    /// The disk's error closing or removing a file.
+    pub fn delete_below_commit_log_offset_at_most<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        commit_log_min_offset: u64,
+        max_files: usize,
+    ) -> Result<usize, StorageError> {
         let (mut removed, mut removed_on_disk) = (0, false);
-        while self.files.len() > 1 {
+        while self.files.len() > 1 && removed < max_files {
             let first = &self.files[0];
             let last_entry = first.entry(first.entry_count() - 1);
             if last_entry.commit_log_offset >= commit_log_min_offset || first.in_flight.is_some() {
@@ -1626,6 +1642,35 @@ mod tests {
         // All entries below: file 1 goes, the last file stays, min = max.
         let all = entry(3 * per_file).commit_log_offset;
         assert_eq!(q.delete_below_commit_log_offset(&mut d, all).unwrap(), 1);
+        assert_eq!(q.file_count(), 1);
+        assert_eq!(q.min_offset(), q.max_offset());
+    }
+
+    #[test]
+    fn delete_below_at_most_removes_no_more_files_than_asked_and_the_rest_later() {
+        let mut d = disk(13);
+        let per_file = CQ_FILE_ENTRY_COUNT as u64;
+        let mut q = filled(3 * per_file + 5);
+        settle(&mut d, &mut q);
+        let all = entry(4 * per_file).commit_log_offset;
+        assert_eq!(
+            q.delete_below_commit_log_offset_at_most(&mut d, all, 1)
+                .unwrap(),
+            1
+        );
+        assert_eq!(q.file_count(), 3);
+        // The min offset follows the CommitLog, not the files left.
+        assert_eq!(q.min_offset(), q.max_offset());
+        assert_eq!(
+            q.delete_below_commit_log_offset_at_most(&mut d, all, 0)
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            q.delete_below_commit_log_offset_at_most(&mut d, all, 5)
+                .unwrap(),
+            2
+        );
         assert_eq!(q.file_count(), 1);
         assert_eq!(q.min_offset(), q.max_offset());
     }
