@@ -46,6 +46,7 @@
 //!   tail on disk is unknown until a restart recovers it.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use super::write_bufs::{WriteBuf, WriteBufs};
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up_offset};
@@ -74,12 +75,33 @@ struct Commit {
     /// goes from a copy).
     writes_pending: u8,
     failed: bool,
+    /// When it was submitted, for [`SLOW_DISK_OP_WARN`].
+    submitted_at: Instant,
 }
 
 #[derive(Debug)]
 struct Flush {
     covers: u64,
     remaining: usize,
+    /// When it was submitted, for [`SLOW_DISK_OP_WARN`].
+    submitted_at: Instant,
+}
+
+/// A commit write or group fdatasync that takes longer than this is logged
+/// with `tracing::warn!`. The ring's stall warning covers only busy turns;
+/// a shard waiting on its disk logs nothing there.
+pub const SLOW_DISK_OP_WARN: Duration = Duration::from_millis(200);
+
+fn warn_if_slow(what: &'static str, submitted_at: Instant) {
+    let took = submitted_at.elapsed();
+    if took > SLOW_DISK_OP_WARN {
+        tracing::warn!(
+            op = what,
+            took_ms = took.as_millis() as u64,
+            threshold_ms = SLOW_DISK_OP_WARN.as_millis() as u64,
+            "commit log disk operation slow"
+        );
+    }
 }
 
 /// What one completion changed.
@@ -498,6 +520,7 @@ impl Appender {
             file,
             writes_pending: writes,
             failed: failed_now.is_some(),
+            submitted_at: Instant::now(),
         });
         if tail_len > 0 && failed_now.is_none() {
             self.tail_block_commit = Some(counter);
@@ -537,6 +560,7 @@ impl Appender {
         self.flush = Some(Flush {
             covers: self.written,
             remaining: files.len(),
+            submitted_at: Instant::now(),
         });
         Ok(true)
     }
@@ -578,6 +602,9 @@ impl Appender {
                     "more writes completed than submitted"
                 );
                 commit.writes_pending -= 1;
+                if commit.writes_pending == 0 {
+                    warn_if_slow("write", commit.submitted_at);
+                }
                 let file = commit.file;
                 if !self.unsynced_files.contains(&file) {
                     self.unsynced_files.push(file);
@@ -590,6 +617,7 @@ impl Appender {
                 let flush = self.flush.as_mut().expect("a flush is in flight");
                 flush.remaining -= 1;
                 if flush.remaining == 0 {
+                    warn_if_slow("fdatasync", flush.submitted_at);
                     let covers = flush.covers;
                     self.flush = None;
                     self.mark_durable(covers.max(self.durable));
