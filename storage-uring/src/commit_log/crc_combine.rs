@@ -161,6 +161,16 @@ fn multiply_mod_p(a: u32, b: u32) -> u32 {
         ^ low
 }
 
+/// `register · x^32 mod P`: four byte steps of the CRC register over zeros.
+const fn four_zero_byte_steps(mut register: u32) -> u32 {
+    let mut step = 0;
+    while step < 4 {
+        register = (register >> 8) ^ BYTE_TABLE[(register & 0xFF) as usize];
+        step += 1;
+    }
+    register
+}
+
 /// `REDUCE_TABLES[k][v]`: four byte steps of the CRC register over zeros
 /// from the register holding `v` in its byte `k` (and zeros elsewhere).
 static REDUCE_TABLES: [[u32; 256]; 4] = build_reduce_tables();
@@ -171,13 +181,7 @@ const fn build_reduce_tables() -> [[u32; 256]; 4] {
     while k < 4 {
         let mut v = 0;
         while v < 256 {
-            let mut register = (v as u32) << (8 * k);
-            let mut step = 0;
-            while step < 4 {
-                register = (register >> 8) ^ BYTE_TABLE[(register & 0xFF) as usize];
-                step += 1;
-            }
-            tables[k][v] = register;
+            tables[k][v] = four_zero_byte_steps((v as u32) << (8 * k));
             v += 1;
         }
         k += 1;
@@ -216,10 +220,7 @@ fn x_pow_8n(len: u64) -> u32 {
 /// # Panics
 /// If `len_b` exceeds `u32::MAX`.
 pub fn combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
-    if len_b == 0 {
-        return crc_a;
-    }
-    multiply_mod_p(x_pow_8n(len_b), crc_a) ^ crc_b
+    Combiner::default().combine(crc_a, crc_b, len_b)
 }
 
 /// [`combine`] with the power of `x` for the last length kept: records of a
@@ -319,10 +320,7 @@ mod tests {
     #[test]
     fn reduction_tables_agree_with_four_byte_steps() {
         for high in [0u32, 1, 0xFF, 0x100, 0xDEAD_BEEF, u32::MAX, X_POW_0] {
-            let mut register = high;
-            for _ in 0..4 {
-                register = (register >> 8) ^ BYTE_TABLE[(register & 0xFF) as usize];
-            }
+            let register = four_zero_byte_steps(high);
             let [b0, b1, b2, b3] = high.to_le_bytes();
             let looked_up = REDUCE_TABLES[0][b0 as usize]
                 ^ REDUCE_TABLES[1][b1 as usize]
