@@ -1157,6 +1157,46 @@ fn a_later_socket_completion_on_a_notifying_ring_wakes_the_sleeping_ring() {
 }
 
 #[test]
+fn a_sparse_create_sets_the_length_and_allocates_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("sparse-create");
+    // An odd length, as an index file's 420,000,040 bytes.
+    let len = (64 << 20) + 40;
+    let background = dir.path("background");
+    disk.submit_create(id(1), &background, OpenOptions::buffered_sparse(len))
+        .unwrap();
+    let done = wait_for(&mut disk, 1);
+    let file = ringmq_storage::disk::created_file_id(*done[0].result.as_ref().unwrap());
+    assert_eq!(disk.file_size(file).unwrap(), len);
+    disk.close(file).unwrap();
+    let inline = dir.path("inline");
+    let file = disk
+        .open(&inline, OpenOptions::buffered_sparse(len))
+        .unwrap();
+    assert_eq!(disk.file_size(file).unwrap(), len);
+    disk.close(file).unwrap();
+    // No zero fill either, after a while to let one run if it had started.
+    let _ = disk.poll(
+        &mut Vec::new(),
+        16,
+        Wait::AtLeastOne(Duration::from_millis(50)),
+    );
+    for path in [&background, &inline] {
+        let meta = std::fs::metadata(path).unwrap();
+        assert_eq!(meta.len(), len);
+        assert!(
+            meta.blocks() * 512 < 1 << 20,
+            "{}: {} blocks allocated",
+            path.display(),
+            meta.blocks()
+        );
+    }
+}
+
+#[test]
 fn background_create_and_remove_run_through_the_ring() {
     let Some(mut disk) = disk_or_skip(small_disk_config()) else {
         return;

@@ -238,6 +238,10 @@ pub struct OpenOptions {
     /// later writes never extend the file or convert extents. `None`: the file
     /// must exist.
     pub create_preallocated: Option<u64>,
+    /// With `create_preallocated`: the length is only set (`ftruncate`, a
+    /// hole), nothing allocated or zero-filled, so the file costs no space
+    /// until written (IndexFile, as RocketMQ's sparse index files).
+    pub sparse: bool,
     /// O_DIRECT: writes bypass the page cache and must be block-aligned
     /// (CommitLog). Without it the file is written through the page cache
     /// (ConsumeQueue and IndexFile, which are derived data).
@@ -251,6 +255,7 @@ impl OpenOptions {
     pub fn create_direct(len: u64) -> Self {
         OpenOptions {
             create_preallocated: Some(len),
+            sparse: false,
             direct: true,
             writable: true,
         }
@@ -260,6 +265,7 @@ impl OpenOptions {
     pub fn existing_direct() -> Self {
         OpenOptions {
             create_preallocated: None,
+            sparse: false,
             direct: true,
             writable: true,
         }
@@ -269,8 +275,18 @@ impl OpenOptions {
     pub fn buffered(create_len: Option<u64>) -> Self {
         OpenOptions {
             create_preallocated: create_len,
+            sparse: false,
             direct: false,
             writable: true,
+        }
+    }
+
+    /// A buffered file created with length `len` as a hole (see
+    /// [`OpenOptions::sparse`]).
+    pub fn buffered_sparse(len: u64) -> Self {
+        OpenOptions {
+            sparse: true,
+            ..OpenOptions::buffered(Some(len))
         }
     }
 
@@ -278,6 +294,7 @@ impl OpenOptions {
     pub fn read_only() -> Self {
         OpenOptions {
             create_preallocated: None,
+            sparse: false,
             direct: false,
             writable: false,
         }
@@ -475,8 +492,9 @@ pub trait Disk {
 
     /// Starts creating `path` in the background as [`Disk::open`] with
     /// `options` would (`options.create_preallocated` must be `Some`): open
-    /// with `O_CREAT | O_TRUNC`, fallocate, fsync the file, fsync its
-    /// directory. Its completion (from `poll`, with `op_id`, no buffer)
+    /// with `O_CREAT | O_TRUNC`, fallocate (sparse: `ftruncate`, done
+    /// inline after the open: on a new empty file it only sets the inode's
+    /// size), fsync the file, fsync its directory. Its completion (from `poll`, with `op_id`, no buffer)
     /// carries the new file's id as `Ok(id)`; read it with
     /// [`created_file_id`]. On error the file may exist, empty or partly
     /// allocated, and is not open.

@@ -774,6 +774,8 @@ impl SimDisk {
                     Ok(false)
                 }
             }
+            // A sparse create is charged its whole length, as `set_len` is:
+            // the simulation has no holes.
             (Some(len), 1) => self.check_space(&path, 0, len).map(|()| {
                 let file = self.files.get_mut(&path).expect("created at step 0");
                 file.volatile = FileContent::zeroed(len);

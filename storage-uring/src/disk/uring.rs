@@ -737,16 +737,23 @@ impl UringDisk {
                 let fd = i32::try_from(fd).expect("openat returns a descriptor");
                 // SAFETY: the kernel just returned this descriptor; nothing
                 // else owns it.
-                job.fd = Some(unsafe { OwnedFd::from_raw_fd(fd) });
-                let len = job
-                    .create
-                    .and_then(|options| options.create_preallocated)
-                    .unwrap_or(0);
-                job.step = if len > 0 {
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                let options = job.create.expect("only a create or a rename opens");
+                let len = options.create_preallocated.unwrap_or(0);
+                job.step = if options.sparse {
+                    // Setting the size of a new empty file only changes its
+                    // inode (no blocks, no I/O to wait for), and the ring
+                    // has IORING_OP_FTRUNCATE only from Linux 6.9 on.
+                    if let Err(source) = ftruncate(fd.as_raw_fd(), len) {
+                        failed(job, source);
+                    }
+                    MetaStep::SyncFile
+                } else if len > 0 {
                     MetaStep::Fallocate
                 } else {
                     MetaStep::SyncFile
                 };
+                job.fd = Some(fd);
             }
             (MetaStep::Open, Err(source))
                 if source.raw_os_error() == Some(libc::EINVAL)
@@ -815,13 +822,14 @@ impl UringDisk {
             (Some(error), _, _) => Err(error),
             (None, Some(options), Some(fd)) => {
                 let len = options.create_preallocated.unwrap_or(0);
-                let fill = (len > 0 && self.config.zero_fill_on_create).then_some(ZeroFill {
-                    next_offset: 0,
-                    len,
-                    in_flight: 0,
-                    syncing: false,
-                    failed: false,
-                });
+                let fill = (len > 0 && !options.sparse && self.config.zero_fill_on_create)
+                    .then_some(ZeroFill {
+                        next_offset: 0,
+                        len,
+                        in_flight: 0,
+                        syncing: false,
+                        failed: false,
+                    });
                 let filling = fill.is_some();
                 let file = self.insert_file(OpenFile {
                     fd,
@@ -933,15 +941,21 @@ impl UringDisk {
         fd: RawFd,
         path: &Path,
         len: u64,
-        direct: bool,
+        options: OpenOptions,
     ) -> Result<(), DiskError> {
-        if direct {
+        if options.direct {
             assert!(
                 len.is_multiple_of(BLOCK_SIZE as u64),
                 "direct file length {len} is not block-aligned"
             );
         }
-        if len > 0 {
+        if options.sparse {
+            ftruncate(fd, len).map_err(|source| DiskError::Io {
+                op: "ftruncate",
+                path: path.to_path_buf(),
+                source,
+            })?;
+        } else if len > 0 {
             let mut fallocate = Some(Op::Fallocate {
                 fd,
                 file_offset: 0,
@@ -1091,16 +1105,18 @@ impl Disk for UringDisk {
             let raw = fd.as_raw_fd();
             // On error `fd` closes on drop; the partial file stays for the
             // caller to remove or retry.
-            self.create_file(raw, path, len, options.direct)?;
+            self.create_file(raw, path, len, options)?;
         }
         let fill = match options.create_preallocated {
-            Some(len) if len > 0 && self.config.zero_fill_on_create => Some(ZeroFill {
-                next_offset: 0,
-                len,
-                in_flight: 0,
-                syncing: false,
-                failed: false,
-            }),
+            Some(len) if len > 0 && !options.sparse && self.config.zero_fill_on_create => {
+                Some(ZeroFill {
+                    next_offset: 0,
+                    len,
+                    in_flight: 0,
+                    syncing: false,
+                    failed: false,
+                })
+            }
             _ => None,
         };
         let filling = fill.is_some();
@@ -1179,20 +1195,11 @@ impl Disk for UringDisk {
     fn set_len(&mut self, file: FileId, len: u64) -> Result<(), DiskError> {
         self.stop_fill(file)?;
         let open = self.file_mut(file)?;
-        let len_signed = libc::off_t::try_from(len).map_err(|_| DiskError::Io {
+        ftruncate(open.fd.as_raw_fd(), len).map_err(|source| DiskError::Io {
             op: "ftruncate",
             path: open.path.clone(),
-            source: io::Error::from_raw_os_error(libc::EFBIG),
-        })?;
-        // SAFETY: ftruncate takes no pointers; the fd is open.
-        if unsafe { libc::ftruncate(open.fd.as_raw_fd(), len_signed) } != 0 {
-            return Err(DiskError::Io {
-                op: "ftruncate",
-                path: open.path.clone(),
-                source: io::Error::last_os_error(),
-            });
-        }
-        Ok(())
+            source,
+        })
     }
 
     fn create_dir_all(&mut self, dir: &Path) -> Result<(), DiskError> {
@@ -1639,6 +1646,16 @@ fn c_path(path: &Path) -> Result<CString, DiskError> {
         path: path.to_path_buf(),
         source: io::Error::from_raw_os_error(libc::EINVAL),
     })
+}
+
+/// `ftruncate(fd, len)`.
+fn ftruncate(fd: RawFd, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: ftruncate takes no pointers; the caller keeps `fd` open.
+    if unsafe { libc::ftruncate(fd, len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn open_raw(path: &Path, flags: i32) -> io::Result<OwnedFd> {

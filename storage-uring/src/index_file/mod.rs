@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 
 use crate::aligned::BLOCK_SIZE;
 use crate::consume_queue::read_chunks;
-use crate::disk::{Disk, DiskError, DiskOp, FileId, OpId, OpTag, OpenOptions};
+use crate::disk::{Disk, DiskError, DiskOp, FileId, OpId, OpTag, OpenOptions, created_file_id};
 use crate::error::StorageError;
 use image::{PAGE_SIZE, SparseImage};
 
@@ -265,6 +265,8 @@ struct Flush {
     writes: HashMap<u32, Range<usize>>,
     /// The fdatasync in flight, if any.
     sync: Option<u32>,
+    /// The background create of the file in flight, if any.
+    create: Option<u32>,
     /// Writes completed since the last successful fdatasync.
     needs_sync: bool,
     /// `index_count` when the writes in flight took the dirty pages.
@@ -448,7 +450,7 @@ impl IndexFile {
     }
 
     fn is_idle(&self) -> bool {
-        self.flush.writes.is_empty() && self.flush.sync.is_none()
+        self.flush.writes.is_empty() && self.flush.sync.is_none() && self.flush.create.is_none()
     }
 
     fn is_clean(&self) -> bool {
@@ -486,7 +488,10 @@ impl IndexFile {
         if self.image.dirty_count() == 0 && !self.flush.needs_sync {
             return Ok(0);
         }
-        let id = self.ensure_open(disk, dir)?;
+        let Some(id) = self.file else {
+            self.start_create(disk, dir)?;
+            return Ok(0);
+        };
         // Completed writes are synced before more are written, so under a
         // steady stream of keys the entries still become durable (and
         // `durable_count` moves).
@@ -543,23 +548,28 @@ impl IndexFile {
         Ok(submitted)
     }
 
-    fn ensure_open<D: Disk + ?Sized>(
+    /// Starts creating the file in the background: a sparse file of Java's
+    /// size (an empty index file costs no disk space), fsynced with its
+    /// directory off the shard's thread. Its pages stay dirty in the image
+    /// until the create completes; nothing when the disk's queue is full
+    /// (the next flush tries again).
+    fn start_create<D: Disk + ?Sized>(
         &mut self,
         disk: &mut D,
         dir: &Path,
-    ) -> Result<FileId, StorageError> {
-        if let Some(id) = self.file {
-            return Ok(id);
-        }
+    ) -> Result<(), StorageError> {
         disk.create_dir_all(dir)?;
         let path = self.path(dir);
-        // Created empty and extended: a sparse file of Java's size, so an
-        // empty index file costs no disk space.
-        let id = disk.open(&path, OpenOptions::buffered(Some(0)))?;
-        disk.set_len(id, self.geometry.file_size() as u64)?;
-        disk.sync_dir(dir)?;
-        self.file = Some(id);
-        Ok(id)
+        let local_seq = self.take_local_seq();
+        let options = OpenOptions::buffered_sparse(self.geometry.file_size() as u64);
+        match disk.submit_create(self.op_id(local_seq), &path, options) {
+            Ok(()) => {
+                self.flush.create = Some(local_seq);
+                Ok(())
+            }
+            Err(DiskError::QueueFull { .. }) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// Handles a completion of this file; returns the error to report, if any.
@@ -568,6 +578,18 @@ impl IndexFile {
         local_seq: u32,
         result: Result<usize, DiskError>,
     ) -> Option<StorageError> {
+        if self.flush.create == Some(local_seq) {
+            self.flush.create = None;
+            return match result {
+                Ok(value) => {
+                    self.file = Some(created_file_id(value));
+                    None
+                }
+                // The file may be there, empty; the next flush creates it
+                // again (O_TRUNC).
+                Err(error) => Some(error.into()),
+            };
+        }
         if self.flush.sync == Some(local_seq) {
             self.flush.sync = None;
             return match result {

@@ -446,12 +446,15 @@ impl IndexService {
         let Some(file) = self.files.iter_mut().find(|f| f.serial == serial) else {
             return;
         };
+        let had_file = file.file.is_some();
         if let Some(error) = file.on_completion(local_seq, result) {
             record_error(&mut self.errors, &mut self.error_count, &file.name, error);
         }
-        // Completed writes are synced at once (see the ConsumeQueues).
+        // Completed writes are synced at once (see the ConsumeQueues), and a
+        // file just created gets its pages.
+        let created = !had_file && file.file.is_some();
         if file.is_idle()
-            && file.flush.needs_sync
+            && (file.flush.needs_sync || created)
             && let Err(error) = file.flush(disk, &self.dir)
         {
             record_error(&mut self.errors, &mut self.error_count, &file.name, error);
@@ -721,6 +724,65 @@ mod tests {
         }
         assert_eq!(offsets(&loaded, "k"), offsets(&index, "k"));
         assert_eq!(offsets(&loaded, "U7"), vec![107]);
+    }
+
+    #[test]
+    fn a_file_is_created_in_the_background_before_its_pages_are_written() {
+        let mut disk = SimDisk::new(SimConfig::new(26));
+        let mut index = service();
+        index.build_index(&record(100, 1000, "U", ""), NOW);
+        // The first flush only starts the create: no write, nothing open.
+        assert_eq!(index.flush(&mut disk).unwrap(), 0);
+        assert_eq!(disk.metadata_jobs_in_flight(), 1);
+        assert_eq!(disk.in_flight(), 1, "only the create");
+        assert!(!index.is_idle());
+        // A flush while it runs submits nothing either.
+        assert_eq!(index.flush(&mut disk).unwrap(), 0);
+        let mut out = Vec::new();
+        while out.is_empty() {
+            disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+                .unwrap();
+        }
+        assert_eq!(out.len(), 1);
+        index.on_completion(&mut disk, out.pop().unwrap());
+        // Its completion submits the dirty pages at once.
+        assert!(disk.in_flight() > 0, "no write after the create completed");
+        settle(&mut disk, &mut index);
+        assert!(index.take_errors().is_empty());
+        let image = disk.durable_image();
+        let bytes: Vec<_> = image.files.values().collect();
+        assert_eq!(bytes.len(), 1);
+        assert_eq!(bytes[0].len(), SMALL.file_size());
+        let mut disk = SimDisk::from_image(image, SimConfig::new(27));
+        let loaded = IndexService::load(&mut disk, Path::new(DIR), SMALL).unwrap();
+        assert_eq!(offsets(&loaded, "U"), vec![100]);
+    }
+
+    #[test]
+    fn a_failed_create_is_reported_and_tried_again_by_a_later_flush() {
+        let mut config = SimConfig::new(28);
+        config.capacity_bytes = SMALL.file_size() as u64 - 1;
+        let mut disk = SimDisk::new(config);
+        let mut index = service();
+        index.build_index(&record(100, 1000, "U", ""), NOW);
+        index.flush(&mut disk).unwrap();
+        let mut out = Vec::new();
+        while out.is_empty() {
+            disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+                .unwrap();
+        }
+        assert!(out[0].result.as_ref().is_err_and(|e| e.is_no_space()));
+        index.on_completion(&mut disk, out.pop().unwrap());
+        assert_eq!(index.error_count(), 1);
+        assert!(index.is_idle());
+        assert!(!index.is_clean());
+        // Space comes back (the same files on a larger disk): the next
+        // flush creates the file again and writes it.
+        let mut disk = SimDisk::from_image(disk.snapshot(), SimConfig::new(29));
+        settle(&mut disk, &mut index);
+        let mut disk = SimDisk::from_image(disk.durable_image(), SimConfig::new(30));
+        let loaded = IndexService::load(&mut disk, Path::new(DIR), SMALL).unwrap();
+        assert_eq!(offsets(&loaded, "U"), vec![100]);
     }
 
     #[test]
