@@ -97,6 +97,14 @@ pub const SEGMENT_PREALLOCATE_THRESHOLD_PERCENT: u64 = 50;
 /// (`StoreConfig::commit_log_recycle_segments`).
 pub const COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT: usize = 2;
 
+/// Default step by which a retired CommitLog segment is shrunk before its
+/// unlink (`StoreConfig::commit_log_remove_step_bytes`): 0, unlinked whole.
+/// Steps (64 MiB, say) cut the longest stall behind the discard of a
+/// removed segment but raise p99 append latency, because the CommitLog then
+/// waits behind discards for more of the time (docs/BENCHMARKS.md, tenth
+/// and eleventh sessions), so they are opt-in.
+pub const COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT: u64 = 0;
+
 /// Pause before a failed background segment creation is tried again.
 pub const SEGMENT_CREATE_RETRY_MS: u64 = 100;
 

@@ -90,13 +90,13 @@ use crate::index_file::{
 };
 use crate::limits::{
     CHECKPOINT_FILE_SIZE, CHECKPOINT_INTERVAL_MS_DEFAULT, CLEAN_RESOURCE_INTERVAL_MS_DEFAULT,
-    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_DEFAULT,
-    COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX, CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT,
-    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS,
-    FLUSH_INTERVAL_MS_DEFAULT, GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX,
-    GET_MESSAGES_SCAN_ENTRIES_MAX, MESSAGE_SIZE_MAX_BYTES, RETENTION_CQ_FILES_PER_TURN_MAX,
-    RETENTION_QUEUES_PER_TURN_MAX, SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT,
-    TAIL_CACHE_SIZE,
+    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
+    COMMIT_LOG_SEGMENT_SIZE_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_MIN, COMPLETIONS_PER_TURN_MAX,
+    CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+    DISK_FULL_RATIO_DEFAULT, DISK_SPACE_CHECK_INTERVAL_MS, FLUSH_INTERVAL_MS_DEFAULT,
+    GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX, GET_MESSAGES_SCAN_ENTRIES_MAX,
+    MESSAGE_SIZE_MAX_BYTES, RETENTION_CQ_FILES_PER_TURN_MAX, RETENTION_QUEUES_PER_TURN_MAX,
+    SHUTDOWN_POLL_ROUNDS_MAX, SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
 };
 use crate::retention::RetentionConfig;
 
@@ -151,6 +151,10 @@ pub struct StoreConfig {
     /// count as used disk space; a retention run on a disk over
     /// `diskMaxUsedSpaceRatio` unlinks instead.
     pub commit_log_recycle_segments: usize,
+    /// A retired segment that is unlinked is first shrunk in `ftruncate`
+    /// steps of this many bytes (0: unlinked at once); see
+    /// [`CommitLogConfig::remove_step_bytes`].
+    pub commit_log_remove_step_bytes: u64,
     /// Offset of the broker's local time from UTC, in minutes: `deleteWhen`
     /// hours are local hours, as in RocketMQ (the store reads no clock or
     /// time zone itself).
@@ -179,6 +183,7 @@ impl StoreConfig {
             retention: RetentionConfig::default(),
             clean_resource_interval_ms: CLEAN_RESOURCE_INTERVAL_MS_DEFAULT,
             commit_log_recycle_segments: COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT,
+            commit_log_remove_step_bytes: COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
             time_zone_offset_minutes: 0,
         }
     }
@@ -492,6 +497,7 @@ impl<D: Disk> Store<D> {
             flush_interval_ms: config.flush_interval_ms,
             tail_cache_bytes: config.tail_cache_bytes,
             recycle_segments_max: config.commit_log_recycle_segments,
+            remove_step_bytes: config.commit_log_remove_step_bytes,
         };
         // Below the queues' durable point every queue that held a record
         // was synced past it, so a record whose queue is missing there is of
@@ -1825,7 +1831,7 @@ fn remove_consume_queue_files(
 mod tests {
     use super::*;
     use crate::consume_queue::CQ_ENTRY_SIZE;
-    use crate::disk::sim::{CrashKind, SimConfig, SimDisk};
+    use crate::disk::sim::{CrashKind, SimConfig, SimDisk, SimImage};
     use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
     fn config(mode: FlushMode) -> StoreConfig {
@@ -2182,6 +2188,111 @@ mod tests {
             );
         }
         settle(&mut store, at_delete_when + 1_000, &mut acks);
+    }
+
+    fn shrinking_config() -> StoreConfig {
+        let mut config = retention_config();
+        config.commit_log_recycle_segments = 0;
+        config.commit_log_remove_step_bytes = config.segment_size_bytes / 4;
+        config
+    }
+
+    fn removing_files(image: &SimImage) -> Vec<(PathBuf, u64)> {
+        image
+            .files
+            .iter()
+            .filter(|(path, _)| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(commit_log::segment::parse_removing_file_name)
+                    .is_some()
+            })
+            .map(|(path, bytes)| (path.clone(), bytes.len() as u64))
+            .collect()
+    }
+
+    #[test]
+    fn an_unlinked_segment_is_renamed_and_shrunk_in_steps_first() {
+        let config = shrinking_config();
+        let size = config.segment_size_bytes;
+        let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(41)), config, T0).unwrap();
+        fill_segments(&mut store, 5, T0);
+        let dir = PathBuf::from("/s/commitlog/0");
+        let mut acks = Vec::new();
+        let mut lengths_seen = std::collections::BTreeSet::new();
+        for _ in 0..400 {
+            store.poll(T0 + 3 * HOUR_MS, &mut acks).unwrap();
+            let image = store.disk().snapshot();
+            for (path, len) in removing_files(&image) {
+                assert!(len <= size && len % (size / 4) == 0, "{path:?}: {len}");
+                // Never under both names.
+                let base = commit_log::segment::parse_removing_file_name(
+                    path.file_name().unwrap().to_str().unwrap(),
+                )
+                .unwrap();
+                assert!(
+                    !image
+                        .files
+                        .contains_key(&dir.join(commit_log::segment::segment_file_name(base)))
+                );
+                lengths_seen.insert(len);
+            }
+        }
+        settle(&mut store, T0 + 3 * HOUR_MS, &mut acks);
+        let removed = store.retention_stats().segments_removed;
+        assert!(removed >= 3, "only {removed} segments removed");
+        assert_eq!(store.commit_log().removals_in_flight(), 0);
+        // Four steps each (3/4, 1/2, 1/4, 0 of the segment), then the unlink.
+        assert_eq!(
+            store.commit_log().segment_stats().removal_steps,
+            4 * removed
+        );
+        assert!(
+            lengths_seen.len() > 1,
+            "no intermediate length seen: {lengths_seen:?}"
+        );
+        let image = store.disk().snapshot();
+        assert!(removing_files(&image).is_empty());
+        for base in (0..store.commit_log_min_offset()).step_by(size as usize) {
+            assert!(
+                !image
+                    .files
+                    .contains_key(&dir.join(commit_log::segment::segment_file_name(base)))
+            );
+        }
+    }
+
+    #[test]
+    fn a_crash_while_a_segment_is_shrunk_leaves_a_store_that_opens() {
+        let config = shrinking_config();
+        let size = config.segment_size_bytes;
+        let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(42)), config, T0).unwrap();
+        fill_segments(&mut store, 5, T0);
+        let mut acks = Vec::new();
+        let mut cut = false;
+        for _ in 0..400 {
+            store.poll(T0 + 3 * HOUR_MS, &mut acks).unwrap();
+            let image = store.disk().durable_image();
+            if removing_files(&image)
+                .iter()
+                .any(|(_, len)| *len > 0 && *len < size)
+            {
+                cut = true;
+                break;
+            }
+        }
+        assert!(cut, "never saw a segment half shrunk");
+        let log_min = store.commit_log_min_offset();
+        for kind in [CrashKind::ProcessKill, CrashKind::PowerLoss] {
+            let disk = store.disk_mut().crash(kind);
+            let (reopened, report) =
+                Store::open(disk, shrinking_config(), T0 + 4 * HOUR_MS).unwrap();
+            assert!(report.abnormal);
+            assert!(removing_files(&reopened.disk().snapshot()).is_empty());
+            // Segments removed before the cut stay removed; the one being
+            // shrunk was below the min offset already.
+            assert_eq!(reopened.commit_log_min_offset(), log_min);
+        }
     }
 
     #[test]

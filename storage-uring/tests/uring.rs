@@ -1196,6 +1196,50 @@ fn a_sparse_create_sets_the_length_and_allocates_nothing() {
     }
 }
 
+/// Whether the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .expect("/proc/sys/kernel/osrelease is readable");
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    found >= (major, minor)
+}
+
+#[test]
+fn truncate_shrinks_a_file_through_the_ring() {
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("truncate");
+    let path = dir.path("f");
+    let file = disk
+        .open(&path, OpenOptions::buffered(Some(1 << 20)))
+        .unwrap();
+    disk.submit(
+        id(1),
+        DiskOp::Truncate {
+            file,
+            len: 256 << 10,
+        },
+        false,
+    )
+    .unwrap();
+    let done = wait_for(&mut disk, 1);
+    assert_eq!(done[0].op_id, id(1));
+    match &done[0].result {
+        Ok(_) => assert_eq!(std::fs::metadata(&path).unwrap().len(), 256 << 10),
+        // Linux before 6.9 has no IORING_OP_FTRUNCATE.
+        Err(error) => {
+            assert!(!kernel_at_least(6, 9), "{error}");
+            assert_eq!(error.raw_os_error(), Some(libc::EINVAL), "{error}");
+        }
+    }
+    disk.close(file).unwrap();
+}
+
 #[test]
 fn background_create_and_remove_run_through_the_ring() {
     let Some(mut disk) = disk_or_skip(small_disk_config()) else {

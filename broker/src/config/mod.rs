@@ -52,7 +52,8 @@ pub use properties::{Property, parse_properties};
 
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
 use ringmq_storage::limits::{
-    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
+    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
 };
 
 /// Block size the CommitLog is written in (O_DIRECT alignment).
@@ -174,6 +175,7 @@ pub const KEYS: &[&str] = &[
     "brokerName",
     "brokerRole",
     "commitLogRecycleSegments",
+    "commitLogRemoveStepBytes",
     "connectionsPerShardMax",
     "defaultTopicQueueNums",
     "deleteCommitLogFilesInterval",
@@ -240,6 +242,9 @@ pub struct BrokerConfig {
     /// `commitLogRecycleSegments` (ringmq): CommitLog segments retention
     /// retires that are kept as spares and renamed into later segments.
     pub commit_log_recycle_segments: u32,
+    /// `commitLogRemoveStepBytes` (ringmq): an unlinked retired segment is
+    /// first shrunk by this many bytes at a time (0: unlinked whole).
+    pub commit_log_remove_step_bytes: u64,
     /// `autoCreateTopicEnable`.
     pub auto_create_topic_enable: bool,
     /// `autoCreateSubscriptionGroup`.
@@ -307,6 +312,7 @@ impl BrokerConfig {
             flush_interval_commit_log_ms: 500,
             flush_interval_consume_queue_ms: CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
             commit_log_recycle_segments: COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT as u32,
+            commit_log_remove_step_bytes: COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
             auto_create_topic_enable: true,
             auto_create_subscription_group: true,
             default_topic_queue_nums: 8,
@@ -415,6 +421,9 @@ impl BrokerConfig {
             }
             "commitLogRecycleSegments" => {
                 self.commit_log_recycle_segments = v.int(0, 1_000)? as u32
+            }
+            "commitLogRemoveStepBytes" => {
+                self.commit_log_remove_step_bytes = v.int(0, 1 << 40)? as u64
             }
             "autoCreateTopicEnable" => self.auto_create_topic_enable = v.bool()?,
             "autoCreateSubscriptionGroup" => self.auto_create_subscription_group = v.bool()?,
@@ -602,7 +611,7 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 35] = [
+        let entries: [(&'static str, String); 36] = [
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -623,6 +632,10 @@ impl BrokerConfig {
             (
                 "commitLogRecycleSegments",
                 self.commit_log_recycle_segments.to_string(),
+            ),
+            (
+                "commitLogRemoveStepBytes",
+                self.commit_log_remove_step_bytes.to_string(),
             ),
             (
                 "connectionsPerShardMax",
@@ -1051,9 +1064,16 @@ mod tests {
         let defaults = load("").unwrap();
         assert_eq!(defaults.flush_interval_consume_queue_ms, 100);
         assert_eq!(defaults.commit_log_recycle_segments, 2);
-        let config = load("flushIntervalConsumeQueue=1000\ncommitLogRecycleSegments=0").unwrap();
+        assert_eq!(defaults.commit_log_remove_step_bytes, 0);
+        let config = load(
+            "flushIntervalConsumeQueue=1000\ncommitLogRecycleSegments=0\n\
+             commitLogRemoveStepBytes=67108864",
+        )
+        .unwrap();
         assert_eq!(config.flush_interval_consume_queue_ms, 1000);
         assert_eq!(config.commit_log_recycle_segments, 0);
+        assert_eq!(config.commit_log_remove_step_bytes, 64 << 20);
+        assert!(load("commitLogRemoveStepBytes=-1").is_err());
     }
 
     #[test]

@@ -241,6 +241,7 @@ fn store_config(config: &BrokerConfig, shard: u16, store_host: SocketAddr) -> St
     store.flush_interval_ms = config.flush_interval_commit_log_ms;
     store.consume_queue_flush_interval_ms = config.flush_interval_consume_queue_ms;
     store.commit_log_recycle_segments = config.commit_log_recycle_segments as usize;
+    store.commit_log_remove_step_bytes = config.commit_log_remove_step_bytes;
     store.sync_flush_timeout_ms = config.sync_flush_timeout_ms;
     store.tail_cache_bytes = config.tail_cache_size_bytes as usize;
     // Expired-file deletion (fileReservedTime at deleteWhen, or early above

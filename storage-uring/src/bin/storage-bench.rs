@@ -54,7 +54,9 @@
 //!    appends. `--eager-retention` retires every segment behind the active
 //!    one as soon as it is durable, as a store at its disk budget does, so
 //!    that after the first segments new ones are renamed spares
-//!    (`segments_recycled`) whose extents are written.
+//!    (`segments_recycled`) whose extents are written; with
+//!    `--recycle-segments 0` every retired segment is unlinked, shrunk first
+//!    in steps when `--remove-step-bytes` is set (`segment_removal_steps`).
 //! 3. Recover (`--recover`): marks the store as not shut down (abort file)
 //!    and times the abnormal recovery of `Store::open`. `recover_log_bytes`
 //!    is the CommitLog recovered, `recover_scan_bytes` what the scan read
@@ -83,9 +85,10 @@ use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, OpenOptions, Wait};
 use ringmq_storage::error::StorageError;
 use ringmq_storage::limits::{
-    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMITS_IN_FLIGHT_MAX,
-    CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
-    TAIL_CACHE_SIZE, WRITE_BUFFER_SIZE, write_buffers_in_use_max,
+    COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
+    COMMITS_IN_FLIGHT_MAX, CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT,
+    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, TAIL_CACHE_SIZE, WRITE_BUFFER_SIZE,
+    write_buffers_in_use_max,
 };
 use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreFlushMode};
 
@@ -179,6 +182,10 @@ struct Args {
     /// `commit_log_recycle_segments`).
     #[arg(long, default_value_t = COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT)]
     recycle_segments: usize,
+    /// Step by which an unlinked retired segment is shrunk first (the
+    /// store's `commit_log_remove_step_bytes`; 0: unlinked at once).
+    #[arg(long, default_value_t = COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT)]
+    remove_step_bytes: u64,
     /// ConsumeQueue write-behind period in ms (the store's
     /// `consume_queue_flush_interval_ms`, RocketMQ's
     /// `flushIntervalConsumeQueue`).
@@ -275,6 +282,7 @@ fn main() -> anyhow::Result<()> {
     report.int("idle_seconds", args.idle_seconds);
     report.int("warmup_seconds", args.warmup_seconds);
     report.int("eager_retention", u64::from(args.eager_retention));
+    report.int("remove_step_bytes", args.remove_step_bytes);
     report.int("recycle_segments", args.recycle_segments as u64);
     report.int("cq_flush_ms", args.cq_flush_ms);
     report.int("cq_flush_early_bytes", args.cq_flush_early_bytes as u64);
@@ -847,6 +855,7 @@ fn store_config(args: &Args) -> StoreConfig {
     };
     config.segment_size_bytes = args.segment_size;
     config.commit_log_recycle_segments = args.recycle_segments;
+    config.commit_log_remove_step_bytes = args.remove_step_bytes;
     config.consume_queue_flush_interval_ms = args.cq_flush_ms;
     config.consume_queue_flush_early_bytes = args.cq_flush_early_bytes;
     if args.eager_retention {
@@ -1036,6 +1045,10 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report.int(
         "segments_removed",
         segments.removed - segments_before.removed,
+    );
+    report.int(
+        "segment_removal_steps",
+        segments.removal_steps - segments_before.removal_steps,
     );
     if args.recover {
         drop(store);

@@ -129,6 +129,12 @@ pub(crate) const SEQ_SEGMENT_REMOVE: u64 = 6;
 pub(crate) const SEQ_SEGMENT_SPARE: u64 = 7;
 /// Kind of a commit's write of its partial last block, from a copy.
 const SEQ_COMMIT_TAIL_WRITE: u64 = 8;
+/// Kind of the rename of a retired segment to `<base>.removing` (counter:
+/// its base over the segment size).
+pub(crate) const SEQ_SEGMENT_RETIRE: u64 = 9;
+/// Kind of an `ftruncate` step shrinking a retired segment (counter: its
+/// base over the segment size).
+pub(crate) const SEQ_SEGMENT_SHRINK: u64 = 10;
 
 /// An OpId of kind `kind` with a counter.
 pub(crate) fn commit_log_op_id(kind: u64, counter: u64) -> OpId {

@@ -49,7 +49,8 @@ use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank}
 
 use self::appender::{
     Appender, FlushMode, Progress, SEQ_READ, SEQ_SEGMENT_CREATE, SEQ_SEGMENT_REMOVE,
-    SEQ_SEGMENT_SPARE, commit_log_op_id, op_counter, op_kind,
+    SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE, commit_log_op_id, op_counter,
+    op_kind,
 };
 use self::recovery::{ScanOutcome, ScanStop, scan};
 use self::segment::SegmentSet;
@@ -105,6 +106,27 @@ pub struct CommitLogConfig {
     /// Segments retention retires that are kept as spares, to become later
     /// segments by a rename (0: retired segments are unlinked).
     pub recycle_segments_max: usize,
+    /// A retired segment that is unlinked is first renamed to
+    /// `<base>.removing` and shrunk by this many bytes at a time, each
+    /// `ftruncate` after the previous one completed (0: unlinked at once).
+    /// On a file system mounted with `discard` freeing a segment's extents
+    /// discards them synchronously, and the CommitLog's writes queue behind
+    /// the discard at the device: in steps, behind one step's.
+    pub remove_step_bytes: u64,
+}
+
+/// A retired segment being shrunk before its unlink.
+#[derive(Debug)]
+struct Shrink {
+    base: u64,
+    /// `<base>.removing`.
+    path: PathBuf,
+    /// Open once the rename completed.
+    file: Option<FileId>,
+    /// Its length (as far as completed steps know).
+    len: u64,
+    /// The length the step in flight truncates to.
+    target: u64,
 }
 
 /// What recovery found and did.
@@ -152,6 +174,8 @@ pub struct SegmentStats {
     pub spared: u64,
     /// Segments made from a spare instead of a new file.
     pub recycled: u64,
+    /// `ftruncate` steps of segments shrunk before their unlink.
+    pub removal_steps: u64,
 }
 
 /// One shard's CommitLog (see the module doc).
@@ -190,6 +214,8 @@ pub struct CommitLog {
     sparing: usize,
     /// The segment being created comes from a spare.
     reusing: bool,
+    /// Retired segments being shrunk before their unlink.
+    shrinking: Vec<Shrink>,
     stats: SegmentStats,
 }
 
@@ -299,6 +325,7 @@ impl CommitLog {
             config.tail_cache_bytes,
         );
         let spares = segments.open_spares(disk, config.recycle_segments_max)?;
+        segments.remove_interrupted_removals(disk)?;
         let min_offset = segments.segments().first().map_or(0, |s| s.base);
         let mut first_store_timestamps = std::collections::BTreeMap::new();
         for segment in segments.segments() {
@@ -334,6 +361,7 @@ impl CommitLog {
             spares,
             sparing: 0,
             reusing: false,
+            shrinking: Vec::new(),
             stats: SegmentStats::default(),
         };
         Ok((log, report))
@@ -737,6 +765,10 @@ impl CommitLog {
                 }
                 Progress::default()
             }
+            SEQ_SEGMENT_RETIRE | SEQ_SEGMENT_SHRINK => {
+                self.on_shrink_completion(disk, completion.op_id, completion.result);
+                Progress::default()
+            }
             SEQ_SEGMENT_SPARE => {
                 self.removing -= 1;
                 self.sparing -= 1;
@@ -841,6 +873,24 @@ impl CommitLog {
                 None,
             )?;
             self.sparing += 1;
+        } else if self.config.remove_step_bytes > 0 && size > self.config.remove_step_bytes {
+            // Renamed first: a crash must not leave a short file under a
+            // segment's name (open would refuse it); a `.removing` file is
+            // removed by the next open.
+            let path = self.segments.dir().join(segment::removing_file_name(base));
+            disk.submit_rename(
+                commit_log_op_id(SEQ_SEGMENT_RETIRE, base / size),
+                &segment.path,
+                &path,
+                Some(OpenOptions::buffered(None)),
+            )?;
+            self.shrinking.push(Shrink {
+                base,
+                path,
+                file: None,
+                len: size,
+                target: size,
+            });
         } else {
             disk.submit_remove(
                 commit_log_op_id(SEQ_SEGMENT_REMOVE, base / size),
@@ -850,6 +900,83 @@ impl CommitLog {
         self.removing += 1;
         self.stats.removed += 1;
         Ok(SegmentRemoval::Removed)
+    }
+
+    /// The rename of a retired segment to `<base>.removing`, or one of its
+    /// `ftruncate` steps, completed: submits the next step, or closes and
+    /// unlinks the file once it is empty or a step failed (Linux before 6.9
+    /// has no ring `ftruncate`: EINVAL, and the file is unlinked whole).
+    fn on_shrink_completion(
+        &mut self,
+        disk: &mut impl Disk,
+        op_id: OpId,
+        result: Result<usize, crate::disk::DiskError>,
+    ) {
+        let size = self.config.segment_size_bytes;
+        let base = op_counter(op_id) * size;
+        let Some(index) = self.shrinking.iter().position(|s| s.base == base) else {
+            return;
+        };
+        let renamed = op_kind(op_id) == SEQ_SEGMENT_RETIRE;
+        let step_ok = match result {
+            Ok(value) if renamed => {
+                self.shrinking[index].file = Some(created_file_id(value));
+                true
+            }
+            Ok(_) => {
+                let shrink = &mut self.shrinking[index];
+                shrink.len = shrink.target;
+                self.stats.removal_steps += 1;
+                true
+            }
+            Err(error) if renamed => {
+                // The file may be under either name and is not open: the
+                // next open finds it (an expired segment, or `.removing`).
+                tracing::warn!(%error, base, "renaming an expired commit log segment for removal failed");
+                self.shrinking.swap_remove(index);
+                self.removing -= 1;
+                return;
+            }
+            Err(error) => {
+                if error.raw_os_error() == Some(libc::EINVAL) {
+                    tracing::debug!(
+                        base,
+                        "no ftruncate on this ring; unlinking the segment whole"
+                    );
+                } else {
+                    tracing::warn!(%error, base, "shrinking an expired commit log segment failed; unlinking it whole");
+                }
+                false
+            }
+        };
+        let step = self.config.remove_step_bytes;
+        let shrink = &mut self.shrinking[index];
+        let file = shrink.file.expect("renamed and opened before any step");
+        if step_ok && shrink.len > 0 {
+            shrink.target = shrink.len.saturating_sub(step);
+            let op = DiskOp::Truncate {
+                file,
+                len: shrink.target,
+            };
+            match disk.submit(commit_log_op_id(SEQ_SEGMENT_SHRINK, base / size), op, false) {
+                Ok(()) => return,
+                Err((error, _)) => {
+                    tracing::warn!(%error, base, "shrinking an expired commit log segment failed; unlinking it whole");
+                }
+            }
+        }
+        let shrink = self.shrinking.swap_remove(index);
+        if let Err(error) = disk.close(file) {
+            tracing::warn!(%error, base, "closing an expired commit log segment failed");
+        }
+        if let Err(error) = disk.submit_remove(
+            commit_log_op_id(SEQ_SEGMENT_REMOVE, base / size),
+            &shrink.path,
+        ) {
+            // Left for the next open to remove.
+            tracing::warn!(%error, base, "removing an expired commit log segment failed");
+            self.removing -= 1;
+        }
     }
 
     /// Completions reaped during synchronous reads, for the caller's loop.

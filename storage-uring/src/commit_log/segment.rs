@@ -54,6 +54,22 @@ pub fn parse_spare_file_name(name: &str) -> Option<u64> {
     parse_segment_file_name(name.strip_suffix(SPARE_SUFFIX)?)
 }
 
+/// Suffix of a retired segment being shrunk in steps before its unlink
+/// (see [`super::CommitLogConfig::remove_step_bytes`]); a crash can leave
+/// one behind, of any length, which the next open removes.
+pub const REMOVING_SUFFIX: &str = ".removing";
+
+/// The file name of the segment that started at `base` while it is shrunk
+/// for removal.
+pub fn removing_file_name(base: u64) -> String {
+    format!("{}{REMOVING_SUFFIX}", segment_file_name(base))
+}
+
+/// The old base named by a file being removed, if it is one.
+pub fn parse_removing_file_name(name: &str) -> Option<u64> {
+    parse_segment_file_name(name.strip_suffix(REMOVING_SUFFIX)?)
+}
+
 /// One open segment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Segment {
@@ -304,6 +320,31 @@ impl SegmentSet {
             disk.sync_dir(&self.dir)?;
         }
         Ok(kept)
+    }
+
+    /// Removes the files of removals a crash interrupted
+    /// ([`REMOVING_SUFFIX`]); returns how many. They are retired segments,
+    /// below the log's start, so nothing in them is needed.
+    ///
+    /// # Errors
+    /// Disk errors.
+    pub fn remove_interrupted_removals(
+        &mut self,
+        disk: &mut impl Disk,
+    ) -> Result<usize, StorageError> {
+        let names: Vec<String> = disk
+            .list_dir(&self.dir)?
+            .into_iter()
+            .filter(|name| parse_removing_file_name(name).is_some())
+            .collect();
+        for name in &names {
+            tracing::warn!(file = %name, "removing a retired commit log segment whose removal was interrupted");
+            disk.remove(&self.dir.join(name))?;
+        }
+        if !names.is_empty() {
+            disk.sync_dir(&self.dir)?;
+        }
+        Ok(names.len())
     }
 
     /// Closes every segment.

@@ -150,6 +150,17 @@ pub enum DiskOp {
         /// File to sync.
         file: FileId,
     },
+    /// `ftruncate(2)` to `len` (metadata only: durable with the file's next
+    /// fsync or a journal commit). On Linux before 6.9 the ring has no such
+    /// operation and it fails with EINVAL. Used to shrink a file in steps
+    /// before it is unlinked, where the file system discards freed blocks
+    /// synchronously.
+    Truncate {
+        /// Target file.
+        file: FileId,
+        /// The new length.
+        len: u64,
+    },
 }
 
 impl DiskOp {
@@ -159,7 +170,8 @@ impl DiskOp {
             DiskOp::Write { file, .. }
             | DiskOp::WriteShared { file, .. }
             | DiskOp::Read { file, .. }
-            | DiskOp::Fdatasync { file } => *file,
+            | DiskOp::Fdatasync { file }
+            | DiskOp::Truncate { file, .. } => *file,
         }
     }
 
@@ -179,7 +191,7 @@ impl DiskOp {
                 buf_range,
                 ..
             } => Some((*file_offset, buf.buf(), buf_range)),
-            DiskOp::Read { .. } | DiskOp::Fdatasync { .. } => None,
+            DiskOp::Read { .. } | DiskOp::Fdatasync { .. } | DiskOp::Truncate { .. } => None,
         }
     }
 
@@ -198,6 +210,7 @@ impl DiskOp {
             DiskOp::Write { .. } | DiskOp::WriteShared { .. } => "write",
             DiskOp::Read { .. } => "read",
             DiskOp::Fdatasync { .. } => "fdatasync",
+            DiskOp::Truncate { .. } => "ftruncate",
         }
     }
 
@@ -205,7 +218,7 @@ impl DiskOp {
     pub fn into_buf(self) -> Option<AlignedBuf> {
         match self {
             DiskOp::Write { buf, .. } | DiskOp::Read { buf, .. } => Some(buf),
-            DiskOp::WriteShared { .. } | DiskOp::Fdatasync { .. } => None,
+            DiskOp::WriteShared { .. } | DiskOp::Fdatasync { .. } | DiskOp::Truncate { .. } => None,
         }
     }
 }

@@ -655,6 +655,9 @@ impl SimDisk {
                 (result, Some(buf))
             }
             DiskOp::Fdatasync { file } => (self.execute_fsync(file, started_at), None),
+            // As `set_len`: the simulation applies it to the durable content
+            // at once (a crash keeps the new length).
+            DiskOp::Truncate { file, len } => (Disk::set_len(self, file, len).map(|()| 0), None),
         }
     }
 
@@ -1160,7 +1163,7 @@ impl Disk for SimDisk {
                 );
                 (*file, Some((*file_offset, 0, *len)))
             }
-            DiskOp::Fdatasync { file } => (*file, None),
+            DiskOp::Fdatasync { file } | DiskOp::Truncate { file, .. } => (*file, None),
         };
         if let (Some(open), Some((offset, start, len))) = (self.open.get(&file.0), direct_check)
             && open.options.direct

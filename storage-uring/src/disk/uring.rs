@@ -1045,6 +1045,7 @@ impl UringDisk {
                 }
             }
             DiskOp::Fdatasync { .. } => Op::Fsync { fd, datasync: true },
+            DiskOp::Truncate { len, .. } => Op::Ftruncate { fd, len },
         };
         Ok((file_id, ring_op))
     }
@@ -1617,7 +1618,11 @@ fn back_to_disk_op(file: FileId, op: Op) -> DiskOp {
             len,
         },
         Op::Fsync { .. } => DiskOp::Fdatasync { file },
-        other => unreachable!("disk ops map to write, read or fsync, not {}", other.name()),
+        Op::Ftruncate { len, .. } => DiskOp::Truncate { file, len },
+        other => unreachable!(
+            "disk ops map to write, read, fsync or ftruncate, not {}",
+            other.name()
+        ),
     }
 }
 

@@ -247,6 +247,7 @@ pub(super) fn build_entry(
             .flags(*flags | libc::O_CLOEXEC)
             .mode(*mode)
             .build(),
+        Op::Ftruncate { fd, len } => opcode::Ftruncate::new(Fd(*fd), *len).build(),
         Op::Close { fd } => opcode::Close::new(Fd(*fd)).build(),
         Op::UnlinkAt {
             dir_fd,

@@ -96,6 +96,14 @@ pub enum Op {
         /// `fallocate` mode bits (0 = allocate and extend).
         mode: i32,
     },
+    /// `ftruncate(fd, len)` (IORING_OP_FTRUNCATE, Linux 6.9; older kernels
+    /// complete it with EINVAL).
+    Ftruncate {
+        /// File descriptor.
+        fd: RawFd,
+        /// The new length.
+        len: u64,
+    },
     /// `openat(dir_fd, path, flags | O_CLOEXEC, mode)`; completes with the new
     /// descriptor.
     OpenAt {
@@ -194,6 +202,7 @@ impl Op {
                 datasync: false, ..
             } => "fsync",
             Op::Fallocate { .. } => "fallocate",
+            Op::Ftruncate { .. } => "ftruncate",
             Op::OpenAt { .. } => "openat",
             Op::Close { .. } => "close",
             Op::UnlinkAt { .. } => "unlinkat",
