@@ -45,12 +45,9 @@
 use ringmq_protocol::message::layout::is_dispatched_to_consume_queue;
 use ringmq_protocol::message::{CrcCheck, RecordView, decode_record, tags_code};
 
-use super::{
-    DispatchProperties, StoreConfig, remove_consume_queue_files, remove_files_in,
-    removed_queue_floors,
-};
+use super::{DispatchProperties, StoreConfig};
 use crate::checkpoint::DurablePoints;
-use crate::commit_log::{CommitLog, shard_offset};
+use crate::commit_log::{self, CommitLog, shard_offset};
 use crate::consume_queue::{AppendOutcome, ConsumeQueueSet, CqEntry};
 use crate::disk::Disk;
 use crate::error::StorageError;
@@ -307,4 +304,87 @@ pub(super) fn rebuild<D: Disk>(
         queues.queue_at_mut(at).start_at(floor);
     }
     Ok((queues, index, redispatched))
+}
+
+/// For each ConsumeQueue on disk, the queue offset after its entries that
+/// point below the CommitLog's first segment (records retention removed), if
+/// any: `(topic, queue id, offset)`. Best effort: a queue that cannot be read
+/// is left out (it is rebuilt from the CommitLog as before).
+fn removed_queue_floors(disk: &mut impl Disk, config: &StoreConfig) -> Vec<(String, u32, u64)> {
+    let log_min_local = match disk.list_dir(&config.commit_log_dir()) {
+        Ok(names) => names
+            .iter()
+            .filter_map(|name| commit_log::segment::parse_segment_file_name(name))
+            .min(),
+        Err(error) => {
+            tracing::warn!(%error, "listing the commit log for queue offsets failed");
+            None
+        }
+    };
+    let Some(log_min_local) = log_min_local.filter(|min| *min > 0) else {
+        return Vec::new();
+    };
+    let log_min = shard_offset(config.shard_id, log_min_local);
+    let queues = match ConsumeQueueSet::load_all(disk, &config.consume_queue_root) {
+        Ok(queues) => queues,
+        Err(error) => {
+            tracing::warn!(%error, "loading consume queues for their offsets failed");
+            return Vec::new();
+        }
+    };
+    let mut floors = Vec::new();
+    for queue in queues.iter() {
+        // Entries are in CommitLog order: binary search for the first one
+        // still backed by the CommitLog.
+        let (mut low, mut high) = (queue.min_offset(), queue.max_offset());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match queue.entry(mid) {
+                Some(entry) if entry.commit_log_offset < log_min => low = mid + 1,
+                _ => high = mid,
+            }
+        }
+        if low > 0 {
+            floors.push((queue.topic().to_string(), queue.queue_id(), low));
+        }
+    }
+    let mut queues = queues;
+    if let Err(error) = queues.close_all(disk) {
+        tracing::warn!(%error, "closing consume queues read for their offsets failed");
+    }
+    floors
+}
+
+/// Removes every file directly in `dir`.
+fn remove_files_in(disk: &mut impl Disk, dir: &std::path::Path) -> Result<(), StorageError> {
+    let names = disk.list_dir(dir)?;
+    for name in &names {
+        disk.remove(&dir.join(name))?;
+    }
+    if !names.is_empty() {
+        disk.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Removes every ConsumeQueue file under `root` (`consumequeue/<topic>/<queue>/<file>`).
+fn remove_consume_queue_files(
+    disk: &mut impl Disk,
+    root: &std::path::Path,
+) -> Result<(), StorageError> {
+    let cq_root = root.join(crate::consume_queue::CQ_DIR_NAME);
+    for topic in disk.list_dir(&cq_root)? {
+        let topic_dir = cq_root.join(&topic);
+        for queue in disk.list_dir(&topic_dir)? {
+            let queue_dir = topic_dir.join(&queue);
+            let names = disk.list_dir(&queue_dir)?;
+            for name in &names {
+                disk.remove(&queue_dir.join(name))?;
+            }
+            if !names.is_empty() {
+                disk.sync_dir(&queue_dir)?;
+            }
+        }
+    }
+    Ok(())
 }

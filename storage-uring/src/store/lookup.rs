@@ -1,0 +1,181 @@
+//! Lookups: queue offsets, reads of records by CommitLog offset, pulls of a
+//! queue's messages (PULL_MESSAGE) and index queries by key. Everything is
+//! clamped to the acknowledgeable CommitLog position.
+
+use ringmq_protocol::message::peek_total_size;
+
+use super::{FoundRecord, GetMessageStatus, GetMessagesResult, Store};
+use crate::disk::Disk;
+use crate::error::StorageError;
+use crate::index_file::IndexQueryResult;
+use crate::limits::{
+    GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX, GET_MESSAGES_SCAN_ENTRIES_MAX,
+};
+
+impl<D: Disk> Store<D> {
+    /// The queue's min offset (0 if it does not exist).
+    pub fn queue_min_offset(&self, topic: &str, queue_id: u32) -> u64 {
+        self.queues
+            .get(topic, queue_id)
+            .map_or(0, |q| q.min_offset())
+    }
+
+    /// The queue's max offset counting only acknowledgeable records (0 if it
+    /// does not exist).
+    pub fn queue_max_offset(&self, topic: &str, queue_id: u32) -> u64 {
+        let Some(queue) = self.queues.get(topic, queue_id) else {
+            return 0;
+        };
+        let visible_end = self.commit_log.max_offset();
+        let mut max = queue.max_offset();
+        // Only the newest entries can be beyond the acknowledgeable position.
+        while max > queue.min_offset() {
+            match queue.entry(max - 1) {
+                Some(entry) if entry.end_offset() > visible_end => max -= 1,
+                _ => break,
+            }
+        }
+        max
+    }
+
+    /// QUERY_MESSAGE: CommitLog offsets of acknowledgeable records indexed
+    /// under `topic#key` and stored within `[begin_ms, end_ms]`, newest first
+    /// (hash collisions possible: the caller re-checks keys).
+    pub fn query_message(
+        &self,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> IndexQueryResult {
+        let mut result = self.index.query(topic, key, max_num, begin_ms, end_ms);
+        let visible_end = self.commit_log.max_offset();
+        result.phy_offsets.retain(|offset| *offset < visible_end);
+        result
+    }
+
+    /// The stored record at outside-visible `commit_log_offset`, if it is
+    /// acknowledgeable and still kept (VIEW_MESSAGE_BY_ID).
+    ///
+    /// # Errors
+    /// Disk errors; [`StorageError::InvalidArgument`] for another shard's
+    /// offset.
+    pub fn read_record(&mut self, commit_log_offset: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        let Some(head) = self.commit_log.read(&mut self.disk, commit_log_offset, 4)? else {
+            return Ok(None);
+        };
+        let size = match peek_total_size(&head) {
+            Ok(size) if size > 0 => size as usize,
+            _ => return Ok(None),
+        };
+        self.commit_log
+            .read(&mut self.disk, commit_log_offset, size)
+    }
+
+    /// Messages of one queue from `queue_offset` (PULL_MESSAGE), as
+    /// RocketMQ's `DefaultMessageStore.getMessage`: at most `max_count`
+    /// records and, after the first, at most `max_bytes`; `tag_filter` keeps
+    /// entries whose `(i32) tags_code` is in the set (None: all).
+    ///
+    /// # Errors
+    /// Disk errors reading older records.
+    pub fn get_messages(
+        &mut self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        tag_filter: Option<&[i32]>,
+    ) -> Result<GetMessagesResult, StorageError> {
+        let mut result = GetMessagesResult {
+            status: GetMessageStatus::NoMatchedLogicQueue,
+            next_begin_offset: 0,
+            min_offset: 0,
+            max_offset: 0,
+            body: Vec::new(),
+            records: Vec::new(),
+        };
+        if self.queues.get(topic, queue_id).is_none() {
+            return Ok(result);
+        }
+        let min = self.queue_min_offset(topic, queue_id);
+        let max = self.queue_max_offset(topic, queue_id);
+        result.min_offset = min;
+        result.max_offset = max;
+        if max == 0 {
+            result.status = GetMessageStatus::NoMessageInQueue;
+            return Ok(result);
+        }
+        if queue_offset < min {
+            result.status = GetMessageStatus::OffsetTooSmall;
+            result.next_begin_offset = min;
+            return Ok(result);
+        }
+        if queue_offset == max {
+            result.status = GetMessageStatus::OffsetOverflowOne;
+            result.next_begin_offset = queue_offset;
+            return Ok(result);
+        }
+        if queue_offset > max {
+            result.status = GetMessageStatus::OffsetOverflowBadly;
+            result.next_begin_offset = if min == 0 { min } else { max };
+            return Ok(result);
+        }
+        let max_count = max_count.clamp(1, GET_MESSAGES_COUNT_MAX);
+        let max_bytes = max_bytes.min(GET_MESSAGES_BYTES_MAX);
+        let scan =
+            (max - queue_offset).min(GET_MESSAGES_SCAN_ENTRIES_MAX.max(max_count) as u64) as usize;
+        let entries = self
+            .queues
+            .get(topic, queue_id)
+            .map(|q| q.entries(queue_offset, scan))
+            .unwrap_or_default();
+        let log_min = self.commit_log.min_offset();
+        let mut status = GetMessageStatus::NoMatchedMessage;
+        let mut next = queue_offset;
+        for entry in entries {
+            if result.records.len() >= max_count
+                || (!result.records.is_empty()
+                    && result.body.len() + entry.size as usize > max_bytes)
+            {
+                break;
+            }
+            let this_offset = next;
+            next += 1;
+            if entry.commit_log_offset < log_min {
+                status = GetMessageStatus::MessageWasRemoving;
+                continue;
+            }
+            if let Some(codes) = tag_filter
+                && !codes.contains(&(entry.tags_code as i32))
+            {
+                continue;
+            }
+            let Some(bytes) = self.commit_log.read(
+                &mut self.disk,
+                entry.commit_log_offset,
+                entry.size as usize,
+            )?
+            else {
+                status = GetMessageStatus::MessageWasRemoving;
+                continue;
+            };
+            let start = result.body.len();
+            result.body.extend_from_slice(&bytes);
+            result.records.push(FoundRecord {
+                queue_offset: this_offset,
+                commit_log_offset: entry.commit_log_offset,
+                range: start..result.body.len(),
+            });
+        }
+        result.status = if result.records.is_empty() {
+            status
+        } else {
+            GetMessageStatus::Found
+        };
+        result.next_begin_offset = next;
+        Ok(result)
+    }
+}

@@ -1,0 +1,896 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
+
+use super::*;
+use crate::consume_queue::CQ_ENTRY_SIZE;
+use crate::disk::sim::{CrashKind, SimConfig, SimDisk, SimImage};
+use crate::index_file::IndexGeometry;
+use crate::limits::COMMIT_LOG_SEGMENT_SIZE_MIN;
+
+fn config(mode: FlushMode) -> StoreConfig {
+    let mut config = StoreConfig::new("/s", 0, SocketAddr::from(([127, 0, 0, 1], 10911)));
+    config.segment_size_bytes = COMMIT_LOG_SEGMENT_SIZE_MIN;
+    config.flush_mode = mode;
+    config.flush_interval_ms = 10;
+    config.sync_flush_timeout_ms = 50;
+    config.index_geometry = IndexGeometry {
+        hash_slot_count: 1024,
+        entry_count_max: 8192,
+    };
+    config
+}
+
+fn message(body: &[u8]) -> AppendMessage<'_> {
+    AppendMessage {
+        topic: "T",
+        queue_id: 0,
+        body,
+        properties: b"TAGS\x01A\x02",
+        flag: 0,
+        sys_flag: 0,
+        born_timestamp_ms: 1,
+        born_host: SocketAddr::from(([10, 0, 0, 2], 999)),
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    }
+}
+
+fn settle(store: &mut Store<SimDisk>, now_ms: u64, acks: &mut Vec<AppendAck>) {
+    for _ in 0..1_000 {
+        store
+            .poll_wait(now_ms, std::time::Duration::ZERO, acks)
+            .unwrap();
+        if store.pending_appends() == 0 {
+            return;
+        }
+    }
+    panic!("appends still pending");
+}
+
+#[test]
+fn a_queue_with_enough_unwritten_entries_is_flushed_before_the_interval() {
+    let mut config = config(FlushMode::Async);
+    config.consume_queue_flush_interval_ms = u64::MAX;
+    config.consume_queue_flush_early_bytes = 10 * CQ_ENTRY_SIZE;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(31)), config, 0).unwrap();
+    let dirty = |store: &Store<SimDisk>| store.queues.get("T", 0).unwrap().dirty_bytes();
+    for _ in 0..9 {
+        store.append(&message(b"x"), 1).unwrap();
+    }
+    turns(&mut store, 1, 20);
+    assert_eq!(
+        dirty(&store),
+        9 * CQ_ENTRY_SIZE,
+        "below the threshold: left for the interval"
+    );
+    store.append(&message(b"x"), 1).unwrap();
+    turns(&mut store, 1, 20);
+    assert_eq!(dirty(&store), 0, "written at once");
+    assert!(store.queues.is_clean(), "and synced after its write");
+}
+
+#[test]
+fn dispatch_properties_find_what_properties_get_finds() {
+    let cases: [&[u8]; 7] = [
+        b"",
+        b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02",
+        b"TAGS\x01first\x02TAGS\x01last\x02",
+        b"TAGS\x01\x02KEYS\x01\x01x\x02\x01TAGS",
+        b"UNIQ_KEY\x01\xff\xfe\x02TAGS\x01t",
+        b"TAGS\x01a\x01b\x02__CRC32#\x010000000000\x02",
+        b"KEYS\x01k\x02UNIQ_KEY\x01u\x02TAGS\x01t\x02KEYS\x01\xff\x02",
+    ];
+    for bytes in cases {
+        let properties = Properties::new(bytes);
+        let expected = DispatchProperties {
+            tags: properties.get(TAGS),
+            keys: properties.get(KEYS),
+            uniq_key: properties.get(UNIQ_KEY),
+        };
+        assert_eq!(DispatchProperties::find(bytes), expected, "{bytes:?}");
+    }
+}
+
+#[test]
+fn sync_flush_acks_only_after_fdatasync_and_fills_record_fields() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(1)), config(FlushMode::Sync), 0).unwrap();
+    let ticket = store.append(&message(b"hello"), 42).unwrap();
+    assert_eq!(
+        store.commit_log_max_offset(),
+        0,
+        "nothing is acknowledgeable before the flush"
+    );
+    assert_eq!(store.read_record(ticket.commit_log_offset).unwrap(), None);
+    let mut acks = Vec::new();
+    settle(&mut store, 43, &mut acks);
+    assert_eq!(acks[0].status, AckStatus::Ok);
+    let appender = store.commit_log().appender();
+    assert_eq!(appender.durable(), appender.encoded());
+    let bytes = store
+        .read_record(ticket.commit_log_offset)
+        .unwrap()
+        .unwrap();
+    let view = decode_record(&bytes, CrcCheck::Verify).unwrap();
+    assert_eq!(view.store_timestamp_ms(), 42);
+    assert_eq!(view.store_host(), SocketAddr::from(([127, 0, 0, 1], 10911)));
+    assert_eq!(view.commit_log_offset() as u64, ticket.commit_log_offset);
+    assert!(view.property("__CRC32#").is_some());
+}
+
+#[test]
+fn a_steady_trickle_of_appends_is_acked_within_a_few_milliseconds() {
+    // One small append per non-blocking poll, never a wait: the partial
+    // tail block must still be written once its oldest record lingers.
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(9)), config(FlushMode::Async), 0).unwrap();
+    let mut acks = Vec::new();
+    let first = store.append(&message(b"first"), 0).unwrap();
+    let mut acked_at = None;
+    for step in 0..2_000u64 {
+        let now_ms = step / 50; // 50 turns per millisecond
+        store.append(&message(b"trickle"), now_ms).unwrap();
+        store.poll(now_ms, &mut acks).unwrap();
+        if acks.iter().any(|ack| ack.id == first.id) {
+            acked_at = Some(now_ms);
+            break;
+        }
+    }
+    let acked_at = acked_at.expect("the first append was never acknowledged");
+    assert!(acked_at <= 3, "acknowledged only at {acked_at} ms");
+}
+
+#[test]
+fn sync_flush_past_its_timeout_acks_flush_timeout_once() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(2)), config(FlushMode::Sync), 0).unwrap();
+    let ticket = store.append(&message(b"slow"), 0).unwrap();
+    let mut acks = Vec::new();
+    // The disk is never polled before the deadline passes.
+    store.collect_acks(100, &mut acks);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].status, AckStatus::FlushTimeout);
+    assert_eq!(acks[0].id, ticket.id);
+    // Its write, then the group fdatasync, complete later.
+    for _ in 0..100 {
+        if store
+            .read_record(ticket.commit_log_offset)
+            .unwrap()
+            .is_some()
+        {
+            break;
+        }
+        store
+            .poll_wait(200, std::time::Duration::ZERO, &mut acks)
+            .unwrap();
+    }
+    assert_eq!(
+        acks.len(),
+        1,
+        "a timed-out append is not acknowledged again"
+    );
+    assert!(
+        store
+            .read_record(ticket.commit_log_offset)
+            .unwrap()
+            .is_some(),
+        "the record stays stored"
+    );
+}
+
+#[test]
+fn write_error_fails_pending_appends_and_refuses_new_ones() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(3)), config(FlushMode::Async), 0).unwrap();
+    store.disk_mut().faults_mut().write_eio_nth = Some(1);
+    store.append(&message(b"doomed"), 0).unwrap();
+    let mut acks = Vec::new();
+    settle(&mut store, 1, &mut acks);
+    assert!(matches!(acks[0].status, AckStatus::Failed(_)), "{acks:?}");
+    let refused = store.append(&message(b"later"), 2).unwrap_err();
+    assert!(
+        matches!(refused, StorageError::NotWritable { .. }),
+        "{refused}"
+    );
+}
+
+#[test]
+fn acknowledged_records_are_read_from_the_tail_cache_across_segment_ends() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(4)), config(FlushMode::Async), 0).unwrap();
+    let body = vec![7u8; 3_000];
+    let mut tickets = Vec::new();
+    let mut acks = Vec::new();
+    for i in 0..60 {
+        tickets.push(store.append(&message(&body), i).unwrap());
+        if i % 3 == 0 {
+            store.poll(i, &mut acks).unwrap();
+        }
+    }
+    settle(&mut store, 100, &mut acks);
+    assert!(store.commit_log().segments().segments().len() >= 3);
+    // Any disk read from now on fails: every record must come from the
+    // write buffers, which are the tail cache.
+    store.disk_mut().faults_mut().read_eio_nth = Some(1);
+    for ticket in &tickets {
+        let bytes = store
+            .read_record(ticket.commit_log_offset)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
+            &body[..]
+        );
+    }
+}
+
+#[test]
+fn records_never_cross_a_segment_end_and_reads_come_back_from_disk() {
+    let mut config = config(FlushMode::Async);
+    config.tail_cache_bytes = 0;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(4)), config, 0).unwrap();
+    let body = vec![9u8; 3_000];
+    let mut tickets = Vec::new();
+    let mut acks = Vec::new();
+    for i in 0..60 {
+        tickets.push(store.append(&message(&body), i).unwrap());
+        store.poll(i, &mut acks).unwrap();
+    }
+    settle(&mut store, 100, &mut acks);
+    let segment = COMMIT_LOG_SEGMENT_SIZE_MIN;
+    assert!(store.commit_log().segments().segments().len() >= 3);
+    for ticket in &tickets {
+        let start = ticket.commit_log_offset;
+        let end = start + u64::from(ticket.wrote_bytes);
+        assert_eq!(
+            start / segment,
+            (end - 1) / segment,
+            "record at {start} crosses a segment end"
+        );
+        let bytes = store.read_record(start).unwrap().unwrap();
+        assert_eq!(
+            decode_record(&bytes, CrcCheck::Verify).unwrap().body(),
+            &body[..]
+        );
+    }
+    // The first segment ends with a BLANK marker covering its rest.
+    let image = store.disk().snapshot();
+    let first = &image.files[&PathBuf::from("/s/commitlog/0/00000000000000000000")];
+    let last_end = tickets
+        .iter()
+        .map(|t| t.commit_log_offset + u64::from(t.wrote_bytes))
+        .filter(|e| *e <= segment)
+        .max()
+        .unwrap() as usize;
+    assert_eq!(
+        &first[last_end + 4..last_end + 8],
+        &0xCBD4_3194u32.to_be_bytes()
+    );
+    assert_eq!(
+        u32::from_be_bytes(first[last_end..last_end + 4].try_into().unwrap()) as u64,
+        segment - last_end as u64
+    );
+}
+
+#[test]
+fn a_full_disk_rejects_appends_retriably() {
+    let mut sim = SimConfig::new(5);
+    // One segment and the checkpoint block leave about 1 % free.
+    sim.capacity_bytes = COMMIT_LOG_SEGMENT_SIZE_MIN + 5 * 1024;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config(FlushMode::Async), 0).unwrap();
+    let mut acks = Vec::new();
+    store.poll(DISK_SPACE_CHECK_INTERVAL_MS, &mut acks).unwrap();
+    let error = store.append(&message(b"x"), 1).unwrap_err();
+    assert!(matches!(error, StorageError::DiskFull { .. }), "{error}");
+    assert!(error.is_retriable());
+}
+
+const HOUR_MS: u64 = 3_600_000;
+/// Day 1000 of the epoch, 01:00 UTC.
+const T0: u64 = 1_000 * 24 * HOUR_MS + HOUR_MS;
+
+fn retention_config() -> StoreConfig {
+    let mut config = config(FlushMode::Async);
+    config.retention.file_reserved_time_hours = 1;
+    // These tests are about what goes, not how fast: no spacing (the
+    // one-at-a-time rule still holds; its own test spaces).
+    config.retention.delete_commit_log_files_interval_ms = 0;
+    config.clean_resource_interval_ms = 1_000;
+    config.index_geometry = IndexGeometry {
+        hash_slot_count: 64,
+        entry_count_max: 100,
+    };
+    config
+}
+
+/// Appends 1 KiB messages at `now_ms` until the CommitLog has
+/// `segments` segments in use, then lets everything become durable.
+fn fill_segments(store: &mut Store<SimDisk>, segments: u64, now_ms: u64) -> Vec<AppendTicket> {
+    let body = vec![7u8; 1_000];
+    let mut acks = Vec::new();
+    let mut tickets = Vec::new();
+    let size = store.config().segment_size_bytes;
+    let mut at_ms = now_ms;
+    while store.commit_log().encoded_offset() < (segments - 1) * size + size / 4 {
+        let keys = format!("TAGS\x01A\x02KEYS\x01k{}\x02", tickets.len());
+        let mut m = message(&body);
+        m.properties = keys.as_bytes();
+        tickets.push(store.append(&m, at_ms).unwrap());
+        store.poll(at_ms, &mut acks).unwrap();
+        at_ms += 1;
+    }
+    settle(store, at_ms, &mut acks);
+    tickets
+}
+
+/// Polls `turns` times at `now_ms`, and once a second of fake time
+/// later so that space checks and retention runs are due.
+fn turns(store: &mut Store<SimDisk>, now_ms: u64, turns: usize) {
+    let mut acks = Vec::new();
+    for _ in 0..turns {
+        store.poll(now_ms, &mut acks).unwrap();
+    }
+    settle(store, now_ms, &mut acks);
+}
+
+#[test]
+fn a_plan_removes_its_segments_one_at_a_time_spaced_by_the_interval() {
+    let mut config = retention_config();
+    config.retention.delete_commit_log_files_interval_ms = 100;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(22)), config, T0).unwrap();
+    fill_segments(&mut store, 5, T0);
+    let mut acks = Vec::new();
+    let at_delete_when = T0 + 3 * HOUR_MS;
+    let mut removed = Vec::new();
+    // 04:00, then turns 10 ms apart for a second.
+    for step in 0..100 {
+        store.poll(at_delete_when + step * 10, &mut acks).unwrap();
+        assert!(
+            store.commit_log().removals_in_flight() <= 1,
+            "two segment removals in flight at step {step}"
+        );
+        removed.push(store.retention_stats().segments_removed);
+    }
+    let total = *removed.last().unwrap();
+    assert!(total >= 3, "only {total} segments went in a second");
+    // At most one removal starts per 100 ms (10 turns).
+    for window in removed.windows(10) {
+        assert!(
+            window[9] - window[0] <= 1,
+            "more than one removal within 100 ms: {removed:?}"
+        );
+    }
+    settle(&mut store, at_delete_when + 1_000, &mut acks);
+}
+
+fn shrinking_config() -> StoreConfig {
+    let mut config = retention_config();
+    config.commit_log_recycle_segments = 0;
+    config.commit_log_remove_step_bytes = config.segment_size_bytes / 4;
+    config
+}
+
+fn removing_files(image: &SimImage) -> Vec<(PathBuf, u64)> {
+    image
+        .files
+        .iter()
+        .filter(|(path, _)| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(commit_log::segment::parse_removing_file_name)
+                .is_some()
+        })
+        .map(|(path, bytes)| (path.clone(), bytes.len() as u64))
+        .collect()
+}
+
+#[test]
+fn an_unlinked_segment_is_renamed_and_shrunk_in_steps_first() {
+    let config = shrinking_config();
+    let size = config.segment_size_bytes;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(41)), config, T0).unwrap();
+    fill_segments(&mut store, 5, T0);
+    let dir = PathBuf::from("/s/commitlog/0");
+    let mut acks = Vec::new();
+    let mut lengths_seen = std::collections::BTreeSet::new();
+    for _ in 0..400 {
+        store.poll(T0 + 3 * HOUR_MS, &mut acks).unwrap();
+        let image = store.disk().snapshot();
+        for (path, len) in removing_files(&image) {
+            assert!(len <= size && len % (size / 4) == 0, "{path:?}: {len}");
+            // Never under both names.
+            let base = commit_log::segment::parse_removing_file_name(
+                path.file_name().unwrap().to_str().unwrap(),
+            )
+            .unwrap();
+            assert!(
+                !image
+                    .files
+                    .contains_key(&dir.join(commit_log::segment::segment_file_name(base)))
+            );
+            lengths_seen.insert(len);
+        }
+    }
+    settle(&mut store, T0 + 3 * HOUR_MS, &mut acks);
+    let removed = store.retention_stats().segments_removed;
+    assert!(removed >= 3, "only {removed} segments removed");
+    assert_eq!(store.commit_log().removals_in_flight(), 0);
+    // Four steps each (3/4, 1/2, 1/4, 0 of the segment), then the unlink.
+    assert_eq!(
+        store.commit_log().segment_stats().removal_steps,
+        4 * removed
+    );
+    assert!(
+        lengths_seen.len() > 1,
+        "no intermediate length seen: {lengths_seen:?}"
+    );
+    let image = store.disk().snapshot();
+    assert!(removing_files(&image).is_empty());
+    for base in (0..store.commit_log_min_offset()).step_by(size as usize) {
+        assert!(
+            !image
+                .files
+                .contains_key(&dir.join(commit_log::segment::segment_file_name(base)))
+        );
+    }
+}
+
+#[test]
+fn a_crash_while_a_segment_is_shrunk_leaves_a_store_that_opens() {
+    let config = shrinking_config();
+    let size = config.segment_size_bytes;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(42)), config, T0).unwrap();
+    fill_segments(&mut store, 5, T0);
+    let mut acks = Vec::new();
+    let mut cut = false;
+    for _ in 0..400 {
+        store.poll(T0 + 3 * HOUR_MS, &mut acks).unwrap();
+        let image = store.disk().durable_image();
+        if removing_files(&image)
+            .iter()
+            .any(|(_, len)| *len > 0 && *len < size)
+        {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "never saw a segment half shrunk");
+    let log_min = store.commit_log_min_offset();
+    for kind in [CrashKind::ProcessKill, CrashKind::PowerLoss] {
+        let disk = store.disk_mut().crash(kind);
+        let (reopened, report) = Store::open(disk, shrinking_config(), T0 + 4 * HOUR_MS).unwrap();
+        assert!(report.abnormal);
+        assert!(removing_files(&reopened.disk().snapshot()).is_empty());
+        // Segments removed before the cut stay removed; the one being
+        // shrunk was below the min offset already.
+        assert_eq!(reopened.commit_log_min_offset(), log_min);
+    }
+}
+
+#[test]
+fn expired_segments_go_at_delete_when_and_never_the_active_one() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(21)), retention_config(), T0).unwrap();
+    let tickets = fill_segments(&mut store, 5, T0);
+    let size = store.config().segment_size_bytes;
+    let segments_before = store.commit_log().segments().segments().len();
+    assert!(segments_before >= 5);
+    // Expired (reserved 1 h) at 03:00, but deleteWhen is 04.
+    turns(&mut store, T0 + 2 * HOUR_MS, 50);
+    assert_eq!(
+        store.commit_log_min_offset(),
+        0,
+        "nothing goes before deleteWhen"
+    );
+    assert_eq!(store.retention_stats().segments_removed, 0);
+    // 04:00: every segment before the active one goes.
+    turns(&mut store, T0 + 3 * HOUR_MS, 50);
+    let active = store.commit_log().encoded_offset() / size * size;
+    assert_eq!(store.commit_log_min_offset(), active);
+    assert_eq!(store.retention_stats().segments_removed, active / size);
+    let image = store.disk().snapshot();
+    let dir = PathBuf::from("/s/commitlog/0");
+    for base in (0..active).step_by(size as usize) {
+        assert!(
+            !image
+                .files
+                .contains_key(&dir.join(commit_log::segment::segment_file_name(base))),
+            "segment {base} still on disk"
+        );
+    }
+    assert!(
+        image
+            .files
+            .contains_key(&dir.join(commit_log::segment::segment_file_name(active)))
+    );
+    // Reads below the min: the ConsumeQueue min moved past the removed
+    // records (OFFSET_TOO_SMALL), records above it are still found.
+    let queue_min = store.queue_min_offset("T", 0);
+    let first_kept = tickets
+        .iter()
+        .find(|t| t.commit_log_offset >= active)
+        .unwrap();
+    assert_eq!(queue_min, first_kept.queue_offset);
+    let below = store.get_messages("T", 0, 0, 8, 1 << 20, None).unwrap();
+    assert_eq!(below.status, GetMessageStatus::OffsetTooSmall);
+    assert_eq!(below.next_begin_offset, queue_min);
+    let kept = store
+        .get_messages("T", 0, queue_min, 1, 1 << 20, None)
+        .unwrap();
+    assert_eq!(kept.status, GetMessageStatus::Found);
+    assert_eq!(
+        store.read_record(tickets[0].commit_log_offset).unwrap(),
+        None
+    );
+    // Index files wholly below the new min are gone too.
+    assert!(
+        store.retention_stats().files_removed > 0,
+        "{:?}",
+        store.retention_stats()
+    );
+    assert!(
+        store
+            .query_message("T", "k0", 10, 0, i64::MAX)
+            .phy_offsets
+            .is_empty()
+    );
+    let last_key = format!("k{}", tickets.len() - 1);
+    let found = store.query_message("T", &last_key, 10, 0, i64::MAX);
+    assert_eq!(
+        found.phy_offsets,
+        vec![tickets[tickets.len() - 1].commit_log_offset]
+    );
+}
+
+#[test]
+fn a_restart_after_deletion_recovers_with_the_new_min_offsets() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(22)), retention_config(), T0).unwrap();
+    fill_segments(&mut store, 4, T0);
+    turns(&mut store, T0 + 3 * HOUR_MS, 50);
+    let log_min = store.commit_log_min_offset();
+    let queue_min = store.queue_min_offset("T", 0);
+    let queue_max = store.queue_max_offset("T", 0);
+    assert!(log_min > 0 && queue_min > 0);
+    let mut acks = Vec::new();
+    let disk = store.shutdown(T0 + 3 * HOUR_MS, &mut acks).unwrap();
+    let (mut store, report) = Store::open(disk, retention_config(), T0 + 4 * HOUR_MS).unwrap();
+    assert!(!report.abnormal);
+    assert_eq!(store.commit_log_min_offset(), log_min);
+    assert_eq!(store.queue_min_offset("T", 0), queue_min);
+    assert_eq!(store.queue_max_offset("T", 0), queue_max);
+    // After a crash (abnormal recovery rebuilds the queues from the
+    // CommitLog that is left) the same.
+    let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+    let (mut store, report) = Store::open(disk, retention_config(), T0 + 5 * HOUR_MS).unwrap();
+    assert!(report.abnormal);
+    assert_eq!(store.commit_log_min_offset(), log_min);
+    assert_eq!(store.queue_min_offset("T", 0), queue_min);
+    assert_eq!(store.queue_max_offset("T", 0), queue_max);
+    let below = store
+        .get_messages("T", 0, queue_min - 1, 8, 1 << 20, None)
+        .unwrap();
+    assert_eq!(below.status, GetMessageStatus::OffsetTooSmall);
+    let kept = store
+        .get_messages("T", 0, queue_min, 8, 1 << 20, None)
+        .unwrap();
+    assert_eq!(kept.status, GetMessageStatus::Found);
+}
+
+#[test]
+fn a_queue_whose_records_were_all_removed_keeps_its_offsets_through_a_crash() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(24)), retention_config(), T0).unwrap();
+    let body = vec![5u8; 100];
+    let mut early = message(&body);
+    early.queue_id = 1;
+    for i in 0..5 {
+        store.append(&early, T0 + i).unwrap();
+    }
+    fill_segments(&mut store, 4, T0 + 10);
+    turns(&mut store, T0 + 3 * HOUR_MS, 50);
+    assert!(store.commit_log_min_offset() > 0);
+    assert_eq!(
+        store.queue_min_offset("T", 1),
+        5,
+        "all of queue 1 is removed"
+    );
+    assert_eq!(store.queue_max_offset("T", 1), 5);
+    let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+    let (mut store, report) = Store::open(disk, retention_config(), T0 + 4 * HOUR_MS).unwrap();
+    assert!(report.abnormal);
+    assert_eq!(store.queue_max_offset("T", 1), 5);
+    let ticket = store.append(&early, T0 + 4 * HOUR_MS).unwrap();
+    assert_eq!(ticket.queue_offset, 5, "queue offsets never go back");
+    let mut acks = Vec::new();
+    settle(&mut store, T0 + 4 * HOUR_MS, &mut acks);
+    // And through a clean restart after that.
+    let disk = store.shutdown(T0 + 4 * HOUR_MS, &mut acks).unwrap();
+    let (store, _) = Store::open(disk, retention_config(), T0 + 5 * HOUR_MS).unwrap();
+    assert_eq!(store.queue_max_offset("T", 1), 6);
+}
+
+#[test]
+fn a_nearly_full_disk_refuses_appends_cleans_forcibly_and_accepts_again() {
+    let mut sim = SimConfig::new(23);
+    // Room for about ten segments with everything else.
+    sim.capacity_bytes = 10 * COMMIT_LOG_SEGMENT_SIZE_MIN + 64 * 1024;
+    let mut config = retention_config();
+    config.retention.file_reserved_time_hours = 72;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config, T0).unwrap();
+    let body = vec![3u8; 1_000];
+    let mut acks = Vec::new();
+    let mut now_ms = T0;
+    let mut refused = None;
+    for _ in 0..2_000 {
+        now_ms += 100;
+        match store.append(&message(&body), now_ms) {
+            Ok(_) => {}
+            Err(error) => {
+                refused = Some(error);
+                break;
+            }
+        }
+        store.poll(now_ms, &mut acks).unwrap();
+    }
+    let refused = refused.expect("appends are refused once the disk is nearly full");
+    assert!(
+        matches!(refused, StorageError::DiskFull { .. }),
+        "{refused}"
+    );
+    assert!(refused.is_retriable());
+    assert!(store.disk_usage_ratio() > 0.85);
+    // Segments are young (72 h reserved) and it is not 04:00: only the
+    // forced cleaning can free space.
+    let min_before = store.commit_log_min_offset();
+    for _ in 0..20 {
+        now_ms += 1_000;
+        turns(&mut store, now_ms, 20);
+    }
+    assert!(
+        store.commit_log_min_offset() > min_before,
+        "forced cleaning removed segments"
+    );
+    assert_eq!(
+        store.commit_log().segment_stats().spared,
+        0,
+        "a disk over diskMaxUsedSpaceRatio gets its space back: no spares"
+    );
+    assert!(
+        store.disk_usage_ratio() <= 0.85,
+        "{}",
+        store.disk_usage_ratio()
+    );
+    store
+        .append(&message(&body), now_ms)
+        .expect("appends are accepted again");
+    settle(&mut store, now_ms, &mut acks);
+}
+
+#[test]
+fn get_messages_reports_rocketmq_statuses_at_the_edges() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(6)), config(FlushMode::Async), 0).unwrap();
+    let none = store.get_messages("T", 0, 0, 8, 1 << 20, None).unwrap();
+    assert_eq!(none.status, GetMessageStatus::NoMatchedLogicQueue);
+    for i in 0..3 {
+        store.append(&message(b"m"), i).unwrap();
+    }
+    let mut acks = Vec::new();
+    settle(&mut store, 10, &mut acks);
+    let found = store.get_messages("T", 0, 1, 8, 1 << 20, None).unwrap();
+    assert_eq!(found.status, GetMessageStatus::Found);
+    assert_eq!(found.records.len(), 2);
+    assert_eq!(found.next_begin_offset, 3);
+    assert_eq!(
+        store
+            .get_messages("T", 0, 3, 8, 1 << 20, None)
+            .unwrap()
+            .status,
+        GetMessageStatus::OffsetOverflowOne
+    );
+    let badly = store.get_messages("T", 0, 9, 8, 1 << 20, None).unwrap();
+    assert_eq!(badly.status, GetMessageStatus::OffsetOverflowBadly);
+    assert_eq!(badly.next_begin_offset, 0);
+    let other_tag = [ringmq_protocol::message::java_string_hash_code("B")];
+    let filtered = store
+        .get_messages("T", 0, 0, 8, 1 << 20, Some(&other_tag))
+        .unwrap();
+    assert_eq!(filtered.status, GetMessageStatus::NoMatchedMessage);
+    assert_eq!(filtered.next_begin_offset, 3);
+}
+
+/// Polls at `from_ms`, `from_ms + 50`, ... up to `to_ms` (ConsumeQueue
+/// flushes and checkpoints run on their intervals).
+fn run_until(store: &mut Store<SimDisk>, from_ms: u64, to_ms: u64) {
+    let mut acks = Vec::new();
+    let mut now_ms = from_ms;
+    while now_ms <= to_ms {
+        for _ in 0..5 {
+            store
+                .poll_wait(now_ms, std::time::Duration::ZERO, &mut acks)
+                .unwrap();
+        }
+        now_ms += 50;
+    }
+}
+
+fn queue_paths(store: &Store<SimDisk>, topic: &str) -> Vec<PathBuf> {
+    let dir = store
+        .config()
+        .consume_queue_root
+        .join(crate::consume_queue::CQ_DIR_NAME)
+        .join(topic);
+    let image = store.disk().snapshot();
+    image
+        .dirs
+        .into_iter()
+        .chain(image.files.into_keys())
+        .filter(|p| p.starts_with(&dir))
+        .collect()
+}
+
+fn bodies(store: &mut Store<SimDisk>, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
+    let found = store
+        .get_messages(topic, queue_id, 0, 32, 1 << 20, None)
+        .unwrap();
+    found
+        .records
+        .iter()
+        .map(|r| {
+            decode_record(&found.body[r.range.clone()], CrcCheck::Skip)
+                .unwrap()
+                .body()
+                .to_vec()
+        })
+        .collect()
+}
+
+/// T/0 gets "old-0..2", U/1 gets "u-0..1"; everything flushed and
+/// checkpointed by `T0 + 2_000`.
+fn two_topics(seed: u64) -> Store<SimDisk> {
+    let (mut store, _) = Store::open(
+        SimDisk::new(SimConfig::new(seed)),
+        config(FlushMode::Async),
+        0,
+    )
+    .unwrap();
+    for i in 0..3 {
+        store
+            .append(&message(format!("old-{i}").as_bytes()), 1)
+            .unwrap();
+    }
+    for i in 0..2 {
+        let body = format!("u-{i}");
+        let mut m = message(body.as_bytes());
+        m.topic = "U";
+        m.queue_id = 1;
+        store.append(&m, 1).unwrap();
+    }
+    run_until(&mut store, 10, 2_000);
+    assert!(store.consume_queues().is_clean());
+    assert!(!queue_paths(&store, "T").is_empty());
+    store
+}
+
+#[test]
+fn a_deleted_topic_is_gone_and_starts_again_at_queue_offset_zero_across_a_restart() {
+    let mut store = two_topics(40);
+    assert_eq!(store.delete_topic("T").unwrap(), 1);
+    assert_eq!(queue_paths(&store, "T"), Vec::<PathBuf>::new());
+    let gone = store.get_messages("T", 0, 0, 8, 1 << 20, None).unwrap();
+    assert_eq!(gone.status, GetMessageStatus::NoMatchedLogicQueue);
+    assert_eq!(store.queue_max_offset("T", 0), 0);
+    assert_eq!(
+        bodies(&mut store, "U", 1),
+        [b"u-0".to_vec(), b"u-1".to_vec()]
+    );
+    let ticket = store.append(&message(b"new-0"), 2_100).unwrap();
+    assert_eq!(ticket.queue_offset, 0);
+    run_until(&mut store, 2_100, 3_000);
+    assert_eq!(bodies(&mut store, "T", 0), [b"new-0".to_vec()]);
+    let mut acks = Vec::new();
+    let disk = store.shutdown(3_000, &mut acks).unwrap();
+    let (mut store, report) = Store::open(disk, config(FlushMode::Async), 4_000).unwrap();
+    assert!(!report.abnormal);
+    assert_eq!(store.queue_max_offset("T", 0), 1);
+    assert_eq!(bodies(&mut store, "T", 0), [b"new-0".to_vec()]);
+    assert_eq!(
+        bodies(&mut store, "U", 1),
+        [b"u-0".to_vec(), b"u-1".to_vec()]
+    );
+    assert_eq!(store.commit_log().max_offset(), report.recovery.scan.end);
+}
+
+#[test]
+fn a_clean_restart_does_not_bring_back_a_deleted_topic_from_the_commit_log() {
+    // Without an older topic no queue is left and the restart scans the
+    // whole CommitLog; with one, the scan starts at its last record,
+    // before T's. Either way T's records must not re-create its queue.
+    for older_topic in [false, true] {
+        let (mut store, _) = Store::open(
+            SimDisk::new(SimConfig::new(41)),
+            config(FlushMode::Async),
+            0,
+        )
+        .unwrap();
+        if older_topic {
+            let mut m = message(b"u-0");
+            m.topic = "U";
+            store.append(&m, 1).unwrap();
+        }
+        for i in 0..3 {
+            store
+                .append(&message(format!("old-{i}").as_bytes()), 1)
+                .unwrap();
+        }
+        run_until(&mut store, 10, 2_000);
+        assert_eq!(store.delete_topic("T").unwrap(), 1);
+        let mut acks = Vec::new();
+        let disk = store.shutdown(2_000, &mut acks).unwrap();
+        let (mut store, report) = Store::open(disk, config(FlushMode::Async), 3_000).unwrap();
+        assert!(!report.abnormal);
+        assert_eq!(report.redispatched, 0, "older topic {older_topic}");
+        assert!(store.consume_queues().get("T", 0).is_none());
+        assert_eq!(store.consume_queues().len(), usize::from(older_topic));
+        assert_eq!(queue_paths(&store, "T"), Vec::<PathBuf>::new());
+        if older_topic {
+            assert_eq!(bodies(&mut store, "U", 0), [b"u-0".to_vec()]);
+        }
+    }
+}
+
+#[test]
+fn a_crash_after_the_durable_point_passed_a_deletion_does_not_bring_the_topic_back() {
+    let mut store = two_topics(42);
+    assert_eq!(store.delete_topic("T").unwrap(), 1);
+    store.append(&message(b"new-0"), 2_100).unwrap();
+    run_until(&mut store, 2_100, 4_000);
+    for kind in [CrashKind::ProcessKill, CrashKind::PowerLoss] {
+        let disk = store.disk_mut().crash(kind);
+        let (mut reopened, report) = Store::open(disk, config(FlushMode::Async), 5_000).unwrap();
+        assert!(report.abnormal, "{kind:?}");
+        assert!(!report.derived_rebuilt, "{kind:?}");
+        assert_eq!(
+            bodies(&mut reopened, "T", 0),
+            [b"new-0".to_vec()],
+            "{kind:?}"
+        );
+        assert_eq!(
+            bodies(&mut reopened, "U", 1),
+            [b"u-0".to_vec(), b"u-1".to_vec()],
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn deleting_a_topic_with_consume_queue_writes_in_flight_is_safe() {
+    let mut store = two_topics(43);
+    for i in 3..6 {
+        store
+            .append(&message(format!("old-{i}").as_bytes()), 2_010)
+            .unwrap();
+    }
+    // Submit the queue's write-behind, then delete before it completes.
+    let mut acks = Vec::new();
+    store.poll(2_200, &mut acks).unwrap();
+    assert_eq!(store.delete_topic("T").unwrap(), 1);
+    assert!(
+        !store.consume_queues().is_idle(),
+        "the deleted queue's write is still in flight"
+    );
+    store.append(&message(b"new-0"), 2_210).unwrap();
+    run_until(&mut store, 2_210, 4_000);
+    assert!(store.consume_queues().is_idle());
+    assert_eq!(bodies(&mut store, "T", 0), [b"new-0".to_vec()]);
+    let disk = store.shutdown(4_000, &mut acks).unwrap();
+    let (mut store, _) = Store::open(disk, config(FlushMode::Async), 5_000).unwrap();
+    assert_eq!(bodies(&mut store, "T", 0), [b"new-0".to_vec()]);
+    assert_eq!(
+        bodies(&mut store, "U", 1),
+        [b"u-0".to_vec(), b"u-1".to_vec()]
+    );
+}
