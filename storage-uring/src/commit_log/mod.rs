@@ -123,10 +123,9 @@ struct Shrink {
     path: PathBuf,
     /// Open once the rename completed.
     file: Option<FileId>,
-    /// Its length (as far as completed steps know).
+    /// Its length as far as completed steps know (a step in flight
+    /// truncates it by `remove_step_bytes` more).
     len: u64,
-    /// The length the step in flight truncates to.
-    target: u64,
 }
 
 /// What recovery found and did.
@@ -889,7 +888,6 @@ impl CommitLog {
                 path,
                 file: None,
                 len: size,
-                target: size,
             });
         } else {
             disk.submit_remove(
@@ -925,7 +923,7 @@ impl CommitLog {
             }
             Ok(_) => {
                 let shrink = &mut self.shrinking[index];
-                shrink.len = shrink.target;
+                shrink.len = shrink.len.saturating_sub(self.config.remove_step_bytes);
                 self.stats.removal_steps += 1;
                 true
             }
@@ -953,10 +951,9 @@ impl CommitLog {
         let shrink = &mut self.shrinking[index];
         let file = shrink.file.expect("renamed and opened before any step");
         if step_ok && shrink.len > 0 {
-            shrink.target = shrink.len.saturating_sub(step);
             let op = DiskOp::Truncate {
                 file,
-                len: shrink.target,
+                len: shrink.len.saturating_sub(step),
             };
             match disk.submit(commit_log_op_id(SEQ_SEGMENT_SHRINK, base / size), op, false) {
                 Ok(()) => return,
