@@ -115,6 +115,18 @@ pub const SEGMENT_CREATE_WAIT_MAX: u32 = 3;
 /// Size of the checkpoint file (one block, written with O_DIRECT).
 pub const CHECKPOINT_FILE_SIZE: usize = 4096;
 
+/// How far past the end of the active write buffer's records an append asks
+/// the CPU to fetch cache lines for writing (as many bytes as the record it
+/// encodes). A write buffer's bytes were last used a tail cache (tens of
+/// MiB) ago, so without it each record's stores miss the core's caches, and
+/// the CRC loads that follow them, which the CPU cannot forward from several
+/// smaller stores, wait for those misses. One sweep of
+/// `examples/append-cost` (user CPU per append against none): 1,024 B
+/// -13 %, 2,048 B -17 %, 4,096 B -24 %, 8,192 B no clear gain; storage-bench
+/// ASYNC_FLUSH with 4,096 in flight: CPU per MB -16 % (docs/BENCHMARKS.md,
+/// twelfth session).
+pub const WRITE_PREFETCH_AHEAD_BYTES: usize = 4096;
+
 /// CommitLog commits (O_DIRECT writes) in flight at once. Each holds a
 /// write buffer until it completes. 8 measured ~7 % more ASYNC_FLUSH
 /// throughput than 4 here.

@@ -61,6 +61,7 @@ use crate::limits::{
     COMPLETIONS_PER_TURN_MAX, PENDING_WRITE_BYTES_MAX, RECORD_CRC_COMBINE_BODY_SIZE_MIN,
     RECORD_SIZE_MAX, SEGMENT_CREATE_RETRY_MS, SEGMENT_CREATE_WAIT_MAX,
     SEGMENT_PREALLOCATE_THRESHOLD_PERCENT, SHARD_ID_BITS, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE,
+    WRITE_PREFETCH_AHEAD_BYTES,
 };
 
 /// Bytes of the BLANK end-of-segment marker.
@@ -529,6 +530,11 @@ impl CommitLog {
             let body_crc_raw = crc32_ieee(spec.body);
             spec.body_crc = Some(body_crc_raw);
             let active = self.appender.active();
+            // The bytes ahead were last used a tail cache ago and are out of
+            // the core's caches; fetched a few records early, the stores
+            // into them do not miss, nor do the loads that wait behind those
+            // stores stall (limits.rs).
+            active.prefetch_for_write(WRITE_PREFETCH_AHEAD_BYTES, spec.encoded_len());
             let n = spec
                 .encode_into(active.tail_mut())
                 .map_err(|error| StorageError::Record {
