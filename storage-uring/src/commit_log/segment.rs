@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::disk::{Disk, FileId, OpenOptions};
+use crate::disk::{Disk, FileId, OpenOptions, remove_files};
 use crate::error::StorageError;
 
 /// Digits in a segment file name (RocketMQ: 20, zero-padded).
@@ -302,23 +302,20 @@ impl SegmentSet {
             .filter_map(|name| parse_spare_file_name(name))
             .collect();
         bases.sort_unstable();
-        let mut kept = Vec::new();
-        let mut removed = false;
+        let (mut kept, mut unwanted) = (Vec::new(), Vec::new());
         for base in bases {
-            let path = self.dir.join(spare_file_name(base));
+            let name = spare_file_name(base);
+            let path = self.dir.join(&name);
             let file = disk.open(&path, OpenOptions::read_only())?;
             let size = disk.file_size(file)?;
             disk.close(file)?;
             if size == self.segment_size && kept.len() < keep_max {
                 kept.push(path);
             } else {
-                disk.remove(&path)?;
-                removed = true;
+                unwanted.push(name);
             }
         }
-        if removed {
-            disk.sync_dir(&self.dir)?;
-        }
+        remove_files(disk, &self.dir, &unwanted)?;
         Ok(kept)
     }
 
@@ -339,11 +336,8 @@ impl SegmentSet {
             .collect();
         for name in &names {
             tracing::warn!(file = %name, "removing a retired commit log segment whose removal was interrupted");
-            disk.remove(&self.dir.join(name))?;
         }
-        if !names.is_empty() {
-            disk.sync_dir(&self.dir)?;
-        }
+        remove_files(disk, &self.dir, &names)?;
         Ok(names.len())
     }
 

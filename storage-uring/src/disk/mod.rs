@@ -405,6 +405,25 @@ pub fn created_file_id(result: usize) -> FileId {
     FileId(u32::try_from(result).expect("a created file's id fits u32"))
 }
 
+/// Removes the files `names` of `dir`, then makes the removals durable with
+/// one fsync of `dir` (none when `names` is empty).
+///
+/// # Errors
+/// The first error of unlink (the files after it are left) or of the fsync.
+pub fn remove_files<D: Disk + ?Sized>(
+    disk: &mut D,
+    dir: &Path,
+    names: &[String],
+) -> Result<(), DiskError> {
+    for name in names {
+        disk.remove(&dir.join(name))?;
+    }
+    if !names.is_empty() {
+        disk.sync_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// The seam: everything the store needs from a disk.
 pub trait Disk {
     /// Opens or creates a file (synchronous; not for the append path).
@@ -581,6 +600,31 @@ mod tests {
             free_bytes: 0,
         };
         assert_eq!(empty.used_ratio(), 0.0);
+    }
+
+    #[test]
+    fn remove_files_removes_the_named_files_and_syncs_only_when_it_removed() {
+        use crate::disk::sim::{SimConfig, SimDisk};
+        let mut disk = SimDisk::new(SimConfig::new(1));
+        let dir = Path::new("/d");
+        disk.create_dir_all(dir).unwrap();
+        for name in ["a", "b", "c"] {
+            let file = disk
+                .open(&dir.join(name), OpenOptions::buffered(Some(4096)))
+                .unwrap();
+            disk.close(file).unwrap();
+        }
+        remove_files(&mut disk, dir, &["a".to_string(), "c".to_string()]).unwrap();
+        assert_eq!(disk.list_dir(dir).unwrap(), ["b"]);
+        // No names: not even the directory's fsync, which would fail here.
+        remove_files(&mut disk, Path::new("/missing"), &[]).unwrap();
+        let error = remove_files(&mut disk, dir, &["x".to_string(), "b".to_string()]);
+        assert!(error.is_err(), "a missing file is an error");
+        assert_eq!(
+            disk.list_dir(dir).unwrap(),
+            ["b"],
+            "nothing after it is removed"
+        );
     }
 
     #[test]

@@ -49,7 +49,7 @@ use super::{DispatchProperties, StoreConfig};
 use crate::checkpoint::DurablePoints;
 use crate::commit_log::{self, CommitLog, shard_offset};
 use crate::consume_queue::{AppendOutcome, ConsumeQueueSet, CqEntry};
-use crate::disk::Disk;
+use crate::disk::{Disk, remove_files};
 use crate::error::StorageError;
 use crate::index_file::{IndexDurablePoint, IndexRecord, IndexService};
 
@@ -358,12 +358,7 @@ fn removed_queue_floors(disk: &mut impl Disk, config: &StoreConfig) -> Vec<(Stri
 /// Removes every file directly in `dir`.
 fn remove_files_in(disk: &mut impl Disk, dir: &std::path::Path) -> Result<(), StorageError> {
     let names = disk.list_dir(dir)?;
-    for name in &names {
-        disk.remove(&dir.join(name))?;
-    }
-    if !names.is_empty() {
-        disk.sync_dir(dir)?;
-    }
+    remove_files(disk, dir, &names)?;
     Ok(())
 }
 
@@ -376,14 +371,7 @@ fn remove_consume_queue_files(
     for topic in disk.list_dir(&cq_root)? {
         let topic_dir = cq_root.join(&topic);
         for queue in disk.list_dir(&topic_dir)? {
-            let queue_dir = topic_dir.join(&queue);
-            let names = disk.list_dir(&queue_dir)?;
-            for name in &names {
-                disk.remove(&queue_dir.join(name))?;
-            }
-            if !names.is_empty() {
-                disk.sync_dir(&queue_dir)?;
-            }
+            remove_files_in(disk, &topic_dir.join(&queue))?;
         }
     }
     Ok(())
