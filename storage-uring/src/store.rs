@@ -76,7 +76,7 @@ use ringmq_protocol::message::{RecordSpec, tags_code};
 
 use crate::checkpoint::{self, Checkpoint, DurablePoints, ShardFiles};
 use crate::commit_log::appender::FlushMode;
-use crate::commit_log::{self, CommitLog, CommitLogConfig, shard_offset, split_shard_offset};
+use crate::commit_log::{self, CommitLog, shard_offset, split_shard_offset};
 use crate::consume_queue::{ConsumeQueueSet, CqEntry};
 use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, Wait};
 use crate::error::StorageError;
@@ -164,6 +164,15 @@ pub struct Store<D: Disk> {
     sizes_scratch: Vec<u32>,
 }
 
+/// The files `Store::open` recovered, handed to `Store::assemble`.
+struct OpenedParts {
+    files: ShardFiles,
+    commit_log: CommitLog,
+    queues: ConsumeQueueSet,
+    index: IndexService,
+    checkpoint_file: FileId,
+}
+
 impl<D: Disk> Store<D> {
     /// Opens (recovering) the store of `config.shard_id`.
     ///
@@ -179,89 +188,32 @@ impl<D: Disk> Store<D> {
         disk.create_dir_all(&config.root)?;
         let files = ShardFiles::new(&config.root, config.shard_id);
         let abnormal = checkpoint::abort_exists(&mut disk, &files)?;
-        let (checkpoint_file, existed) = checkpoint::open_checkpoint(&mut disk, &files)?;
-        let stored = if existed {
-            let buf = commit_log::sync_read(
-                &mut disk,
-                checkpoint_file,
-                0,
-                CHECKPOINT_FILE_SIZE,
-                &mut Vec::new(),
-            )?;
-            let decoded = Checkpoint::decode(buf.as_slice());
-            disk.recycle(buf);
-            decoded.filter(|c| c.shard_id == u32::from(config.shard_id))
-        } else {
-            None
-        };
+        let (checkpoint_file, stored) =
+            recover::read_checkpoint(&mut disk, &files, config.shard_id)?;
         let confirm_local = stored.map_or(0, |c| split_shard_offset(c.confirm_offset as u64).1);
         let durable_points = stored.and_then(|c| c.durable);
-        // Abnormal stop: the derived files are kept up to the checkpoint's
-        // durable points when it has them (see `recover`), else rebuilt.
-        let kept = match durable_points {
-            Some(points) if abnormal => {
-                recover::load_to_durable_points(&mut disk, &config, points)?
-            }
-            _ => None,
-        };
-        let mut rebuilt = abnormal && kept.is_none();
-        let (mut queues, mut index, scan_from, strict_from) = if let Some((queues, index, from)) =
-            kept
-        {
-            let from_local = split_shard_offset(from).1.min(confirm_local);
-            let strict = durable_points.map(|p| recover::split_points(p).0);
-            (queues, index, from_local, strict)
-        } else if abnormal {
-            // Rebuilt after the CommitLog is open (`recover::rebuild`); the
-            // first scan only validates the CommitLog.
-            let queues = ConsumeQueueSet::new(&config.consume_queue_root);
-            let index = IndexService::new(&config.index_dir(), config.index_geometry)?;
-            (queues, index, confirm_local, None)
-        } else {
-            let queues = ConsumeQueueSet::load_all(&mut disk, &config.consume_queue_root)?;
-            let resume_local = queues
-                .iter()
-                .map(|q| split_shard_offset(q.resume_offset()).1)
-                .min();
-            let index = IndexService::load(&mut disk, &config.index_dir(), config.index_geometry)?;
-            // Index entries resume after the newest indexed record.
-            let indexed_local = split_shard_offset(index.index_last_update_phy_offset() as u64).1;
-            let scan_from = match resume_local {
-                Some(resume) => resume.min(confirm_local).min(indexed_local),
-                None => 0,
-            };
-            (queues, index, scan_from, None)
-        };
-        let log_config = CommitLogConfig {
-            dir: config.commit_log_dir(),
-            shard_id: config.shard_id,
-            segment_size_bytes: config.segment_size_bytes,
-            flush_mode: config.flush_mode,
-            flush_interval_ms: config.flush_interval_ms,
-            tail_cache_bytes: config.tail_cache_bytes,
-            recycle_segments_max: config.commit_log_recycle_segments,
-            remove_step_bytes: config.commit_log_remove_step_bytes,
-        };
+        let mut derived =
+            recover::open_derived(&mut disk, &config, abnormal, durable_points, confirm_local)?;
         // Below the queues' durable point every queue that held a record
         // was synced past it, so a record whose queue is missing there is of
         // a deleted topic (after a clean stop the point is the end).
         let existing_queues_below = durable_points.map(|p| recover::split_points(p).0);
         let mut dispatcher = recover::Dispatcher {
-            queues: &mut queues,
-            index: &mut index,
+            queues: &mut derived.queues,
+            index: &mut derived.index,
             shard_id: config.shard_id,
             now_ms,
-            strict_from,
+            strict_from: derived.strict_from,
             existing_queues_below,
             error: None,
             inconsistent: None,
             redispatched: 0,
         };
-        let dispatch = !rebuilt;
+        let dispatch = !derived.rebuild;
         let (mut commit_log, recovery) = CommitLog::open(
             &mut disk,
-            log_config,
-            scan_from,
+            config.commit_log_config(),
+            derived.scan_from,
             confirm_local,
             abnormal,
             now_ms,
@@ -271,42 +223,22 @@ impl<D: Disk> Store<D> {
                 }
             },
         )?;
-        let mut redispatched = dispatcher.redispatched;
-        let mut inconsistent = dispatcher.inconsistent.take();
+        let scanned = recover::Scanned {
+            end: shard_offset(config.shard_id, recovery.scan.end),
+            redispatched: dispatcher.redispatched,
+            inconsistent: dispatcher.inconsistent.take(),
+        };
         if let Some(error) = dispatcher.error.take() {
             return Err(error);
         }
-        queues.truncate_from_commit_log_offset(
+        let (mut queues, mut index, redispatched, rebuilt) = recover::reconcile_derived(
             &mut disk,
-            shard_offset(config.shard_id, recovery.scan.end),
+            &config,
+            &mut commit_log,
+            derived,
+            scanned,
+            now_ms,
         )?;
-        if strict_from.is_some() {
-            // Records past the end are gone: so are their index entries, and
-            // the durable points cannot be past the end (new records will
-            // be written there).
-            let end = shard_offset(config.shard_id, recovery.scan.end);
-            queues.set_durable_point(queues.durable_point().min(end));
-            if inconsistent.is_none() && !index.truncate_from_commit_log_offset(&mut disk, end)? {
-                inconsistent = Some("an index file could not be cut at the commit log end".into());
-            }
-            if inconsistent.is_none() {
-                inconsistent = recover::check_queue_tails(&mut disk, &mut commit_log, &mut queues)?;
-            }
-        }
-        if let Some(reason) = &inconsistent {
-            tracing::warn!(
-                reason,
-                "the kept consume queues disagree with the commit log; rebuilding them from it"
-            );
-            queues.close_all(&mut disk)?;
-            index.close_and_remove_all(&mut disk)?;
-            rebuilt = true;
-        }
-        if rebuilt {
-            let (new_queues, new_index, count) =
-                recover::rebuild(&mut disk, &config, &mut commit_log, now_ms)?;
-            (queues, index, redispatched) = (new_queues, new_index, count);
-        }
         if !abnormal && let Some(points) = durable_points {
             // After a clean stop the files are as durable as the checkpoint
             // written at the stop says.
@@ -329,14 +261,30 @@ impl<D: Disk> Store<D> {
             redispatched,
             derived_rebuilt: rebuilt,
         };
-        let store = Store {
-            disk,
-            config,
+        let parts = OpenedParts {
             files,
             commit_log,
             queues,
             index,
             checkpoint_file,
+        };
+        let mut store = Store::assemble(disk, config, parts, now_ms);
+        if abnormal {
+            store.write_checkpoint_sync()?;
+        }
+        Ok((store, report))
+    }
+
+    /// The store over what `open` recovered, with nothing in flight.
+    fn assemble(disk: D, config: StoreConfig, parts: OpenedParts, now_ms: u64) -> Store<D> {
+        Store {
+            disk,
+            config,
+            files: parts.files,
+            commit_log: parts.commit_log,
+            queues: parts.queues,
+            index: parts.index,
+            checkpoint_file: parts.checkpoint_file,
             checkpoint_in_flight: false,
             last_checkpoint_ms: now_ms,
             derived_io_completed: false,
@@ -359,12 +307,7 @@ impl<D: Disk> Store<D> {
             encoded_at_last_turn: 0,
             unsubmitted_since_ms: None,
             sizes_scratch: Vec::new(),
-        };
-        let mut store = store;
-        if abnormal {
-            store.write_checkpoint_sync()?;
         }
-        Ok((store, report))
     }
 
     /// The configuration.

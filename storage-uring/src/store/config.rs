@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::commit_log::CommitLogConfig;
 use crate::commit_log::appender::FlushMode;
 use crate::error::StorageError;
 use crate::index_file::{INDEX_DIR_NAME, IndexGeometry};
@@ -131,5 +132,19 @@ impl StoreConfig {
 
     pub(super) fn commit_log_dir(&self) -> PathBuf {
         self.root.join("commitlog").join(self.shard_id.to_string())
+    }
+
+    /// The CommitLog's part of the configuration.
+    pub(super) fn commit_log_config(&self) -> CommitLogConfig {
+        CommitLogConfig {
+            dir: self.commit_log_dir(),
+            shard_id: self.shard_id,
+            segment_size_bytes: self.segment_size_bytes,
+            flush_mode: self.flush_mode,
+            flush_interval_ms: self.flush_interval_ms,
+            tail_cache_bytes: self.tail_cache_bytes,
+            recycle_segments_max: self.commit_log_recycle_segments,
+            remove_step_bytes: self.commit_log_remove_step_bytes,
+        }
     }
 }

@@ -46,12 +46,13 @@ use ringmq_protocol::message::layout::is_dispatched_to_consume_queue;
 use ringmq_protocol::message::{CrcCheck, RecordView, decode_record, tags_code};
 
 use super::{DispatchProperties, StoreConfig};
-use crate::checkpoint::DurablePoints;
+use crate::checkpoint::{self, Checkpoint, DurablePoints, ShardFiles};
 use crate::commit_log::{self, CommitLog, shard_offset};
 use crate::consume_queue::{AppendOutcome, ConsumeQueueSet, CqEntry};
-use crate::disk::{Disk, remove_files};
+use crate::disk::{Disk, FileId, remove_files};
 use crate::error::StorageError;
 use crate::index_file::{IndexDurablePoint, IndexRecord, IndexService};
+use crate::limits::CHECKPOINT_FILE_SIZE;
 
 /// Entries dropped from one queue's tail while looking for one that matches
 /// its record; more means the queue is not what a crash can leave, and the
@@ -140,6 +141,160 @@ impl Dispatcher<'_> {
             }
         }
     }
+}
+
+/// Opens the checkpoint file (created if missing) and reads the checkpoint
+/// in it, if it holds a valid one of `shard_id`.
+///
+/// # Errors
+/// Disk errors opening or reading it.
+pub(super) fn read_checkpoint<D: Disk>(
+    disk: &mut D,
+    files: &ShardFiles,
+    shard_id: u8,
+) -> Result<(FileId, Option<Checkpoint>), StorageError> {
+    let (file, existed) = checkpoint::open_checkpoint(disk, files)?;
+    if !existed {
+        return Ok((file, None));
+    }
+    let buf = commit_log::sync_read(disk, file, 0, CHECKPOINT_FILE_SIZE, &mut Vec::new())?;
+    let decoded = Checkpoint::decode(buf.as_slice());
+    disk.recycle(buf);
+    Ok((file, decoded.filter(|c| c.shard_id == u32::from(shard_id))))
+}
+
+/// The derived files as the store opens them, before the CommitLog scan.
+pub(super) struct Derived {
+    pub(super) queues: ConsumeQueueSet,
+    pub(super) index: IndexService,
+    /// Shard-local offset the CommitLog scan dispatches from.
+    pub(super) scan_from: u64,
+    /// Outside-visible offset from which every scanned record must append
+    /// at its queue offset (kept files after an abnormal stop).
+    pub(super) strict_from: Option<u64>,
+    /// The files are rebuilt from the whole CommitLog after its scan, which
+    /// then only validates it.
+    pub(super) rebuild: bool,
+}
+
+/// Opens the ConsumeQueues and the index: after a clean stop as they are;
+/// after an abnormal one cut back to the checkpoint's durable points when
+/// it has them ([`load_to_durable_points`]), else empty, to be rebuilt.
+///
+/// # Errors
+/// Disk errors loading the files.
+pub(super) fn open_derived<D: Disk>(
+    disk: &mut D,
+    config: &StoreConfig,
+    abnormal: bool,
+    durable_points: Option<DurablePoints>,
+    confirm_local: u64,
+) -> Result<Derived, StorageError> {
+    if abnormal {
+        if let Some(points) = durable_points
+            && let Some((queues, index, from)) = load_to_durable_points(disk, config, points)?
+        {
+            return Ok(Derived {
+                queues,
+                index,
+                scan_from: commit_log::split_shard_offset(from).1.min(confirm_local),
+                strict_from: Some(split_points(points).0),
+                rebuild: false,
+            });
+        }
+        return Ok(Derived {
+            queues: ConsumeQueueSet::new(&config.consume_queue_root),
+            index: IndexService::new(&config.index_dir(), config.index_geometry)?,
+            scan_from: confirm_local,
+            strict_from: None,
+            rebuild: true,
+        });
+    }
+    let queues = ConsumeQueueSet::load_all(disk, &config.consume_queue_root)?;
+    let resume_local = queues
+        .iter()
+        .map(|q| commit_log::split_shard_offset(q.resume_offset()).1)
+        .min();
+    let index = IndexService::load(disk, &config.index_dir(), config.index_geometry)?;
+    // Index entries resume after the newest indexed record.
+    let indexed_local =
+        commit_log::split_shard_offset(index.index_last_update_phy_offset() as u64).1;
+    let scan_from = match resume_local {
+        Some(resume) => resume.min(confirm_local).min(indexed_local),
+        None => 0,
+    };
+    Ok(Derived {
+        queues,
+        index,
+        scan_from,
+        strict_from: None,
+        rebuild: false,
+    })
+}
+
+/// What the CommitLog's open scan left for [`reconcile_derived`].
+pub(super) struct Scanned {
+    /// Outside-visible offset after the last valid record.
+    pub(super) end: u64,
+    /// Records the scan dispatched.
+    pub(super) redispatched: u64,
+    /// Why the kept derived files disagree with the CommitLog, if they do.
+    pub(super) inconsistent: Option<String>,
+}
+
+/// After the CommitLog's scan: cuts the derived files at its end, checks
+/// kept ones against it, and rebuilds them from it when they cannot be
+/// trusted (or were to be rebuilt anyway). Returns the queues, the index,
+/// the records dispatched and whether the files were rebuilt.
+///
+/// # Errors
+/// Disk errors; a dispatch error of the rebuild.
+pub(super) fn reconcile_derived<D: Disk>(
+    disk: &mut D,
+    config: &StoreConfig,
+    commit_log: &mut CommitLog,
+    derived: Derived,
+    scanned: Scanned,
+    now_ms: u64,
+) -> Result<(ConsumeQueueSet, IndexService, u64, bool), StorageError> {
+    let Derived {
+        mut queues,
+        mut index,
+        strict_from,
+        rebuild: mut must_rebuild,
+        ..
+    } = derived;
+    let Scanned {
+        end,
+        mut redispatched,
+        mut inconsistent,
+    } = scanned;
+    queues.truncate_from_commit_log_offset(disk, end)?;
+    if strict_from.is_some() {
+        // Records past the end are gone: so are their index entries, and
+        // the durable points cannot be past the end (new records will be
+        // written there).
+        queues.set_durable_point(queues.durable_point().min(end));
+        if inconsistent.is_none() && !index.truncate_from_commit_log_offset(disk, end)? {
+            inconsistent = Some("an index file could not be cut at the commit log end".into());
+        }
+        if inconsistent.is_none() {
+            inconsistent = check_queue_tails(disk, commit_log, &mut queues)?;
+        }
+    }
+    if let Some(reason) = &inconsistent {
+        tracing::warn!(
+            reason,
+            "the kept consume queues disagree with the commit log; rebuilding them from it"
+        );
+        queues.close_all(disk)?;
+        index.close_and_remove_all(disk)?;
+        must_rebuild = true;
+    }
+    if must_rebuild {
+        (queues, index, redispatched) = rebuild(disk, config, commit_log, now_ms)?;
+    }
+    Ok((queues, index, redispatched, must_rebuild))
 }
 
 /// The checkpoint's durable points as the ConsumeQueues' offset and the
