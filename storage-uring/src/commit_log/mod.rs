@@ -57,6 +57,8 @@ use self::segment::SegmentSet;
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up, align_up_offset};
 use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpenOptions, Wait, created_file_id};
 use crate::error::StorageError;
+use ringmq_protocol::limits::PROPERTIES_SIZE_MAX;
+
 use crate::limits::{
     COMPLETIONS_PER_TURN_MAX, PENDING_WRITE_BYTES_MAX, RECORD_CRC_COMBINE_BODY_SIZE_MIN,
     RECORD_SIZE_MAX, SEGMENT_CREATE_RETRY_MS, SEGMENT_CREATE_WAIT_MAX,
@@ -66,10 +68,6 @@ use crate::limits::{
 
 /// Bytes of the BLANK end-of-segment marker.
 pub const BLANK_SIZE: usize = 8;
-
-/// Property buffers kept for reuse between appends.
-const PROPERTIES_SCRATCH_KEPT: usize = 64;
-
 /// The outside-visible offset of shard-local `local` in shard `shard_id`.
 pub fn shard_offset(shard_id: u8, local: u64) -> u64 {
     assert!(
@@ -191,9 +189,6 @@ pub struct CommitLog {
     stash: Vec<DiskCompletion>,
     /// Min local offset (start of the oldest segment).
     min_offset: u64,
-    /// Reused property buffers (each record's properties plus the CRC
-    /// trailer).
-    properties_scratch: Vec<Vec<u8>>,
     /// Powers of `x` for the record CRC, kept from record to record.
     sealer: record_crc::Sealer,
     /// Base of the segment being created in the background, if one is.
@@ -351,7 +346,6 @@ impl CommitLog {
             read_counter: 0,
             stash: Vec::new(),
             min_offset,
-            properties_scratch: Vec::new(),
             sealer: record_crc::Sealer::default(),
             creating: None,
             create_retry_at_ms: 0,
@@ -433,43 +427,14 @@ impl CommitLog {
                 reason: "a commit log write failed",
             });
         }
-        let mut properties = std::mem::take(&mut self.properties_scratch);
-        if properties.len() < records.len() {
-            properties.resize_with(records.len(), Vec::new);
-        }
-        for (spec, props) in records.iter().zip(&mut properties) {
-            record_crc::with_crc_placeholder(spec.properties, props);
-        }
-        let result = if let [spec] = records {
-            let mut sealed = [RecordSpec {
-                properties: &properties[0],
-                ..*spec
-            }];
-            let result = self.append_sealed(disk, &mut sealed, sizes);
-            spec.commit_log_offset = sealed[0].commit_log_offset;
-            result
-        } else {
-            let mut sealed: Vec<RecordSpec<'_>> = records
-                .iter()
-                .zip(&properties)
-                .map(|(spec, props)| RecordSpec {
-                    properties: props,
-                    ..*spec
-                })
-                .collect();
-            let result = self.append_sealed(disk, &mut sealed, sizes);
-            for (spec, sealed) in records.iter_mut().zip(&sealed) {
-                spec.commit_log_offset = sealed.commit_log_offset;
-            }
-            result
-        };
-        // A large batch's property buffers are not kept.
-        properties.truncate(PROPERTIES_SCRATCH_KEPT);
-        self.properties_scratch = properties;
-        result
+        self.encode_records(disk, records, sizes)
     }
 
-    fn append_sealed(
+    /// Encodes `records` into the active buffer, each with its CRC trailer
+    /// written in place after the caller's properties (so no spec is copied
+    /// to swap its properties), and fills in their `commit_log_offset` and
+    /// `body_crc`.
+    fn encode_records(
         &mut self,
         disk: &mut impl Disk,
         records: &mut [RecordSpec<'_>],
@@ -478,7 +443,18 @@ impl CommitLog {
         sizes.clear();
         let mut total = 0usize;
         for spec in records.iter() {
-            let size = spec.encoded_len();
+            let added = record_crc::added_len(spec.properties);
+            if spec.properties.len() + added > PROPERTIES_SIZE_MAX {
+                return Err(StorageError::Record {
+                    commit_log_offset: self.encoded_offset(),
+                    reason: format!(
+                        "properties of {} bytes, {} with the CRC property, over {PROPERTIES_SIZE_MAX}",
+                        spec.properties.len(),
+                        spec.properties.len() + added
+                    ),
+                });
+            }
+            let size = spec.encoded_len() + added;
             if size > RECORD_SIZE_MAX {
                 return Err(StorageError::MessageTooLarge {
                     size,
@@ -529,21 +505,26 @@ impl CommitLog {
             // multiplication, where it costs more than the pass).
             let body_crc_raw = crc32_ieee(spec.body);
             spec.body_crc = Some(body_crc_raw);
+            let added = record_crc::added_len(spec.properties);
             let active = self.appender.active();
             // The bytes ahead were last used a tail cache ago and are out of
             // the core's caches; fetched a few records early, the stores
             // into them do not miss, nor do the loads that wait behind those
             // stores stall (limits.rs).
-            active.prefetch_for_write(WRITE_PREFETCH_AHEAD_BYTES, spec.encoded_len());
-            let n = spec
-                .encode_into(active.tail_mut())
+            active.prefetch_for_write(WRITE_PREFETCH_AHEAD_BYTES, spec.encoded_len() + added);
+            let tail = active.tail_mut();
+            let encoded = spec
+                .encode_into(tail)
                 .map_err(|error| StorageError::Record {
                     commit_log_offset: shard_offset(self.config.shard_id, pos),
                     reason: error.to_string(),
                 })?;
-            let record = &mut active.tail_mut()[..n];
+            let n = encoded + added;
+            let record = &mut tail[..n];
+            record_crc::write_trailer(spec.properties, &mut record[encoded..]);
+            grow_last_field(record, spec.properties.len(), added);
             if crc_combine_fast || spec.body.len() >= RECORD_CRC_COMBINE_BODY_SIZE_MIN {
-                let body = body_range(record, spec);
+                let body = body_range(record, spec, spec.properties.len() + added);
                 record_crc::seal_with_body_crc(record, body, body_crc_raw, &mut self.sealer);
             } else {
                 record_crc::seal(record);
@@ -1205,7 +1186,22 @@ pub(crate) fn run_sync(
 ///
 /// # Panics
 /// If the record is not `spec`'s encoding.
-fn body_range(record: &[u8], spec: &RecordSpec<'_>) -> std::ops::Range<usize> {
+/// Adds `added` bytes, written after the record's properties, to its
+/// TOTALSIZE and PROPERTIESLENGTH (`properties_len` is the latter before).
+fn grow_last_field(record: &mut [u8], properties_len: usize, added: usize) {
+    let total = record.len();
+    record[..4].copy_from_slice(&(total as i32).to_be_bytes());
+    let at = total - added - properties_len - 2;
+    record[at..at + 2].copy_from_slice(&((properties_len + added) as i16).to_be_bytes());
+}
+
+/// The body's place in `record`, whose properties are `properties_len`
+/// bytes.
+fn body_range(
+    record: &[u8],
+    spec: &RecordSpec<'_>,
+    properties_len: usize,
+) -> std::ops::Range<usize> {
     use ringmq_protocol::message::layout::{MAGIC_CODE_POSITION, MAGIC_CODE_V2};
     let magic = u32::from_be_bytes(
         record[MAGIC_CODE_POSITION..MAGIC_CODE_POSITION + 4]
@@ -1213,7 +1209,7 @@ fn body_range(record: &[u8], spec: &RecordSpec<'_>) -> std::ops::Range<usize> {
             .expect("4 bytes"),
     );
     let topic_length_size = if magic == MAGIC_CODE_V2 { 2 } else { 1 };
-    let tail = topic_length_size + spec.topic.len() + 2 + spec.properties.len();
+    let tail = topic_length_size + spec.topic.len() + 2 + properties_len;
     let end = record.len() - tail;
     let start = end - spec.body.len();
     let declared = u32::from_be_bytes(record[start - 4..start].try_into().expect("4 bytes"));

@@ -27,17 +27,38 @@ pub const PROP_CRC_TRAILER_SIZE: usize = 20;
 const DIGITS: usize = 10;
 const _: () = assert!(PROP_CRC_TRAILER_SIZE == 8 + 1 + DIGITS + 1);
 
+/// Bytes a record with `properties` gains by the trailer: the trailer, and
+/// a separator before it when `properties` does not end with one.
+pub fn added_len(properties: &[u8]) -> usize {
+    let separator = !properties.is_empty() && properties.last() != Some(&0x02);
+    PROP_CRC_TRAILER_SIZE + usize::from(separator)
+}
+
+/// Writes the trailer, with zero placeholder digits, into `out` (exactly
+/// [`added_len`] bytes), led by the separator `properties` needs.
+pub fn write_trailer(properties: &[u8], out: &mut [u8]) {
+    let (separator, trailer) = out.split_at_mut(out.len() - PROP_CRC_TRAILER_SIZE);
+    assert!(
+        separator.len() == added_len(properties) - PROP_CRC_TRAILER_SIZE,
+        "trailer of {} bytes for these properties",
+        out.len()
+    );
+    separator.fill(0x02);
+    let (key, rest) = trailer.split_at_mut(CRC32_KEY.len());
+    key.copy_from_slice(CRC32_KEY.as_bytes());
+    rest[0] = 0x01;
+    rest[1..=DIGITS].fill(b'0');
+    rest[DIGITS + 1] = 0x02;
+}
+
 /// `properties` followed by the trailer with a zero placeholder, into `out`.
+#[cfg(test)]
 pub fn with_crc_placeholder(properties: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(properties);
-    if !properties.is_empty() && properties.last() != Some(&0x02) {
-        out.push(0x02);
-    }
-    out.extend_from_slice(CRC32_KEY.as_bytes());
-    out.push(0x01);
-    out.extend_from_slice(&[b'0'; DIGITS]);
-    out.push(0x02);
+    let at = out.len();
+    out.resize(at + added_len(properties), 0);
+    write_trailer(properties, &mut out[at..]);
 }
 
 fn digits_range(record: &[u8]) -> std::ops::Range<usize> {

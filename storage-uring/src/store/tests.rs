@@ -894,3 +894,85 @@ fn deleting_a_topic_with_consume_queue_writes_in_flight_is_safe() {
         [b"u-0".to_vec(), b"u-1".to_vec()]
     );
 }
+
+#[test]
+fn records_carry_the_crc_property_as_if_encoded_with_it() {
+    // The trailer is written in place after the caller's properties; the
+    // bytes must be those of the record encoded with the trailer among its
+    // properties and sealed, for every kind of properties and both versions.
+    let long_topic = "L".repeat(200);
+    let born_v6 = SocketAddr::from(([0xfe80, 0, 0, 0, 0, 0, 0, 1], 4242));
+    let cases: [(&str, &[u8], SocketAddr); 5] = [
+        ("T", b"", message(b"").born_host),
+        ("T", b"TAGS\x01A\x02", message(b"").born_host),
+        ("T", b"TAGS\x01A", message(b"").born_host),
+        (&long_topic, b"KEYS\x01k", born_v6),
+        ("T", b"\x02", born_v6),
+    ];
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(7)), config(FlushMode::Sync), 0).unwrap();
+    let mut offsets = Vec::new();
+    for (topic, properties, born_host) in cases {
+        let m = AppendMessage {
+            topic,
+            properties,
+            born_host,
+            ..message(b"body bytes")
+        };
+        offsets.push(store.append(&m, 5).unwrap().commit_log_offset);
+    }
+    let mut acks = Vec::new();
+    settle(&mut store, 6, &mut acks);
+    for ((topic, properties, _), offset) in cases.iter().zip(offsets) {
+        let stored = store.read_record(offset).unwrap().expect("record readable");
+        let view = decode_record(&stored, CrcCheck::Verify).unwrap();
+        assert_eq!(view.topic(), *topic);
+        let mut with_trailer = Vec::new();
+        crate::commit_log::record_crc::with_crc_placeholder(properties, &mut with_trailer);
+        let mut expected = Vec::new();
+        RecordSpec {
+            properties: &with_trailer,
+            body_crc: None,
+            ..view.to_spec()
+        }
+        .encode_append(&mut expected)
+        .unwrap();
+        crate::commit_log::record_crc::seal(&mut expected);
+        assert_eq!(stored, expected, "properties {properties:?}");
+        crate::commit_log::record_crc::verify(&stored).unwrap();
+    }
+}
+
+#[test]
+fn a_batch_whose_properties_overflow_with_the_crc_property_writes_nothing() {
+    let mut config = config(FlushMode::Sync);
+    // Room for the batch: only its properties are too long.
+    config.segment_size_bytes = 1 << 20;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(8)), config, 0).unwrap();
+    // Fits RocketMQ's limit on its own, not with the 20-byte CRC property.
+    let long = vec![b'p'; ringmq_protocol::limits::PROPERTIES_SIZE_MAX - 10];
+    let batch = [
+        message(b"first"),
+        AppendMessage {
+            properties: &long,
+            ..message(b"second")
+        },
+    ];
+    let before = store.commit_log().encoded_offset();
+    let error = store.append_batch(&batch, 1).unwrap_err();
+    assert!(
+        matches!(&error, StorageError::Record { reason, .. } if reason.contains("CRC property")),
+        "{error}"
+    );
+    assert_eq!(
+        store.commit_log().encoded_offset(),
+        before,
+        "no record of the batch was written"
+    );
+    let ticket = store.append(&message(b"after"), 2).unwrap();
+    assert_eq!(ticket.commit_log_offset, before);
+    let mut acks = Vec::new();
+    settle(&mut store, 3, &mut acks);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].status, AckStatus::Ok);
+}
