@@ -45,6 +45,7 @@ pub(crate) mod write_bufs;
 
 use std::path::PathBuf;
 
+use ringmq_protocol::limits::PROPERTIES_SIZE_MAX;
 use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank};
 
 use self::appender::{
@@ -57,8 +58,6 @@ use self::segment::SegmentSet;
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up, align_up_offset};
 use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpenOptions, Wait, created_file_id};
 use crate::error::StorageError;
-use ringmq_protocol::limits::PROPERTIES_SIZE_MAX;
-
 use crate::limits::{
     COMPLETIONS_PER_TURN_MAX, PENDING_WRITE_BYTES_MAX, RECORD_CRC_COMBINE_BODY_SIZE_MIN,
     RECORD_SIZE_MAX, SEGMENT_CREATE_RETRY_MS, SEGMENT_CREATE_WAIT_MAX,
@@ -68,6 +67,7 @@ use crate::limits::{
 
 /// Bytes of the BLANK end-of-segment marker.
 pub const BLANK_SIZE: usize = 8;
+
 /// The outside-visible offset of shard-local `local` in shard `shard_id`.
 pub fn shard_offset(shard_id: u8, local: u64) -> u64 {
     assert!(
@@ -496,7 +496,7 @@ impl CommitLog {
             self.first_store_timestamps
                 .insert(pos, records[0].store_timestamp_ms);
         }
-        for spec in records.iter_mut() {
+        for (spec, &size) in records.iter_mut().zip(sizes.iter()) {
             spec.commit_log_offset = shard_offset(self.config.shard_id, pos) as i64;
             // BODYCRC, computed once here, over the caller's body; it also
             // yields the record CRC by combination with the CRCs of the bytes
@@ -505,13 +505,14 @@ impl CommitLog {
             // multiplication, where it costs more than the pass).
             let body_crc_raw = crc32_ieee(spec.body);
             spec.body_crc = Some(body_crc_raw);
-            let added = record_crc::added_len(spec.properties);
+            // The size checked above, CRC property included.
+            let n = size as usize;
             let active = self.appender.active();
             // The bytes ahead were last used a tail cache ago and are out of
             // the core's caches; fetched a few records early, the stores
             // into them do not miss, nor do the loads that wait behind those
             // stores stall (limits.rs).
-            active.prefetch_for_write(WRITE_PREFETCH_AHEAD_BYTES, spec.encoded_len() + added);
+            active.prefetch_for_write(WRITE_PREFETCH_AHEAD_BYTES, n);
             let tail = active.tail_mut();
             let encoded = spec
                 .encode_into(tail)
@@ -519,7 +520,7 @@ impl CommitLog {
                     commit_log_offset: shard_offset(self.config.shard_id, pos),
                     reason: error.to_string(),
                 })?;
-            let n = encoded + added;
+            let added = n - encoded;
             let record = &mut tail[..n];
             record_crc::write_trailer(spec.properties, &mut record[encoded..]);
             grow_last_field(record, spec.properties.len(), added);
@@ -1179,13 +1180,6 @@ pub(crate) fn run_sync(
     }
 }
 
-/// Where `spec`'s body lies in `record`, its encoding: found from the end
-/// (`[body][topic length][topic][properties length: 2][properties]`, the
-/// topic length 1 byte in V1 records, 2 in V2) and checked against the
-/// BODYLENGTH field before it.
-///
-/// # Panics
-/// If the record is not `spec`'s encoding.
 /// Adds `added` bytes, written after the record's properties, to its
 /// TOTALSIZE and PROPERTIESLENGTH (`properties_len` is the latter before).
 fn grow_last_field(record: &mut [u8], properties_len: usize, added: usize) {
@@ -1195,8 +1189,14 @@ fn grow_last_field(record: &mut [u8], properties_len: usize, added: usize) {
     record[at..at + 2].copy_from_slice(&((properties_len + added) as i16).to_be_bytes());
 }
 
-/// The body's place in `record`, whose properties are `properties_len`
-/// bytes.
+/// Where `spec`'s body lies in `record`, its encoding with properties of
+/// `properties_len` bytes: found from the end
+/// (`[body][topic length][topic][properties length: 2][properties]`, the
+/// topic length 1 byte in V1 records, 2 in V2) and checked against the
+/// BODYLENGTH field before it.
+///
+/// # Panics
+/// If the record is not `spec`'s encoding.
 fn body_range(
     record: &[u8],
     spec: &RecordSpec<'_>,

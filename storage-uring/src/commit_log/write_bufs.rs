@@ -38,6 +38,9 @@ use crate::disk::{Disk, FileId};
 /// Block buffers kept for the copies of partial last blocks.
 const BLOCK_SPARES_MAX: usize = 4;
 
+/// Bytes of a CPU cache line (x86-64), the unit of a prefetch.
+const CACHE_LINE_SIZE: usize = 64;
+
 #[cfg(target_arch = "x86_64")]
 fn prefetch_line_for_write(line: *const u8) {
     use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
@@ -83,10 +86,10 @@ impl WriteBuf {
         let from = (self.held_bytes() + ahead).min(capacity);
         let to = (from + len).min(capacity);
         let base = self.buf.buf().as_ptr();
-        let mut at = from & !63;
+        let mut at = from - from % CACHE_LINE_SIZE;
         while at < to {
             prefetch_line_for_write(base.wrapping_add(at));
-            at += 64;
+            at += CACHE_LINE_SIZE;
         }
     }
 
