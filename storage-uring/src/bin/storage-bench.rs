@@ -28,10 +28,14 @@
 //!      fdatasync at a time covering every write completed before it (a
 //!      write's latency ends with the fdatasync that covered it): the
 //!      store's SYNC_FLUSH shape, with nothing but the disk in it;
-//!    - `floor_direct_fresh_mb_per_s`, `floor_commit1m_fresh_mb_per_s`: the
-//!      same two on freshly fallocated files (no zero fill), once through,
-//!      so every write lands on an unwritten extent, as appends into a
-//!      segment created under sustained load do.
+//!    - `floor_direct_fresh_mb_per_s`, `floor_commit1m_fresh_*`,
+//!      `floor_fsync4k_fresh_*`, `floor_sync_group_fresh_*`: the same on
+//!      freshly fallocated files (no zero fill), once through, so every
+//!      write lands on an unwritten extent, as appends into a segment
+//!      created under sustained load do: ext4 converts the extent when each
+//!      write completes, and each fdatasync also commits its journal. The
+//!      floors above are of written extents, which appends reach in
+//!      recycled segments (`--eager-retention`).
 //! 2. Append (`--seconds` > 0): after `--idle-seconds` of idle polling (the
 //!    store's background zero fill then writes the first segment, so
 //!    appends land on written extents until it is full), the shard's
@@ -427,7 +431,7 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let file = fresh
         .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
         .context("creating the fresh floor file")?;
-    let (_, rate) = floor_write_sync(
+    let (histogram, rate) = floor_write_sync(
         &mut fresh,
         file,
         FLOOR_LARGE_WRITE_SIZE,
@@ -435,6 +439,35 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         Extent::Once(FLOOR_FRESH_FILE_SIZE),
     )?;
     report.float("floor_commit1m_fresh_mb_per_s", rate);
+    report.int(
+        "floor_commit1m_fresh_p50_us",
+        histogram.value_at_quantile(0.50),
+    );
+    report.int(
+        "floor_commit1m_fresh_p99_us",
+        histogram.value_at_quantile(0.99),
+    );
+    fresh.close(file)?;
+    fresh.remove(&path)?;
+    let file = fresh
+        .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
+        .context("creating the fresh floor file")?;
+    let histogram = floor_write_sync(
+        &mut fresh,
+        file,
+        FLOOR_SMALL_WRITE_SIZE,
+        seconds,
+        Extent::Once(FLOOR_FRESH_FILE_SIZE),
+    )?
+    .0;
+    report.int(
+        "floor_fsync4k_fresh_p50_us",
+        histogram.value_at_quantile(0.50),
+    );
+    report.int(
+        "floor_fsync4k_fresh_p99_us",
+        histogram.value_at_quantile(0.99),
+    );
     fresh.close(file)?;
     fresh.remove(&path)?;
     Ok(())
@@ -612,12 +645,41 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
         "floor_sync_inflight_ordered_p99_us",
         ordered.value_at_quantile(0.99),
     );
-    let (histogram, rate) = floor_sync_group(&mut disk, file, pair_size, seconds)?;
+    let (histogram, rate) = floor_sync_group(&mut disk, file, pair_size, seconds, Extent::Wrap)?;
     report.float("floor_sync_group_mb_per_s", rate);
     report.int("floor_sync_group_p50_us", histogram.value_at_quantile(0.50));
     report.int("floor_sync_group_p99_us", histogram.value_at_quantile(0.99));
     disk.close(file)?;
     disk.remove(&path)?;
+    // The same on a freshly fallocated file, once through: the shape of
+    // SYNC_FLUSH appends into a segment created under load, where every
+    // fdatasync also commits ext4's journal (the extents its writes
+    // converted).
+    let mut fresh_config = config;
+    fresh_config.zero_fill_on_create = false;
+    let mut fresh = UringDisk::new(fresh_config).context("setting up io_uring")?;
+    let path = args.dir.join("storage-bench-floor-sync-fresh.tmp");
+    let file = fresh
+        .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
+        .context("creating the fresh sync floor file")?;
+    let (histogram, rate) = floor_sync_group(
+        &mut fresh,
+        file,
+        pair_size,
+        seconds,
+        Extent::Once(FLOOR_FRESH_FILE_SIZE),
+    )?;
+    report.float("floor_sync_group_fresh_mb_per_s", rate);
+    report.int(
+        "floor_sync_group_fresh_p50_us",
+        histogram.value_at_quantile(0.50),
+    );
+    report.int(
+        "floor_sync_group_fresh_p99_us",
+        histogram.value_at_quantile(0.99),
+    );
+    fresh.close(file)?;
+    fresh.remove(&path)?;
     Ok(())
 }
 
@@ -625,12 +687,13 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
 /// linked; one fdatasync at a time, started whenever none runs and some
 /// write completed, covering every write completed before it. Returns the
 /// write latencies (submission to the end of the fdatasync that covered it)
-/// and the MB/s.
+/// and the MB/s. Writes move through `file` as `extent` says.
 fn floor_sync_group(
     disk: &mut UringDisk,
     file: FileId,
     size: usize,
     seconds: Duration,
+    extent: Extent,
 ) -> anyhow::Result<(Histogram<u64>, f64)> {
     let mut histogram = latency_histogram()?;
     let mut free = floor_buffers(disk, size);
@@ -644,11 +707,14 @@ fn floor_sync_group(
     let (mut file_offset, mut bytes, mut seq) = (0u64, 0u64, 0u64);
     loop {
         let running = start.elapsed() < seconds && seq < FLOOR_OPS_MAX;
-        while running && let Some(buf) = free.pop() {
+        while running
+            && !extent.exhausted(file_offset, size)
+            && let Some(buf) = free.pop()
+        {
             submit_floor_write(disk, seq * 2, file, file_offset, buf, size, false)?;
             writing.insert(seq, Instant::now());
             seq += 1;
-            file_offset = (file_offset + size as u64) % FLOOR_FILE_SIZE;
+            file_offset = extent.next(file_offset, size);
         }
         if syncing.is_none() && !written.is_empty() {
             // Odd sequence numbers are fdatasyncs; writes use even ones.
