@@ -385,8 +385,11 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         Extent::Wrap,
     )?
     .0;
-    report.int("floor_fsync4k_p50_us", histogram.value_at_quantile(0.50));
-    report.int("floor_fsync4k_p99_us", histogram.value_at_quantile(0.99));
+    report_p50_p99(
+        report,
+        ["floor_fsync4k_p50_us", "floor_fsync4k_p99_us"],
+        &histogram,
+    );
     report.int("floor_fsync4k_count", histogram.len());
     report.float(
         "floor_direct_mb_per_s",
@@ -400,77 +403,67 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         Extent::Wrap,
     )?;
     report.float("floor_commit1m_mb_per_s", rate);
-    report.int("floor_commit1m_p50_us", histogram.value_at_quantile(0.50));
-    report.int("floor_commit1m_p99_us", histogram.value_at_quantile(0.99));
+    report_p50_p99(
+        report,
+        ["floor_commit1m_p50_us", "floor_commit1m_p99_us"],
+        &histogram,
+    );
     disk.close(file)?;
     disk.remove(&path)?;
     measure_sync_inflight_floor(args, report)?;
-    // The same large writes into freshly fallocated files (no zero fill),
-    // once through: every write lands on an unwritten extent, as appends
-    // into a segment created under sustained load do (ext4 converts the
-    // extent at each write's completion and commits its journal at each
-    // fdatasync).
+    // The same into freshly fallocated files (no zero fill), once through:
+    // every write lands on an unwritten extent, as appends into a segment
+    // created under sustained load do (ext4 converts the extent at each
+    // write's completion and commits its journal at each fdatasync).
     let mut fresh_config = disk_config(args, FLOOR_DIRECT_IN_FLIGHT, FLOOR_LARGE_WRITE_SIZE);
     fresh_config.zero_fill_on_create = false;
     let mut fresh = UringDisk::new(fresh_config).context("setting up io_uring")?;
     let path = args.dir.join("storage-bench-floor-fresh.tmp");
-    let file = fresh
-        .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
-        .context("creating the fresh floor file")?;
-    report.float(
-        "floor_direct_fresh_mb_per_s",
-        floor_direct(
-            &mut fresh,
-            file,
-            seconds,
-            Extent::Once(FLOOR_FRESH_FILE_SIZE),
-        )?,
-    );
-    fresh.close(file)?;
-    fresh.remove(&path)?;
-    let file = fresh
-        .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
-        .context("creating the fresh floor file")?;
-    let (histogram, rate) = floor_write_sync(
-        &mut fresh,
-        file,
-        FLOOR_LARGE_WRITE_SIZE,
-        seconds,
-        Extent::Once(FLOOR_FRESH_FILE_SIZE),
-    )?;
+    let once = Extent::Once(FLOOR_FRESH_FILE_SIZE);
+    let rate = on_fresh_file(&mut fresh, &path, |disk, file| {
+        floor_direct(disk, file, seconds, once)
+    })?;
+    report.float("floor_direct_fresh_mb_per_s", rate);
+    let (histogram, rate) = on_fresh_file(&mut fresh, &path, |disk, file| {
+        floor_write_sync(disk, file, FLOOR_LARGE_WRITE_SIZE, seconds, once)
+    })?;
     report.float("floor_commit1m_fresh_mb_per_s", rate);
-    report.int(
-        "floor_commit1m_fresh_p50_us",
-        histogram.value_at_quantile(0.50),
+    report_p50_p99(
+        report,
+        ["floor_commit1m_fresh_p50_us", "floor_commit1m_fresh_p99_us"],
+        &histogram,
     );
-    report.int(
-        "floor_commit1m_fresh_p99_us",
-        histogram.value_at_quantile(0.99),
+    let (histogram, _) = on_fresh_file(&mut fresh, &path, |disk, file| {
+        floor_write_sync(disk, file, FLOOR_SMALL_WRITE_SIZE, seconds, once)
+    })?;
+    report_p50_p99(
+        report,
+        ["floor_fsync4k_fresh_p50_us", "floor_fsync4k_fresh_p99_us"],
+        &histogram,
     );
-    fresh.close(file)?;
-    fresh.remove(&path)?;
-    let file = fresh
-        .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
-        .context("creating the fresh floor file")?;
-    let histogram = floor_write_sync(
-        &mut fresh,
-        file,
-        FLOOR_SMALL_WRITE_SIZE,
-        seconds,
-        Extent::Once(FLOOR_FRESH_FILE_SIZE),
-    )?
-    .0;
-    report.int(
-        "floor_fsync4k_fresh_p50_us",
-        histogram.value_at_quantile(0.50),
-    );
-    report.int(
-        "floor_fsync4k_fresh_p99_us",
-        histogram.value_at_quantile(0.99),
-    );
-    fresh.close(file)?;
-    fresh.remove(&path)?;
     Ok(())
+}
+
+/// Runs `measure` on a new [`FLOOR_FRESH_FILE_SIZE`] O_DIRECT file at
+/// `path` (fallocated; `disk` must not zero-fill), then removes the file.
+fn on_fresh_file<T>(
+    disk: &mut UringDisk,
+    path: &std::path::Path,
+    measure: impl FnOnce(&mut UringDisk, FileId) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let file = disk
+        .open(path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
+        .context("creating a fresh floor file")?;
+    let measured = measure(disk, file)?;
+    disk.close(file)?;
+    disk.remove(path)?;
+    Ok(measured)
+}
+
+/// Reports `histogram`'s p50 and p99 under `keys`.
+fn report_p50_p99(report: &mut Report, keys: [&'static str; 2], histogram: &Histogram<u64>) {
+    report.int(keys[0], histogram.value_at_quantile(0.50));
+    report.int(keys[1], histogram.value_at_quantile(0.99));
 }
 
 /// Creates a [`FLOOR_FILE_SIZE`] O_DIRECT file at `path` and waits for its
@@ -629,26 +622,26 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
     let (histogram, ordered, rate) = floor_sync_pipeline(&mut disk, file, pair_size, seconds)?;
     report.int("floor_sync_inflight_pair_bytes", pair_size as u64);
     report.float("floor_sync_inflight_mb_per_s", rate);
-    report.int(
-        "floor_sync_inflight_p50_us",
-        histogram.value_at_quantile(0.50),
+    report_p50_p99(
+        report,
+        ["floor_sync_inflight_p50_us", "floor_sync_inflight_p99_us"],
+        &histogram,
     );
-    report.int(
-        "floor_sync_inflight_p99_us",
-        histogram.value_at_quantile(0.99),
-    );
-    report.int(
-        "floor_sync_inflight_ordered_p50_us",
-        ordered.value_at_quantile(0.50),
-    );
-    report.int(
-        "floor_sync_inflight_ordered_p99_us",
-        ordered.value_at_quantile(0.99),
+    report_p50_p99(
+        report,
+        [
+            "floor_sync_inflight_ordered_p50_us",
+            "floor_sync_inflight_ordered_p99_us",
+        ],
+        &ordered,
     );
     let (histogram, rate) = floor_sync_group(&mut disk, file, pair_size, seconds, Extent::Wrap)?;
     report.float("floor_sync_group_mb_per_s", rate);
-    report.int("floor_sync_group_p50_us", histogram.value_at_quantile(0.50));
-    report.int("floor_sync_group_p99_us", histogram.value_at_quantile(0.99));
+    report_p50_p99(
+        report,
+        ["floor_sync_group_p50_us", "floor_sync_group_p99_us"],
+        &histogram,
+    );
     disk.close(file)?;
     disk.remove(&path)?;
     // The same on a freshly fallocated file, once through: the shape of
@@ -659,27 +652,19 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
     fresh_config.zero_fill_on_create = false;
     let mut fresh = UringDisk::new(fresh_config).context("setting up io_uring")?;
     let path = args.dir.join("storage-bench-floor-sync-fresh.tmp");
-    let file = fresh
-        .open(&path, OpenOptions::create_direct(FLOOR_FRESH_FILE_SIZE))
-        .context("creating the fresh sync floor file")?;
-    let (histogram, rate) = floor_sync_group(
-        &mut fresh,
-        file,
-        pair_size,
-        seconds,
-        Extent::Once(FLOOR_FRESH_FILE_SIZE),
-    )?;
+    let (histogram, rate) = on_fresh_file(&mut fresh, &path, |disk, file| {
+        let once = Extent::Once(FLOOR_FRESH_FILE_SIZE);
+        floor_sync_group(disk, file, pair_size, seconds, once)
+    })?;
     report.float("floor_sync_group_fresh_mb_per_s", rate);
-    report.int(
-        "floor_sync_group_fresh_p50_us",
-        histogram.value_at_quantile(0.50),
+    report_p50_p99(
+        report,
+        [
+            "floor_sync_group_fresh_p50_us",
+            "floor_sync_group_fresh_p99_us",
+        ],
+        &histogram,
     );
-    report.int(
-        "floor_sync_group_fresh_p99_us",
-        histogram.value_at_quantile(0.99),
-    );
-    fresh.close(file)?;
-    fresh.remove(&path)?;
     Ok(())
 }
 
