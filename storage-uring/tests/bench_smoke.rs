@@ -34,6 +34,16 @@ const NUMERIC_KEYS: &[&str] = &[
     "floor_sync_group_mb_per_s",
     "floor_sync_group_p50_us",
     "floor_sync_group_p99_us",
+    "target_mb_per_s",
+    "target_p99_us",
+    "meets_mb_per_s",
+    "meets_p99_us",
+    "target_fresh_mb_per_s",
+    "target_fresh_p99_us",
+    "meets_fresh_mb_per_s",
+    "meets_fresh_p99_us",
+    "floor_sync_group_fresh_meets_mb_per_s",
+    "floor_sync_group_fresh_meets_p99_us",
 ];
 
 struct TempDir(PathBuf);
@@ -106,4 +116,25 @@ fn a_short_sync_run_reports_every_key_as_a_number() {
         .and_then(|v| v.parse().ok())
         .expect("appends_per_s is a number");
     assert!(appends > 0.0, "no append was acknowledged: {stdout}");
+    // The verdicts agree with the figures beside them.
+    let number = |key: &str| -> f64 {
+        json_value(&stdout, key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} is not a number in {stdout}"))
+    };
+    // Rendered with one decimal, so the comparison allows for the rounding.
+    let meets_mb = number("mb_per_s") >= number("target_mb_per_s") - 0.05;
+    let misses_mb = number("mb_per_s") < number("target_mb_per_s") + 0.05;
+    match number("meets_mb_per_s") {
+        1.0 => assert!(meets_mb, "meets_mb_per_s=1 below the target: {stdout}"),
+        0.0 => assert!(misses_mb, "meets_mb_per_s=0 at the target: {stdout}"),
+        other => panic!("meets_mb_per_s is {other}: {stdout}"),
+    }
+    let within = number("p99_us") <= number("target_p99_us") + 0.05;
+    let beyond = number("p99_us") > number("target_p99_us") - 0.05;
+    match number("meets_p99_us") {
+        1.0 => assert!(within, "meets_p99_us=1 above the target: {stdout}"),
+        0.0 => assert!(beyond, "meets_p99_us=0 within the target: {stdout}"),
+        other => panic!("meets_p99_us is {other}: {stdout}"),
+    }
 }

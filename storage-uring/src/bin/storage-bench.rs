@@ -70,6 +70,16 @@
 //! Output: one line of `key=value` pairs, or a JSON object (`--json`).
 //! MB are 10^6 bytes; latencies are microseconds.
 //!
+//! After the floor and append phases come issue 3's targets, computed from
+//! this run's floors, and whether the run met them (`meets_*`: 1 or 0):
+//! SYNC_FLUSH `target_mb_per_s` (60 % of `floor_commit1m_mb_per_s`) and
+//! `target_p99_us` (`floor_fsync4k_p99_us` + 1 ms), ASYNC_FLUSH
+//! `target_mb_per_s` (70 % of `floor_direct_mb_per_s`); the same against the
+//! fresh floors (`target_fresh_*`, `meets_fresh_*`); and whether the disk
+//! alone, in the store's shape on fresh extents, meets the issue's targets
+//! (`floor_sync_group_fresh_meets_*`, `floor_direct_fresh_meets_mb_per_s`):
+//! where it does not, a growing log cannot either.
+//!
 //! # Invariants
 //! - Floor and append phases use separate files under `--dir`; the floor
 //!   file is removed afterwards.
@@ -235,6 +245,15 @@ impl Report {
         self.entries.push((key, Value::Text(value.into())));
     }
 
+    /// The value of a numeric `key`, if reported.
+    fn number(&self, key: &str) -> Option<f64> {
+        self.entries.iter().find_map(|(k, value)| match value {
+            Value::Int(v) if *k == key => Some(*v as f64),
+            Value::Float(v) if *k == key => Some(*v),
+            _ => None,
+        })
+    }
+
     fn render(&self, json: bool) -> String {
         let fields = self.entries.iter().map(|(key, value)| {
             let value = match value {
@@ -297,6 +316,7 @@ fn main() -> anyhow::Result<()> {
     if args.seconds > 0 {
         append_phase(&args, &mut report).context("append phase")?;
     }
+    report_targets(args.flush, &mut report);
     if args.recover {
         recover_phase(&args, &mut report).context("recovery phase")?;
     }
@@ -1214,9 +1234,220 @@ fn recover_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Issue 3's "Done when", read against the floors of the same run:
+/// SYNC_FLUSH sustains this share of `floor_commit1m_mb_per_s`...
+const SYNC_TARGET_SHARE_OF_COMMIT1M: f64 = 0.60;
+/// ...with p99 no more than `floor_fsync4k_p99_us` plus this;
+const SYNC_TARGET_P99_MARGIN_US: f64 = 1_000.0;
+/// ASYNC_FLUSH sustains this share of `floor_direct_mb_per_s`.
+const ASYNC_TARGET_SHARE_OF_DIRECT: f64 = 0.70;
+
+/// One target: `value_key` held against `limit_key`'s figure scaled by
+/// `share` plus `margin`, reported as `target_key` and (1 or 0) `meets_key`.
+struct Target {
+    target_key: &'static str,
+    meets_key: &'static str,
+    value_key: &'static str,
+    limit_key: &'static str,
+    share: f64,
+    margin: f64,
+    /// The value must stay at or below the target (a latency), not reach it.
+    at_most: bool,
+}
+
+/// The targets of `flush`: against the written floors (the issue's), against
+/// the fresh ones (what appends into unwritten extents meet), and the disk
+/// alone in the store's shape on fresh extents against the issue's, which
+/// says whether the issue's target is within reach of a growing log at all.
+fn targets(flush: Flush) -> Vec<Target> {
+    let throughput = |target_key, meets_key, value_key, limit_key, share| Target {
+        target_key,
+        meets_key,
+        value_key,
+        limit_key,
+        share,
+        margin: 0.0,
+        at_most: false,
+    };
+    let p99 = |target_key, meets_key, value_key, limit_key| Target {
+        target_key,
+        meets_key,
+        value_key,
+        limit_key,
+        share: 1.0,
+        margin: SYNC_TARGET_P99_MARGIN_US,
+        at_most: true,
+    };
+    match flush {
+        Flush::Sync => {
+            let share = SYNC_TARGET_SHARE_OF_COMMIT1M;
+            vec![
+                throughput(
+                    "target_mb_per_s",
+                    "meets_mb_per_s",
+                    "mb_per_s",
+                    "floor_commit1m_mb_per_s",
+                    share,
+                ),
+                p99(
+                    "target_p99_us",
+                    "meets_p99_us",
+                    "p99_us",
+                    "floor_fsync4k_p99_us",
+                ),
+                throughput(
+                    "target_fresh_mb_per_s",
+                    "meets_fresh_mb_per_s",
+                    "mb_per_s",
+                    "floor_commit1m_fresh_mb_per_s",
+                    share,
+                ),
+                p99(
+                    "target_fresh_p99_us",
+                    "meets_fresh_p99_us",
+                    "p99_us",
+                    "floor_fsync4k_fresh_p99_us",
+                ),
+                throughput(
+                    "target_mb_per_s",
+                    "floor_sync_group_fresh_meets_mb_per_s",
+                    "floor_sync_group_fresh_mb_per_s",
+                    "floor_commit1m_mb_per_s",
+                    share,
+                ),
+                p99(
+                    "target_p99_us",
+                    "floor_sync_group_fresh_meets_p99_us",
+                    "floor_sync_group_fresh_p99_us",
+                    "floor_fsync4k_p99_us",
+                ),
+            ]
+        }
+        Flush::Async => {
+            let share = ASYNC_TARGET_SHARE_OF_DIRECT;
+            vec![
+                throughput(
+                    "target_mb_per_s",
+                    "meets_mb_per_s",
+                    "mb_per_s",
+                    "floor_direct_mb_per_s",
+                    share,
+                ),
+                throughput(
+                    "target_fresh_mb_per_s",
+                    "meets_fresh_mb_per_s",
+                    "mb_per_s",
+                    "floor_direct_fresh_mb_per_s",
+                    share,
+                ),
+                throughput(
+                    "target_mb_per_s",
+                    "floor_direct_fresh_meets_mb_per_s",
+                    "floor_direct_fresh_mb_per_s",
+                    "floor_direct_mb_per_s",
+                    share,
+                ),
+            ]
+        }
+    }
+}
+
+/// Appends each target of `flush` whose figures the run measured (both a
+/// floor and the append phase), the target once per key.
+fn report_targets(flush: Flush, report: &mut Report) {
+    for target in targets(flush) {
+        let (Some(value), Some(limit)) = (
+            report.number(target.value_key),
+            report.number(target.limit_key),
+        ) else {
+            continue;
+        };
+        let bound = limit * target.share + target.margin;
+        if report.number(target.target_key).is_none() {
+            report.float(target.target_key, bound);
+        }
+        let meets = if target.at_most {
+            value <= bound
+        } else {
+            value >= bound
+        };
+        report.int(target.meets_key, u64::from(meets));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sync_run(mb_per_s: f64, p99_us: u64) -> Report {
+        let mut report = Report::default();
+        report.int("floor_fsync4k_p99_us", 200);
+        report.float("floor_commit1m_mb_per_s", 2_000.0);
+        report.float("floor_sync_group_fresh_mb_per_s", 1_100.0);
+        report.int("floor_sync_group_fresh_p99_us", 1_300);
+        report.float("floor_commit1m_fresh_mb_per_s", 1_500.0);
+        report.int("floor_fsync4k_fresh_p99_us", 400);
+        report.float("mb_per_s", mb_per_s);
+        report.int("p99_us", p99_us);
+        report
+    }
+
+    #[test]
+    fn sync_targets_are_read_against_the_floors_of_the_run() {
+        let mut report = sync_run(1_250.0, 1_200);
+        report_targets(Flush::Sync, &mut report);
+        let n = |key| report.number(key).unwrap_or_else(|| panic!("no {key}"));
+        assert_eq!(n("target_mb_per_s"), 1_200.0);
+        assert_eq!(n("target_p99_us"), 1_200.0);
+        assert_eq!(n("meets_mb_per_s"), 1.0);
+        assert_eq!(n("meets_p99_us"), 1.0, "the limit itself meets it");
+        assert_eq!(n("target_fresh_mb_per_s"), 900.0);
+        assert_eq!(n("target_fresh_p99_us"), 1_400.0);
+        assert_eq!(n("meets_fresh_mb_per_s"), 1.0);
+        assert_eq!(n("meets_fresh_p99_us"), 1.0);
+        // The disk alone on fresh extents against the issue's targets.
+        assert_eq!(n("floor_sync_group_fresh_meets_mb_per_s"), 0.0);
+        assert_eq!(n("floor_sync_group_fresh_meets_p99_us"), 0.0);
+        let targets = report
+            .entries
+            .iter()
+            .filter(|(key, _)| *key == "target_mb_per_s")
+            .count();
+        assert_eq!(targets, 1, "each target is reported once");
+
+        let mut report = sync_run(1_199.0, 1_201);
+        report_targets(Flush::Sync, &mut report);
+        assert_eq!(report.number("meets_mb_per_s"), Some(0.0));
+        assert_eq!(report.number("meets_p99_us"), Some(0.0));
+    }
+
+    #[test]
+    fn async_targets_and_runs_without_a_floor() {
+        let mut report = Report::default();
+        report.float("floor_direct_mb_per_s", 3_000.0);
+        report.float("floor_direct_fresh_mb_per_s", 2_000.0);
+        report.float("mb_per_s", 2_100.0);
+        report_targets(Flush::Async, &mut report);
+        assert_eq!(report.number("target_mb_per_s"), Some(2_100.0));
+        assert_eq!(report.number("meets_mb_per_s"), Some(1.0));
+        assert_eq!(report.number("target_fresh_mb_per_s"), Some(1_400.0));
+        assert_eq!(report.number("meets_fresh_mb_per_s"), Some(1.0));
+        assert_eq!(
+            report.number("floor_direct_fresh_meets_mb_per_s"),
+            Some(0.0)
+        );
+        // --floor-seconds 0: nothing to read the run against, no target.
+        let mut report = Report::default();
+        report.float("mb_per_s", 2_100.0);
+        report_targets(Flush::Async, &mut report);
+        assert!(
+            report
+                .entries
+                .iter()
+                .all(|(key, _)| !key.contains("target"))
+        );
+        assert_eq!(report.number("meets_mb_per_s"), None);
+    }
 
     #[test]
     fn report_renders_key_value_pairs_and_json_with_the_same_keys() {
