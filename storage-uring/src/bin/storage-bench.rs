@@ -1352,8 +1352,9 @@ fn targets(flush: Flush) -> Vec<Target> {
     }
 }
 
-/// Appends each target of `flush` whose figures the run measured (both a
-/// floor and the append phase), the target once per key.
+/// Appends each target of `flush` whose two figures the run measured (a
+/// floor and the append phase, or two floors for the disk-alone verdicts),
+/// each target key once.
 fn report_targets(flush: Flush, report: &mut Report) {
     for target in targets(flush) {
         let (Some(value), Some(limit)) = (
