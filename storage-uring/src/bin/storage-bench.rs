@@ -435,9 +435,11 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     // every write lands on an unwritten extent, as appends into a segment
     // created under sustained load do (ext4 converts the extent at each
     // write's completion and commits its journal at each fdatasync).
-    let mut fresh_config = disk_config(args, FLOOR_DIRECT_IN_FLIGHT, FLOOR_LARGE_WRITE_SIZE);
-    fresh_config.zero_fill_on_create = false;
-    let mut fresh = UringDisk::new(fresh_config).context("setting up io_uring")?;
+    let mut fresh = fresh_disk(disk_config(
+        args,
+        FLOOR_DIRECT_IN_FLIGHT,
+        FLOOR_LARGE_WRITE_SIZE,
+    ))?;
     let path = args.dir.join("storage-bench-floor-fresh.tmp");
     let once = Extent::Once(FLOOR_FRESH_FILE_SIZE);
     let rate = on_fresh_file(&mut fresh, &path, |disk, file| {
@@ -464,8 +466,15 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A disk as `config` sets up, that leaves new files fallocated only (no
+/// zero fill), for [`on_fresh_file`].
+fn fresh_disk(mut config: UringDiskConfig) -> anyhow::Result<UringDisk> {
+    config.zero_fill_on_create = false;
+    UringDisk::new(config).context("setting up io_uring")
+}
+
 /// Runs `measure` on a new [`FLOOR_FRESH_FILE_SIZE`] O_DIRECT file at
-/// `path` (fallocated; `disk` must not zero-fill), then removes the file.
+/// `path` (fallocated; `disk` from [`fresh_disk`]), then removes the file.
 fn on_fresh_file<T>(
     disk: &mut UringDisk,
     path: &std::path::Path,
@@ -668,9 +677,7 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
     // SYNC_FLUSH appends into a segment created under load, where every
     // fdatasync also commits ext4's journal (the extents its writes
     // converted).
-    let mut fresh_config = config;
-    fresh_config.zero_fill_on_create = false;
-    let mut fresh = UringDisk::new(fresh_config).context("setting up io_uring")?;
+    let mut fresh = fresh_disk(config)?;
     let path = args.dir.join("storage-bench-floor-sync-fresh.tmp");
     let (histogram, rate) = on_fresh_file(&mut fresh, &path, |disk, file| {
         let once = Extent::Once(FLOOR_FRESH_FILE_SIZE);
