@@ -151,6 +151,18 @@ pub const RECOVERY_READ_SIZE: usize = 1024 * 1024;
 /// Recovery scan reads in flight at once.
 pub const RECOVERY_READS_IN_FLIGHT_MAX: usize = 8;
 
+/// Plain (unregistered) buffers a `UringDisk` keeps for reuse once their
+/// writes complete, at most this many and [`PLAIN_BUFFER_SPARE_BYTES_MAX`]
+/// bytes in all. The ConsumeQueue, index and checkpoint writes stage their
+/// bytes in such buffers. Freed and allocated again for every write, each
+/// one was faulted in as fresh (huge) pages and zeroed: 5 % of the
+/// appending thread's samples in ASYNC_FLUSH, and reusing them cut its CPU
+/// per MB by 17 % on a growing log (fifteenth session, docs/BENCHMARKS.md).
+pub const PLAIN_BUFFER_SPARES_MAX: usize = 16;
+
+/// Bytes of the plain buffers a `UringDisk` keeps for reuse, at most.
+pub const PLAIN_BUFFER_SPARE_BYTES_MAX: usize = 4 * WRITE_BUFFER_SIZE;
+
 /// Bytes appended but not yet written beyond which appends are refused with
 /// `StorageError::Busy`.
 pub const PENDING_WRITE_BYTES_MAX: usize = 2 * WRITE_BUFFER_SIZE;

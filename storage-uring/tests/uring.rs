@@ -15,6 +15,7 @@ use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::disk::{
     Disk, DiskCompletion, DiskError, DiskOp, OpId, OpTag, OpenOptions, Wait,
 };
+use ringmq_storage::limits::{PLAIN_BUFFER_SPARE_BYTES_MAX, PLAIN_BUFFER_SPARES_MAX};
 use ringmq_storage::ring::{Completion, Op, Ring, RingConfig, SharedRing, TurnOutput};
 
 /// A directory under /tmp removed when the test ends.
@@ -374,6 +375,66 @@ fn without_registered_buffers_buffer_allocates_plain_ones() {
     assert_eq!(buf.fixed_index(), None);
     assert_eq!(buf.capacity(), 8192);
     disk.recycle(buf);
+}
+
+#[test]
+fn plain_buffers_given_back_are_reused_zeroed_within_their_bounds() {
+    let config = UringDiskConfig {
+        fixed_buffer_count: 0,
+        ..small_disk_config()
+    };
+    let Some(mut disk) = disk_or_skip(config) else {
+        return;
+    };
+    // A buffer given back comes back for a request of its size or of up to
+    // half of it, zeroed, with nothing in use.
+    let mut buf = disk.buffer(64 * 1024);
+    buf.as_full_mut_slice().fill(0xA5);
+    buf.set_len(1000);
+    let address = buf.as_ptr();
+    disk.recycle(buf);
+    let again = disk.buffer(40 * 1024);
+    assert_eq!(again.as_ptr(), address, "the spare is reused");
+    assert_eq!(again.capacity(), 64 * 1024);
+    assert_eq!(again.len(), 0);
+    assert!(again.as_full_slice().iter().all(|&b| b == 0), "zeroed");
+    // It is not handed to a request of less than half its size, nor to one
+    // larger than it.
+    disk.recycle(again);
+    let small = disk.buffer(16 * 1024);
+    assert_ne!(small.as_ptr(), address);
+    assert_eq!(small.capacity(), 16 * 1024);
+    let large = disk.buffer(128 * 1024);
+    assert_ne!(large.as_ptr(), address);
+    assert_eq!(disk.buffer(64 * 1024).as_ptr(), address, "still kept");
+    assert_eq!(disk.plain_spares(), (0, 0));
+    // At most PLAIN_BUFFER_SPARES_MAX are kept...
+    let bufs: Vec<AlignedBuf> = (0..PLAIN_BUFFER_SPARES_MAX + 4)
+        .map(|_| disk.buffer(BLOCK_SIZE))
+        .collect();
+    for buf in bufs {
+        disk.recycle(buf);
+    }
+    assert_eq!(
+        disk.plain_spares(),
+        (
+            PLAIN_BUFFER_SPARES_MAX,
+            PLAIN_BUFFER_SPARES_MAX * BLOCK_SIZE
+        )
+    );
+    for _ in 0..PLAIN_BUFFER_SPARES_MAX {
+        drop(disk.buffer(BLOCK_SIZE));
+    }
+    assert_eq!(disk.plain_spares(), (0, 0), "each request took one");
+    // ...and at most PLAIN_BUFFER_SPARE_BYTES_MAX in all: a buffer that
+    // would pass it is freed.
+    let whole = disk.buffer(PLAIN_BUFFER_SPARE_BYTES_MAX);
+    disk.recycle(whole);
+    assert_eq!(disk.plain_spares(), (1, PLAIN_BUFFER_SPARE_BYTES_MAX));
+    let one_more = disk.buffer(BLOCK_SIZE);
+    disk.recycle(one_more);
+    assert_eq!(disk.plain_spares(), (1, PLAIN_BUFFER_SPARE_BYTES_MAX));
+    drop((small, large));
 }
 
 #[test]

@@ -40,9 +40,10 @@
 //! Buffers: [`Disk::buffer`] hands out a registered buffer from a pool
 //! (count and size configured, typically the CommitLog's write buffer size)
 //! when the request fits one, is more than half its size, and one is free,
-//! zeroed like a fresh
-//! `AlignedBuf`; otherwise it allocates. When registration is refused
-//! (RLIMIT_MEMLOCK), [`UringDisk::new`] fails if
+//! zeroed like a fresh `AlignedBuf`; otherwise a plain buffer given back
+//! earlier, of the size asked up to twice it, zeroed (a bounded number are
+//! kept, [`PLAIN_BUFFER_SPARES_MAX`]); otherwise it allocates. When
+//! registration is refused (RLIMIT_MEMLOCK), [`UringDisk::new`] fails if
 //! [`UringDiskConfig::fixed_buffers_required`], else it logs the refusal (its
 //! message names cause and remedy), keeps it in
 //! [`UringDisk::fixed_buffers_error`], and allocates plain buffers.
@@ -85,8 +86,11 @@ use std::time::{Duration, Instant};
 use slab::Slab;
 
 use super::{Disk, DiskCompletion, DiskError, DiskOp, FileId, OpId, OpenOptions, SpaceInfo, Wait};
-use crate::aligned::{AlignedBuf, BLOCK_SIZE};
-use crate::limits::{COMPLETIONS_PER_TURN_MAX, WRITE_BUFFER_SIZE};
+use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_up};
+use crate::limits::{
+    COMPLETIONS_PER_TURN_MAX, PLAIN_BUFFER_SPARE_BYTES_MAX, PLAIN_BUFFER_SPARES_MAX,
+    WRITE_BUFFER_SIZE,
+};
 use crate::ring::{
     Completion, FixedBufferPool, Lane, OWNER_SHIFT, Op, Ring, RingConfig, RingError, RingStats,
     SetupFlags, SharedRing, TurnOutput, Waker,
@@ -256,6 +260,11 @@ pub struct UringDisk {
     filling: Vec<FileId>,
     /// Zero buffers of the fills (never written into, so they stay zero).
     zero_bufs: Vec<AlignedBuf>,
+    /// Plain buffers given back, for reuse by [`Disk::buffer`] (bounded by
+    /// [`PLAIN_BUFFER_SPARES_MAX`] and [`PLAIN_BUFFER_SPARE_BYTES_MAX`]).
+    plain_spares: Vec<AlignedBuf>,
+    /// Sum of the capacities in `plain_spares`.
+    plain_spare_bytes: usize,
     /// Background creates and removes.
     meta: Slab<MetaJob>,
 }
@@ -319,6 +328,8 @@ impl UringDisk {
             next_internal: 0,
             filling: Vec::new(),
             zero_bufs: Vec::new(),
+            plain_spares: Vec::new(),
+            plain_spare_bytes: 0,
             meta: Slab::new(),
         })
     }
@@ -341,6 +352,11 @@ impl UringDisk {
     /// Why registered buffers are not in use, if registration was refused.
     pub fn fixed_buffers_error(&self) -> Option<&RingError> {
         self.pool_error.as_ref()
+    }
+
+    /// Plain buffers kept for reuse: how many, and their bytes in all.
+    pub fn plain_spares(&self) -> (usize, usize) {
+        (self.plain_spares.len(), self.plain_spare_bytes)
     }
 
     /// The registered buffer pool, if registration succeeded.
@@ -1463,14 +1479,36 @@ impl Disk for UringDisk {
             buf.as_full_mut_slice().fill(0);
             return buf;
         }
+        // A plain spare of at least the size asked, and at most twice it (a
+        // small request must not hold a large buffer), zeroed likewise.
+        let wanted = align_up(capacity.max(1));
+        if let Some(index) = self
+            .plain_spares
+            .iter()
+            .position(|buf| (wanted..=2 * wanted).contains(&buf.capacity()))
+        {
+            let mut buf = self.plain_spares.swap_remove(index);
+            self.plain_spare_bytes -= buf.capacity();
+            buf.as_full_mut_slice().fill(0);
+            buf.set_len(0);
+            return buf;
+        }
         AlignedBuf::new(capacity)
     }
 
     fn recycle(&mut self, buf: AlignedBuf) {
-        if self.lane.with_ring(|ring| ring.is_registered(&buf))
-            && let Some(pool) = self.pool.as_mut()
+        if self.lane.with_ring(|ring| ring.is_registered(&buf)) {
+            if let Some(pool) = self.pool.as_mut() {
+                pool.give_back(buf);
+            }
+            return;
+        }
+        if buf.fixed_index().is_none()
+            && self.plain_spares.len() < PLAIN_BUFFER_SPARES_MAX
+            && self.plain_spare_bytes + buf.capacity() <= PLAIN_BUFFER_SPARE_BYTES_MAX
         {
-            pool.give_back(buf);
+            self.plain_spare_bytes += buf.capacity();
+            self.plain_spares.push(buf);
         }
         // Otherwise dropped: freed if plain, leaked if registered elsewhere.
     }
