@@ -633,6 +633,41 @@ fn records_larger_than_a_scan_read_are_recovered_whole_after_a_kill() {
 }
 
 #[test]
+fn a_recovery_scan_reads_ahead_into_a_bounded_set_of_buffers() {
+    use ringmq_storage::disk::Disk;
+    use ringmq_storage::limits::{RECOVERY_READ_SIZE, RECOVERY_READS_IN_FLIGHT_MAX};
+    let mut store_config = config(FlushMode::Async, 0);
+    store_config.segment_size_bytes = 48 * RECOVERY_READ_SIZE as u64;
+    store_config.tail_cache_bytes = 16 * 1024 * 1024;
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(17)), store_config.clone(), 0).unwrap();
+    let body = vec![0x5A_u8; 60 * 1024];
+    let mut acks = Vec::new();
+    while store.commit_log().encoded_offset() < 40 * RECOVERY_READ_SIZE as u64 {
+        store.append(&tagged_message(0, &body), 10).unwrap();
+        while store.pending_appends() > 0 {
+            store
+                .poll_wait(10, std::time::Duration::ZERO, &mut acks)
+                .unwrap();
+        }
+    }
+    let appended = acks.len() as u64;
+    let mut disk = store.disk_mut().crash(CrashKind::ProcessKill);
+    disk.remove(&ShardFiles::new(&store_config.root, 0).checkpoint)
+        .unwrap();
+    // The simulated disk completes every read at the next poll, far faster
+    // than the scan: without a bound on the chunks read ahead, the reads
+    // ran through the segment, each into a buffer of its own.
+    let (store, report) = Store::open(disk, store_config, 1_000).unwrap();
+    assert_eq!(report.recovery.scan.record_count, appended);
+    let chunk_buffers = store.disk().fresh_buffers(RECOVERY_READ_SIZE);
+    assert!(
+        chunk_buffers <= RECOVERY_READS_IN_FLIGHT_MAX as u64 + 1,
+        "{chunk_buffers} chunk buffers for {RECOVERY_READS_IN_FLIGHT_MAX} reads in flight"
+    );
+}
+
+#[test]
 fn retired_segments_become_later_segments_and_a_clean_end_in_one_reopens_at_zeros() {
     let store_config = recycling_config(FlushMode::Async, 0);
     let size = store_config.segment_size_bytes;

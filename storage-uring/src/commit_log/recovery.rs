@@ -186,8 +186,15 @@ impl<'s> SegmentScanner<'s> {
         }
     }
 
+    /// Keeps up to [`RECOVERY_READS_IN_FLIGHT_MAX`] chunks read ahead of the
+    /// window, counting those that arrived and wait to be scanned: the scan
+    /// is slower than the disk here, and without that bound the reads ran
+    /// ahead of it through the segment, each into a freshly allocated (and
+    /// faulted-in) buffer.
     fn submit_reads(&mut self, disk: &mut impl Disk) -> Result<(), StorageError> {
-        while self.in_flight < RECOVERY_READS_IN_FLIGHT_MAX && self.next_read < self.segment_size {
+        while self.in_flight + self.arrived.len() < RECOVERY_READS_IN_FLIGHT_MAX
+            && self.next_read < self.segment_size
+        {
             let len = (self.segment_size - self.next_read).min(RECOVERY_READ_SIZE as u64) as usize;
             self.submit_read(disk, self.next_read, len)?;
             self.next_read += len as u64;

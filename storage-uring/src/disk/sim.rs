@@ -339,6 +339,9 @@ pub struct SimDisk {
     written_bytes: u64,
     link_pending: Option<u64>,
     pool: Vec<AlignedBuf>,
+    /// Buffers [`Disk::buffer`] allocated (none in the pool fitted), by
+    /// capacity.
+    fresh_buffers: BTreeMap<usize, u64>,
     /// Background creates and removes, in submission order.
     meta: Vec<MetaJob>,
 }
@@ -404,8 +407,15 @@ impl SimDisk {
             written_bytes: 0,
             link_pending: None,
             pool: Vec::new(),
+            fresh_buffers: BTreeMap::new(),
             meta: Vec::new(),
         }
+    }
+
+    /// Buffers of `capacity` bytes that [`Disk::buffer`] had to allocate
+    /// because no given-back one fitted.
+    pub fn fresh_buffers(&self, capacity: usize) -> u64 {
+        self.fresh_buffers.get(&capacity).copied().unwrap_or(0)
     }
 
     /// The configuration (faults may be changed through [`SimDisk::faults_mut`]).
@@ -1303,7 +1313,11 @@ impl Disk for SimDisk {
                 buf.set_len(0);
                 buf
             }
-            None => AlignedBuf::new(capacity),
+            None => {
+                let buf = AlignedBuf::new(capacity);
+                *self.fresh_buffers.entry(buf.capacity()).or_default() += 1;
+                buf
+            }
         }
     }
 
