@@ -148,7 +148,8 @@ pub const COMMIT_BEHIND_BYTES_MIN_SYNC: usize = 64 * 1024;
 /// larger than a chunk is assembled across chunks (the scan's carry).
 pub const RECOVERY_READ_SIZE: usize = 1024 * 1024;
 
-/// Recovery scan reads in flight at once.
+/// Recovery scan chunks read ahead at once: reads in flight plus chunks
+/// that arrived and wait to be scanned.
 pub const RECOVERY_READS_IN_FLIGHT_MAX: usize = 8;
 
 /// Plain (unregistered) buffers a `UringDisk` keeps for reuse once their

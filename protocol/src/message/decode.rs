@@ -294,8 +294,12 @@ impl<'a> RecordView<'a> {
     }
     /// BODY as stored.
     pub fn body(&self) -> &'a [u8] {
+        &self.bytes[self.body_range()]
+    }
+    /// Where BODY lies in [`RecordView::as_bytes`].
+    pub fn body_range(&self) -> std::ops::Range<usize> {
         let start = self.body_start as usize;
-        &self.bytes[start..start + self.body_len as usize]
+        start..start + self.body_len as usize
     }
     /// TOPIC (checked UTF-8 at decode).
     pub fn topic(&self) -> &'a str {

@@ -94,6 +94,45 @@ pub fn seal_with_body_crc(
     body_crc_raw: u32,
     sealer: &mut Sealer,
 ) {
+    let crc = covered_crc(record, body, body_crc_raw, sealer);
+    // Checked after the CRC work, still before anything is written: the
+    // trailer was stored just before this call by overlapping stores that
+    // an 8-byte load cannot be forwarded from, so checking it first made
+    // the CPU wait for the whole record to reach the cache.
+    assert!(has_trailer(record), "record without a CRC trailer");
+    write_digits(record, crc & BODY_CRC_MASK);
+}
+
+/// As [`verify`], from the body's CRC-32 (`body_crc_raw`, unmasked) as
+/// [`seal_with_body_crc`] does: the bytes around the body are read, the
+/// body is not (recovery has just computed its CRC for BODYCRC).
+///
+/// # Errors
+/// As [`verify`], with the same messages.
+///
+/// # Panics
+/// If `body` is not inside the part the CRC covers.
+pub fn verify_with_body_crc(
+    record: &[u8],
+    body: std::ops::Range<usize>,
+    body_crc_raw: u32,
+    sealer: &mut Sealer,
+) -> Result<(), String> {
+    let stored = stored_digits(record)?;
+    let computed = u64::from(covered_crc(record, body, body_crc_raw, sealer) & BODY_CRC_MASK);
+    if stored != computed {
+        return Err(format!("record CRC {stored} stored, {computed} computed"));
+    }
+    Ok(())
+}
+
+/// The CRC-32 of `record` up to its trailer, from the body's.
+fn covered_crc(
+    record: &[u8],
+    body: std::ops::Range<usize>,
+    body_crc_raw: u32,
+    sealer: &mut Sealer,
+) -> u32 {
     let Some(covered) = record.len().checked_sub(PROP_CRC_TRAILER_SIZE) else {
         panic!("record of {} bytes without a CRC trailer", record.len());
     };
@@ -106,15 +145,9 @@ pub fn seal_with_body_crc(
     let through_body = sealer
         .body
         .combine(before_body, body_crc_raw, body.len() as u64);
-    let crc = sealer
+    sealer
         .after_body
-        .combine(through_body, after_body, (covered - body.end) as u64);
-    // Checked after the CRC work, still before anything is written: the
-    // trailer was stored just before this call by overlapping stores that
-    // an 8-byte load cannot be forwarded from, so checking it first made
-    // the CPU wait for the whole record to reach the cache.
-    assert!(has_trailer(record), "record without a CRC trailer");
-    write_digits(record, crc & BODY_CRC_MASK);
+        .combine(through_body, after_body, (covered - body.end) as u64)
 }
 
 /// What [`seal_with_body_crc`] keeps from one record to the next: the
@@ -153,6 +186,16 @@ fn has_trailer(record: &[u8]) -> bool {
 /// # Errors
 /// A description when the trailer is missing or its CRC does not match.
 pub fn verify(record: &[u8]) -> Result<(), String> {
+    let stored = stored_digits(record)?;
+    let computed = u64::from(body_crc(&record[..record.len() - PROP_CRC_TRAILER_SIZE]));
+    if stored != computed {
+        return Err(format!("record CRC {stored} stored, {computed} computed"));
+    }
+    Ok(())
+}
+
+/// The number the trailer holds.
+fn stored_digits(record: &[u8]) -> Result<u64, String> {
     if !has_trailer(record) {
         return Err("record CRC property missing".into());
     }
@@ -163,11 +206,7 @@ pub fn verify(record: &[u8]) -> Result<(), String> {
         }
         stored = stored * 10 + u64::from(digit - b'0');
     }
-    let computed = u64::from(body_crc(&record[..record.len() - PROP_CRC_TRAILER_SIZE]));
-    if stored != computed {
-        return Err(format!("record CRC {stored} stored, {computed} computed"));
-    }
-    Ok(())
+    Ok(stored)
 }
 
 #[cfg(test)]
@@ -203,6 +242,26 @@ mod tests {
                 );
                 prop_assert_eq!(&combined, &two_pass);
                 prop_assert_eq!(verify(&combined), Ok(()));
+            }
+            // Verifying from the body's CRC agrees with the full pass, on the
+            // sealed record and on one with a byte around the body changed.
+            let body_range = head.len()..head.len() + body.len();
+            let body_crc_raw = crc32fast::hash(&body);
+            prop_assert_eq!(
+                verify_with_body_crc(&two_pass, body_range.clone(), body_crc_raw, &mut sealer),
+                Ok(())
+            );
+            let covered = two_pass.len() - PROP_CRC_TRAILER_SIZE;
+            let outside_body: Vec<usize> =
+                (0..covered).filter(|i| !body_range.contains(i)).collect();
+            if let Some(&at) = outside_body.get(body.len() % outside_body.len().max(1)) {
+                let mut flipped = two_pass.clone();
+                flipped[at] ^= 0x10;
+                prop_assert_eq!(
+                    verify_with_body_crc(&flipped, body_range.clone(), body_crc_raw, &mut sealer),
+                    verify(&flipped)
+                );
+                prop_assert!(verify(&flipped).is_err());
             }
         }
     }

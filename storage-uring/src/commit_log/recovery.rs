@@ -22,7 +22,10 @@
 
 use std::collections::BTreeMap;
 
-use ringmq_protocol::message::{CrcCheck, Decoded, RecordError, RecordView, decode_entry};
+use ringmq_protocol::message::encode::BODY_CRC_MASK;
+use ringmq_protocol::message::{
+    CrcCheck, Decoded, RecordError, RecordView, crc32_ieee, decode_entry,
+};
 
 use super::record_crc;
 use super::segment::{Segment, SegmentSet};
@@ -163,6 +166,8 @@ struct SegmentScanner<'s> {
     requested: BTreeMap<u64, usize>,
     op_counter: u64,
     completions: Vec<DiskCompletion>,
+    /// Powers of `x` for the record CRC check, kept from record to record.
+    sealer: record_crc::Sealer,
 }
 
 impl<'s> SegmentScanner<'s> {
@@ -183,6 +188,7 @@ impl<'s> SegmentScanner<'s> {
             requested: BTreeMap::new(),
             op_counter: 0,
             completions: Vec::new(),
+            sealer: record_crc::Sealer::default(),
         }
     }
 
@@ -328,8 +334,23 @@ impl<'s> SegmentScanner<'s> {
             } else {
                 CrcCheck::Skip
             };
-            match decode_entry(available, crc) {
+            // BODYCRC is checked here rather than by the decoder, so that
+            // the body's CRC, computed once, serves the record CRC too.
+            match decode_entry(available, CrcCheck::Skip) {
                 Ok(Decoded::Record(view)) => {
+                    let body_crc_raw = (crc == CrcCheck::Verify).then(|| crc32_ieee(view.body()));
+                    if let Some(raw) = body_crc_raw
+                        && raw & BODY_CRC_MASK != view.body_crc()
+                    {
+                        let mismatch = RecordError::BodyCrcMismatch {
+                            stored: view.body_crc(),
+                            computed: raw & BODY_CRC_MASK,
+                        };
+                        outcome.stop = ScanStop::Invalid {
+                            reason: mismatch.to_string(),
+                        };
+                        return Ok(SegmentEnd::Stopped);
+                    }
                     let expected = shard_offset(shard_id, outcome.end);
                     let physical_offset = view.commit_log_offset() as u64;
                     if physical_offset < expected {
@@ -345,8 +366,13 @@ impl<'s> SegmentScanner<'s> {
                         };
                         return Ok(SegmentEnd::Stopped);
                     }
-                    if crc == CrcCheck::Verify
-                        && let Err(reason) = record_crc::verify(view.as_bytes())
+                    if let Some(raw) = body_crc_raw
+                        && let Err(reason) = record_crc::verify_with_body_crc(
+                            view.as_bytes(),
+                            view.body_range(),
+                            raw,
+                            &mut self.sealer,
+                        )
                     {
                         outcome.stop = ScanStop::Invalid { reason };
                         return Ok(SegmentEnd::Stopped);
