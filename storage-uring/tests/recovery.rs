@@ -633,7 +633,7 @@ fn records_larger_than_a_scan_read_are_recovered_whole_after_a_kill() {
 }
 
 #[test]
-fn a_recovery_scan_reads_ahead_into_a_bounded_set_of_buffers() {
+fn a_recovery_without_a_checkpoint_reads_the_log_once_into_a_bounded_set_of_buffers() {
     use ringmq_storage::disk::Disk;
     use ringmq_storage::limits::{RECOVERY_READ_SIZE, RECOVERY_READS_IN_FLIGHT_MAX};
     let mut store_config = config(FlushMode::Async, 0);
@@ -652,6 +652,7 @@ fn a_recovery_scan_reads_ahead_into_a_bounded_set_of_buffers() {
         }
     }
     let appended = acks.len() as u64;
+    let log_end = store.commit_log().encoded_offset();
     let mut disk = store.disk_mut().crash(CrashKind::ProcessKill);
     disk.remove(&ShardFiles::new(&store_config.root, 0).checkpoint)
         .unwrap();
@@ -660,6 +661,15 @@ fn a_recovery_scan_reads_ahead_into_a_bounded_set_of_buffers() {
     // ran through the segment, each into a buffer of its own.
     let (store, report) = Store::open(disk, store_config, 1_000).unwrap();
     assert_eq!(report.recovery.scan.record_count, appended);
+    // One pass over the log: its chunks, the read-ahead past its end and
+    // the kept ConsumeQueue read for its floor. Two passes (a scan to find
+    // the end, then one to rebuild the queues) read every chunk twice.
+    let log_chunks = log_end.div_ceil(RECOVERY_READ_SIZE as u64);
+    let reads = store.disk().read_count();
+    assert!(
+        reads < 2 * log_chunks,
+        "{reads} reads for a log of {log_chunks} chunks"
+    );
     let chunk_buffers = store.disk().fresh_buffers(RECOVERY_READ_SIZE);
     assert!(
         chunk_buffers <= RECOVERY_READS_IN_FLIGHT_MAX as u64 + 1,

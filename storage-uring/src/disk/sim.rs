@@ -412,6 +412,12 @@ impl SimDisk {
         }
     }
 
+    /// Reads submitted since the disk was made (or its faults last changed,
+    /// [`SimDisk::faults_mut`]).
+    pub fn read_count(&self) -> u64 {
+        self.read_count
+    }
+
     /// Buffers of `capacity` bytes that [`Disk::buffer`] had to allocate
     /// because no given-back one fitted.
     pub fn fresh_buffers(&self, capacity: usize) -> u64 {

@@ -175,7 +175,16 @@ pub(super) struct Derived {
     /// The files are rebuilt from the whole CommitLog after its scan, which
     /// then only validates it.
     pub(super) rebuild: bool,
+    /// `Some`: the files were removed and the CommitLog scan, which reads
+    /// the whole log, rebuilds them as it goes; the queue floors
+    /// ([`removed_queue_floors`]) to apply after it.
+    pub(super) rebuilt_by_scan: Option<QueueFloors>,
 }
+
+/// `(topic, queue id, queue offset)` of each ConsumeQueue whose first
+/// entries pointed below the CommitLog's first segment
+/// ([`removed_queue_floors`]).
+pub(super) type QueueFloors = Vec<(String, u32, u64)>;
 
 /// Opens the ConsumeQueues and the index: after a clean stop as they are;
 /// after an abnormal one cut back to the checkpoint's durable points when
@@ -200,6 +209,21 @@ pub(super) fn open_derived<D: Disk>(
                 scan_from: commit_log::split_shard_offset(from).1.min(confirm_local),
                 strict_from: Some(split_points(points).0),
                 rebuild: false,
+                rebuilt_by_scan: None,
+            });
+        }
+        if durable_points.is_none() && confirm_local == 0 {
+            // No checkpoint: the CommitLog scan reads the whole log anyway,
+            // so it rebuilds the files on its way (one pass over the log
+            // instead of two; a full rebuild waits on the disk).
+            let (queues, index, floors) = start_rebuild(disk, config)?;
+            return Ok(Derived {
+                queues,
+                index,
+                scan_from: 0,
+                strict_from: None,
+                rebuild: false,
+                rebuilt_by_scan: Some(floors),
             });
         }
         return Ok(Derived {
@@ -208,6 +232,7 @@ pub(super) fn open_derived<D: Disk>(
             scan_from: confirm_local,
             strict_from: None,
             rebuild: true,
+            rebuilt_by_scan: None,
         });
     }
     let queues = ConsumeQueueSet::load_all(disk, &config.consume_queue_root)?;
@@ -229,6 +254,7 @@ pub(super) fn open_derived<D: Disk>(
         scan_from,
         strict_from: None,
         rebuild: false,
+        rebuilt_by_scan: None,
     })
 }
 
@@ -262,6 +288,7 @@ pub(super) fn reconcile_derived<D: Disk>(
         mut index,
         strict_from,
         rebuild: mut must_rebuild,
+        rebuilt_by_scan,
         ..
     } = derived;
     let Scanned {
@@ -293,6 +320,13 @@ pub(super) fn reconcile_derived<D: Disk>(
     }
     if must_rebuild {
         (queues, index, redispatched) = rebuild(disk, config, commit_log, now_ms)?;
+    }
+    if let Some(floors) = rebuilt_by_scan {
+        // Without `strict_from` nothing is found inconsistent: the scan's
+        // dispatch was the rebuild.
+        debug_assert!(!must_rebuild, "a rebuilt-by-scan store rebuilt again");
+        finish_rebuild(&mut queues, floors)?;
+        must_rebuild = true;
     }
     Ok((queues, index, redispatched, must_rebuild))
 }
@@ -433,11 +467,7 @@ pub(super) fn rebuild<D: Disk>(
     commit_log: &mut CommitLog,
     now_ms: u64,
 ) -> Result<(ConsumeQueueSet, IndexService, u64), StorageError> {
-    let queue_floors = removed_queue_floors(disk, config);
-    remove_consume_queue_files(disk, &config.consume_queue_root)?;
-    remove_files_in(disk, &config.index_dir())?;
-    let mut queues = ConsumeQueueSet::new(&config.consume_queue_root);
-    let mut index = IndexService::new(&config.index_dir(), config.index_geometry)?;
+    let (mut queues, mut index, queue_floors) = start_rebuild(disk, config)?;
     let mut dispatcher = Dispatcher {
         queues: &mut queues,
         index: &mut index,
@@ -454,18 +484,42 @@ pub(super) fn rebuild<D: Disk>(
     if let Some(error) = dispatcher.error {
         return Err(error);
     }
+    finish_rebuild(&mut queues, queue_floors)?;
+    Ok((queues, index, redispatched))
+}
+
+/// The first half of a rebuild: the queue floors of the files on disk,
+/// then the files removed and empty ones to dispatch into.
+fn start_rebuild(
+    disk: &mut impl Disk,
+    config: &StoreConfig,
+) -> Result<(ConsumeQueueSet, IndexService, QueueFloors), StorageError> {
+    let queue_floors = removed_queue_floors(disk, config);
+    remove_consume_queue_files(disk, &config.consume_queue_root)?;
+    remove_files_in(disk, &config.index_dir())?;
+    let queues = ConsumeQueueSet::new(&config.consume_queue_root);
+    let index = IndexService::new(&config.index_dir(), config.index_geometry)?;
+    Ok((queues, index, queue_floors))
+}
+
+/// The second half, after the dispatch: queues whose first records were
+/// removed start at their floors again.
+fn finish_rebuild(
+    queues: &mut ConsumeQueueSet,
+    queue_floors: QueueFloors,
+) -> Result<(), StorageError> {
     for (topic, queue_id, floor) in queue_floors {
         let at = queues.index_or_create(&topic, queue_id)?;
         queues.queue_at_mut(at).start_at(floor);
     }
-    Ok((queues, index, redispatched))
+    Ok(())
 }
 
 /// For each ConsumeQueue on disk, the queue offset after its entries that
 /// point below the CommitLog's first segment (records retention removed), if
 /// any: `(topic, queue id, offset)`. Best effort: a queue that cannot be read
 /// is left out (it is rebuilt from the CommitLog as before).
-fn removed_queue_floors(disk: &mut impl Disk, config: &StoreConfig) -> Vec<(String, u32, u64)> {
+fn removed_queue_floors(disk: &mut impl Disk, config: &StoreConfig) -> QueueFloors {
     let log_min_local = match disk.list_dir(&config.commit_log_dir()) {
         Ok(names) => names
             .iter()
