@@ -175,9 +175,10 @@ pub(super) struct Derived {
     /// The files are rebuilt from the whole CommitLog after its scan, which
     /// then only validates it.
     pub(super) rebuild: bool,
-    /// `Some`: the files were removed and the CommitLog scan, which reads
-    /// the whole log, rebuilds them as it goes; the queue floors
-    /// ([`removed_queue_floors`]) to apply after it.
+    /// `Some`: the CommitLog scan, which reads the whole log, rebuilds the
+    /// files as it goes, into the empty sets here; the old files are
+    /// removed once it has succeeded ([`reconcile_derived`]), and these
+    /// queue floors ([`removed_queue_floors`], read before it) applied.
     pub(super) rebuilt_by_scan: Option<QueueFloors>,
 }
 
@@ -216,10 +217,10 @@ pub(super) fn open_derived<D: Disk>(
             // No checkpoint: the CommitLog scan reads the whole log anyway,
             // so it rebuilds the files on its way (one pass over the log
             // instead of two; a full rebuild waits on the disk).
-            let (queues, index, floors) = start_rebuild(disk, config)?;
+            let floors = removed_queue_floors(disk, config);
             return Ok(Derived {
-                queues,
-                index,
+                queues: ConsumeQueueSet::new(&config.consume_queue_root),
+                index: IndexService::new(&config.index_dir(), config.index_geometry)?,
                 scan_from: 0,
                 strict_from: None,
                 rebuild: false,
@@ -296,6 +297,12 @@ pub(super) fn reconcile_derived<D: Disk>(
         mut redispatched,
         mut inconsistent,
     } = scanned;
+    if rebuilt_by_scan.is_some() {
+        // The scan dispatched into empty sets, which nothing has written
+        // yet: the old files go now (not before the scan, so that a failed
+        // scan leaves them, and their floors, for the next open).
+        remove_derived_files(disk, config)?;
+    }
     queues.truncate_from_commit_log_offset(disk, end)?;
     if strict_from.is_some() {
         // Records past the end are gone: so are their index entries, and
@@ -495,11 +502,16 @@ fn start_rebuild(
     config: &StoreConfig,
 ) -> Result<(ConsumeQueueSet, IndexService, QueueFloors), StorageError> {
     let queue_floors = removed_queue_floors(disk, config);
-    remove_consume_queue_files(disk, &config.consume_queue_root)?;
-    remove_files_in(disk, &config.index_dir())?;
+    remove_derived_files(disk, config)?;
     let queues = ConsumeQueueSet::new(&config.consume_queue_root);
     let index = IndexService::new(&config.index_dir(), config.index_geometry)?;
     Ok((queues, index, queue_floors))
+}
+
+/// Removes every ConsumeQueue and index file.
+fn remove_derived_files(disk: &mut impl Disk, config: &StoreConfig) -> Result<(), StorageError> {
+    remove_consume_queue_files(disk, &config.consume_queue_root)?;
+    remove_files_in(disk, &config.index_dir())
 }
 
 /// The second half, after the dispatch: queues whose first records were
