@@ -20,7 +20,7 @@
 
 use std::net::SocketAddr;
 
-use super::encode::{RecordSpec, body_crc};
+use super::encode::{BODY_CRC_MASK, RecordSpec, crc32_ieee};
 use super::error::RecordError;
 use super::layout::{
     self, BORN_HOST_POSITION, COMMIT_LOG_OFFSET_POSITION, END_FILE_MIN_BLANK_LENGTH, FLAG_POSITION,
@@ -123,15 +123,26 @@ pub fn decode_entry(buf: &[u8], crc: CrcCheck) -> Result<Decoded<'_>, RecordErro
     };
     let view = parse_fields(bytes, version)?;
     if crc == CrcCheck::Verify {
-        let computed = body_crc(view.body());
-        if computed != view.body_crc() {
-            return Err(RecordError::BodyCrcMismatch {
-                stored: view.body_crc(),
-                computed,
-            });
-        }
+        verify_body_crc(&view)?;
     }
     Ok(Decoded::Record(view))
+}
+
+/// Checks BODYCRC against the body; returns the body's CRC-32 unmasked (as
+/// `crc32fast::hash(body)`), for callers that go on to CRC the record.
+///
+/// # Errors
+/// [`RecordError::BodyCrcMismatch`].
+pub fn verify_body_crc(view: &RecordView<'_>) -> Result<u32, RecordError> {
+    let raw = crc32_ieee(view.body());
+    let computed = raw & BODY_CRC_MASK;
+    if computed != view.body_crc() {
+        return Err(RecordError::BodyCrcMismatch {
+            stored: view.body_crc(),
+            computed,
+        });
+    }
+    Ok(raw)
 }
 
 /// Decodes the record at `buf[0]`.
@@ -356,7 +367,7 @@ impl<'a> RecordView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::encode::encode_blank;
+    use crate::message::encode::{body_crc, encode_blank};
     use crate::message::layout::{
         MAGIC_CODE_V1, MAGIC_CODE_V2, SYS_FLAG_BORN_HOST_V6, SYS_FLAG_STORE_HOST_V6,
     };

@@ -48,7 +48,7 @@ pub mod pull_body;
 pub mod tag;
 
 pub use batch::{BatchEntry, BatchIter, encode_batch, iter_batch};
-pub use decode::{CrcCheck, Decoded, RecordView, decode_entry, decode_record};
+pub use decode::{CrcCheck, Decoded, RecordView, decode_entry, decode_record, verify_body_crc};
 pub use encode::{RecordSpec, body_crc, crc32_ieee, encode_blank};
 pub use error::{BatchFault, RecordError};
 pub use id::{UniqIdGenerator, decode_offset_msg_id, offset_msg_id, write_offset_msg_id};

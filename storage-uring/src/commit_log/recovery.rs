@@ -22,9 +22,8 @@
 
 use std::collections::BTreeMap;
 
-use ringmq_protocol::message::encode::BODY_CRC_MASK;
 use ringmq_protocol::message::{
-    CrcCheck, Decoded, RecordError, RecordView, crc32_ieee, decode_entry,
+    CrcCheck, Decoded, RecordError, RecordView, decode_entry, verify_body_crc,
 };
 
 use super::record_crc;
@@ -338,19 +337,18 @@ impl<'s> SegmentScanner<'s> {
             // the body's CRC, computed once, serves the record CRC too.
             match decode_entry(available, CrcCheck::Skip) {
                 Ok(Decoded::Record(view)) => {
-                    let body_crc_raw = (crc == CrcCheck::Verify).then(|| crc32_ieee(view.body()));
-                    if let Some(raw) = body_crc_raw
-                        && raw & BODY_CRC_MASK != view.body_crc()
-                    {
-                        let mismatch = RecordError::BodyCrcMismatch {
-                            stored: view.body_crc(),
-                            computed: raw & BODY_CRC_MASK,
-                        };
-                        outcome.stop = ScanStop::Invalid {
-                            reason: mismatch.to_string(),
-                        };
-                        return Ok(SegmentEnd::Stopped);
-                    }
+                    let body_crc_raw = match crc {
+                        CrcCheck::Verify => match verify_body_crc(&view) {
+                            Ok(raw) => Some(raw),
+                            Err(mismatch) => {
+                                outcome.stop = ScanStop::Invalid {
+                                    reason: mismatch.to_string(),
+                                };
+                                return Ok(SegmentEnd::Stopped);
+                            }
+                        },
+                        CrcCheck::Skip => None,
+                    };
                     let expected = shard_offset(shard_id, outcome.end);
                     let physical_offset = view.commit_log_offset() as u64;
                     if physical_offset < expected {
