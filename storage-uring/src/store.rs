@@ -209,7 +209,7 @@ impl<D: Disk> Store<D> {
             inconsistent: None,
             redispatched: 0,
         };
-        let dispatch = !derived.rebuild;
+        let dispatch = derived.rebuild.scan_dispatches();
         let (mut commit_log, recovery) = CommitLog::open(
             &mut disk,
             config.commit_log_config(),

@@ -172,14 +172,29 @@ pub(super) struct Derived {
     /// Outside-visible offset from which every scanned record must append
     /// at its queue offset (kept files after an abnormal stop).
     pub(super) strict_from: Option<u64>,
-    /// The files are rebuilt from the whole CommitLog after its scan, which
-    /// then only validates it.
-    pub(super) rebuild: bool,
-    /// `Some`: the CommitLog scan, which reads the whole log, rebuilds the
-    /// files as it goes, into the empty sets here; the old files are
-    /// removed once it has succeeded ([`reconcile_derived`]), and these
-    /// queue floors ([`removed_queue_floors`], read before it) applied.
-    pub(super) rebuilt_by_scan: Option<QueueFloors>,
+    /// Whether the files are kept or rebuilt, and how.
+    pub(super) rebuild: Rebuild,
+}
+
+/// Whether and how the derived files are rebuilt from the CommitLog.
+pub(super) enum Rebuild {
+    /// Kept: the scan dispatches into them from `scan_from`.
+    No,
+    /// After the scan, which then only validates the log, from the whole
+    /// CommitLog ([`rebuild`]).
+    AfterScan,
+    /// By the scan, which reads the whole log: it dispatches into the empty
+    /// sets; the old files are removed once it has succeeded
+    /// ([`reconcile_derived`]) and these floors ([`removed_queue_floors`],
+    /// read before it) applied.
+    ByScan(QueueFloors),
+}
+
+impl Rebuild {
+    /// Whether the CommitLog scan dispatches into the sets.
+    pub(super) fn scan_dispatches(&self) -> bool {
+        !matches!(self, Rebuild::AfterScan)
+    }
 }
 
 /// `(topic, queue id, queue offset)` of each ConsumeQueue whose first
@@ -209,31 +224,23 @@ pub(super) fn open_derived<D: Disk>(
                 index,
                 scan_from: commit_log::split_shard_offset(from).1.min(confirm_local),
                 strict_from: Some(split_points(points).0),
-                rebuild: false,
-                rebuilt_by_scan: None,
+                rebuild: Rebuild::No,
             });
         }
-        if durable_points.is_none() && confirm_local == 0 {
+        let rebuild = if durable_points.is_none() && confirm_local == 0 {
             // No checkpoint: the CommitLog scan reads the whole log anyway,
             // so it rebuilds the files on its way (one pass over the log
             // instead of two; a full rebuild waits on the disk).
-            let floors = removed_queue_floors(disk, config);
-            return Ok(Derived {
-                queues: ConsumeQueueSet::new(&config.consume_queue_root),
-                index: IndexService::new(&config.index_dir(), config.index_geometry)?,
-                scan_from: 0,
-                strict_from: None,
-                rebuild: false,
-                rebuilt_by_scan: Some(floors),
-            });
-        }
+            Rebuild::ByScan(removed_queue_floors(disk, config))
+        } else {
+            Rebuild::AfterScan
+        };
         return Ok(Derived {
             queues: ConsumeQueueSet::new(&config.consume_queue_root),
             index: IndexService::new(&config.index_dir(), config.index_geometry)?,
             scan_from: confirm_local,
             strict_from: None,
-            rebuild: true,
-            rebuilt_by_scan: None,
+            rebuild,
         });
     }
     let queues = ConsumeQueueSet::load_all(disk, &config.consume_queue_root)?;
@@ -254,8 +261,7 @@ pub(super) fn open_derived<D: Disk>(
         index,
         scan_from,
         strict_from: None,
-        rebuild: false,
-        rebuilt_by_scan: None,
+        rebuild: Rebuild::No,
     })
 }
 
@@ -288,8 +294,7 @@ pub(super) fn reconcile_derived<D: Disk>(
         mut queues,
         mut index,
         strict_from,
-        rebuild: mut must_rebuild,
-        rebuilt_by_scan,
+        rebuild: plan,
         ..
     } = derived;
     let Scanned {
@@ -297,7 +302,7 @@ pub(super) fn reconcile_derived<D: Disk>(
         mut redispatched,
         mut inconsistent,
     } = scanned;
-    if rebuilt_by_scan.is_some() {
+    if matches!(plan, Rebuild::ByScan(_)) {
         // The scan dispatched into empty sets, which nothing has written
         // yet: the old files go now (not before the scan, so that a failed
         // scan leaves them, and their floors, for the next open).
@@ -323,19 +328,25 @@ pub(super) fn reconcile_derived<D: Disk>(
         );
         queues.close_all(disk)?;
         index.close_and_remove_all(disk)?;
-        must_rebuild = true;
     }
-    if must_rebuild {
-        (queues, index, redispatched) = rebuild(disk, config, commit_log, now_ms)?;
-    }
-    if let Some(floors) = rebuilt_by_scan {
-        // Without `strict_from` nothing is found inconsistent: the scan's
-        // dispatch was the rebuild.
-        debug_assert!(!must_rebuild, "a rebuilt-by-scan store rebuilt again");
-        finish_rebuild(&mut queues, floors)?;
-        must_rebuild = true;
-    }
-    Ok((queues, index, redispatched, must_rebuild))
+    let rebuilt = match plan {
+        Rebuild::No if inconsistent.is_none() => false,
+        Rebuild::ByScan(floors) => {
+            // Without `strict_from` nothing is found inconsistent: the
+            // scan's dispatch was the rebuild.
+            debug_assert!(
+                inconsistent.is_none(),
+                "a rebuilt-by-scan store rebuilt again"
+            );
+            finish_rebuild(&mut queues, floors)?;
+            true
+        }
+        Rebuild::No | Rebuild::AfterScan => {
+            (queues, index, redispatched) = rebuild(disk, config, commit_log, now_ms)?;
+            true
+        }
+    };
+    Ok((queues, index, redispatched, rebuilt))
 }
 
 /// The checkpoint's durable points as the ConsumeQueues' offset and the
