@@ -65,13 +65,9 @@ fn json_value<'a>(json: &'a str, key: &str) -> Option<&'a str> {
 
 #[test]
 fn a_short_sync_run_reports_every_key_as_a_number() {
-    if let Err(error) = UringDisk::new(UringDiskConfig::default()) {
-        println!("skipped: io_uring unavailable: {error}");
+    let Some(dir) = bench_dir("sync") else {
         return;
-    }
-    let dir = TempDir(std::env::temp_dir().join(format!("ringmq-bench-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).expect("creating the bench directory");
+    };
     let output = Command::new(env!("CARGO_BIN_EXE_storage-bench"))
         .args(["--dir", dir.0.to_str().expect("a UTF-8 temp path")])
         .args([
@@ -123,6 +119,87 @@ fn a_short_sync_run_reports_every_key_as_a_number() {
         false,
     );
     assert_verdict(&stdout, "meets_p99_us", "p99_us", "target_p99_us", true);
+}
+
+/// A temporary bench directory, or None (with a line saying why) where
+/// io_uring cannot be set up.
+fn bench_dir(name: &str) -> Option<TempDir> {
+    if let Err(error) = UringDisk::new(UringDiskConfig::default()) {
+        println!("skipped: io_uring unavailable: {error}");
+        return None;
+    }
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("ringmq-bench-{name}-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).expect("creating the bench directory");
+    Some(dir)
+}
+
+#[test]
+fn a_two_shard_run_appends_on_both_shards_and_sums_them() {
+    let Some(dir) = bench_dir("shards") else {
+        return;
+    };
+    let output = Command::new(env!("CARGO_BIN_EXE_storage-bench"))
+        .args(["--dir", dir.0.to_str().expect("a UTF-8 temp path")])
+        .args([
+            "--flush",
+            "async",
+            "--record-size",
+            "1024",
+            "--inflight",
+            "64",
+        ])
+        .args(["--seconds", "1", "--floor-seconds", "0", "--shards", "2"])
+        .args(["--segment-size", "67108864", "--allow-buffered", "--json"])
+        .output()
+        .expect("running storage-bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "storage-bench failed: {}\nstdout: {stdout}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(number(&stdout, "shards"), 2.0, "{stdout}");
+    let slowest = number(&stdout, "shard_mb_per_s_min");
+    let fastest = number(&stdout, "shard_mb_per_s_max");
+    assert!(slowest > 0.0, "a shard acknowledged nothing: {stdout}");
+    // The total is the shards' sum, so at least both shards' share.
+    let total = number(&stdout, "mb_per_s");
+    assert!(
+        total + 0.1 >= 2.0 * slowest && total <= 2.0 * fastest + 0.1,
+        "mb_per_s {total} is not the sum of shards between {slowest} and {fastest}: {stdout}"
+    );
+    for shard in ["0", "1"] {
+        let log = dir.0.join("store").join("commitlog").join(shard);
+        let segments = std::fs::read_dir(&log)
+            .unwrap_or_else(|error| panic!("{}: {error}", log.display()))
+            .count();
+        assert!(segments > 0, "no segment in {}", log.display());
+    }
+}
+
+#[test]
+fn recover_with_several_shards_is_refused_with_a_reason() {
+    let Some(dir) = bench_dir("recover-shards") else {
+        return;
+    };
+    let output = Command::new(env!("CARGO_BIN_EXE_storage-bench"))
+        .args(["--dir", dir.0.to_str().expect("a UTF-8 temp path")])
+        .args(["--seconds", "0", "--floor-seconds", "0", "--shards", "2"])
+        .args(["--recover", "--allow-buffered"])
+        .output()
+        .expect("running storage-bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "--recover --shards 2 ran: {stderr}"
+    );
+    assert!(
+        stderr.contains("--recover times one shard"),
+        "no reason given: {stderr}"
+    );
 }
 
 /// The number under `key` in a flat JSON object.

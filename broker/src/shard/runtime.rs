@@ -207,27 +207,11 @@ struct ShardStart {
     links: Receiver<(Vec<SyncSender<ShardMsg>>, Vec<Waker>)>,
 }
 
-/// Pins the calling thread to the `index`-th CPU of its affinity mask.
+/// Pins the calling thread to the `index`-th CPU of its affinity mask; a
+/// failure is logged and the shard runs unpinned.
 fn pin_to_cpu(index: usize) {
-    // SAFETY: the cpu_set_t is zeroed and filled by the kernel; pid 0 is
-    // the calling thread.
-    unsafe {
-        let mut mask: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut mask) != 0 {
-            return;
-        }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|cpu| libc::CPU_ISSET(*cpu, &mask))
-            .collect();
-        if cpus.is_empty() {
-            return;
-        }
-        let cpu = cpus[index % cpus.len()];
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut one);
-        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one) != 0 {
-            tracing::warn!(cpu, "pinning a shard thread failed");
-        }
+    if let Err(error) = ringmq_storage::ring::affinity::pin_to_cpu(index) {
+        tracing::warn!(index, %error, "pinning a shard thread failed");
     }
 }
 

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! storage-bench --dir PATH --flush sync|async --record-size BYTES \
-//!               --inflight N --seconds S [--appends-per-turn N] [--recover] [--json]
+//!               --inflight N --seconds S [--appends-per-turn N] [--shards N] \
+//!               [--recover] [--json]
 //! ```
 //!
 //! Phases, in order:
@@ -51,9 +52,18 @@
 //!    CommitLog commits only; `segments_created_ahead` and
 //!    `rollovers_waited` count background segment creations and roll-overs
 //!    that had to wait for one. `cpu_user_s` and `cpu_sys_s` are the
-//!    CPU time of the appending thread during the phase, and `cpu_us_per_mb`
+//!    CPU time of the appending thread(s) during the phase, and `cpu_us_per_mb`
 //!    their sum over the MB acknowledged: the append path's CPU cost, which
 //!    varies much less from run to run than the disk does.
+//!    With `--shards N` (default 1) N such loops run at once, each with its
+//!    own store (shard ids 0..N under `--dir`), thread, ring and disk,
+//!    shard `i` pinned to the `i`-th CPU as the broker pins its shards, all
+//!    starting together; `mb_per_s`, `appends_per_s` and `fsyncs_per_s` are
+//!    their sums over the longest shard's phase, the latencies their merged
+//!    histogram, `cpu_*` the threads' sum, and `shard_mb_per_s_min`/`_max`
+//!    the slowest and fastest shard. With 1 the loop runs on the main
+//!    thread, unpinned, so the kernel's helpers (io-wq workers, the block
+//!    layer's kworkers) may run on the other CPUs.
 //!    With `--warmup-seconds` the counters start after that many seconds of
 //!    appends. `--eager-retention` retires every segment behind the active
 //!    one as soon as it is durable, as a store at its disk budget does, so
@@ -88,6 +98,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Barrier;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
@@ -95,6 +106,7 @@ use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use ringmq_storage::aligned::AlignedBuf;
 use ringmq_storage::checkpoint::ShardFiles;
+use ringmq_storage::commit_log::SegmentStats;
 use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, OpenOptions, Wait};
 use ringmq_storage::error::StorageError;
@@ -104,6 +116,7 @@ use ringmq_storage::limits::{
     CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, TAIL_CACHE_SIZE, WRITE_BUFFER_SIZE,
     write_buffers_in_use_max,
 };
+use ringmq_storage::ring::affinity::pin_to_cpu;
 use ringmq_storage::store::{AckStatus, AppendMessage, Store, StoreConfig, StoreFlushMode};
 
 /// Size of the floor's scratch file (writes wrap around inside it).
@@ -213,6 +226,13 @@ struct Args {
     /// per window of this many ms (0: none) with its acks, p50, p99 and max.
     #[arg(long, default_value_t = 0)]
     timeline_ms: u64,
+    /// Shards appending at once, each its own store (shard id 0..N under
+    /// `--dir`) on its own thread, ring and disk, pinned to the N-th CPU as
+    /// the broker pins its shards; the report sums their rates and merges
+    /// their latencies. With 1 the one shard runs unpinned on the main
+    /// thread.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
     /// Development only: allow a file system without O_DIRECT.
     #[arg(long)]
     allow_buffered: bool,
@@ -290,6 +310,14 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ensure!(args.record_size > 0, "--record-size must be positive");
     ensure!(args.inflight > 0, "--inflight must be positive");
+    ensure!(
+        (1..=usize::from(u8::MAX) + 1).contains(&args.shards),
+        "--shards must be between 1 and 256"
+    );
+    ensure!(
+        args.shards == 1 || !args.recover,
+        "--recover times one shard's recovery: use it with --shards 1"
+    );
     ensure!(
         args.appends_per_turn > 0,
         "--appends-per-turn must be positive"
@@ -921,10 +949,10 @@ const APPENDS_PER_TURN_DEFAULT: usize = 128;
 /// Longest single wait of the append loop.
 const APPEND_POLL_WAIT: Duration = Duration::from_millis(100);
 
-fn store_config(args: &Args) -> StoreConfig {
+fn store_config(args: &Args, shard: u8) -> StoreConfig {
     let mut config = StoreConfig::new(
         store_root(args),
-        0,
+        shard,
         SocketAddr::from(([127, 0, 0, 1], 10911)),
     );
     config.flush_mode = match args.flush {
@@ -944,22 +972,170 @@ fn store_config(args: &Args) -> StoreConfig {
     config
 }
 
-/// The append phase: the shard's `Store` on `UringDisk`, closed loop with
-/// `--inflight` appends outstanding. With `--recover` the store is dropped
-/// without shutdown afterwards (as a killed process would leave it).
+/// What one shard's append loop measured over its measured phase.
+struct ShardRun {
+    acked: u64,
+    record_bytes: u64,
+    flush_timeouts: u64,
+    elapsed: Duration,
+    /// User and system CPU seconds of the shard's thread.
+    cpu: (f64, f64),
+    fsyncs: u64,
+    commits: u64,
+    stalls: u64,
+    segments: SegmentStats,
+    histogram: Histogram<u64>,
+    timeline: Option<Timeline>,
+    fixed_buffers: bool,
+}
+
+/// The append phase: `--shards` stores, each on its own thread, ring and
+/// `UringDisk`, appending at once; the report sums their counters and
+/// merges their latencies. With `--recover` the stores are dropped without
+/// shutdown afterwards (as a killed process would leave them).
 fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
-    let disk = UringDisk::new(disk_config(
-        args,
-        APPEND_FIXED_BUFFER_COUNT,
-        WRITE_BUFFER_SIZE,
-    ))
-    .context("setting up io_uring")?;
+    // Every shard starts its warm-up and measured phase together.
+    let start_line = Barrier::new(args.shards);
+    let runs: Vec<ShardRun> = if args.shards == 1 {
+        // One shard runs on the main thread, unpinned, as in earlier sets
+        // (docs/BENCHMARKS.md): the kernel's helpers then use the other core.
+        vec![append_shard(args, 0, &start_line)?]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..args.shards)
+                .map(|shard| {
+                    let start_line = &start_line;
+                    scope.spawn(move || {
+                        // As the broker pins shard `shard`.
+                        pin_to_cpu(shard)
+                            .with_context(|| format!("pinning shard {shard} to a CPU"))?;
+                        append_shard(args, shard as u8, start_line)
+                            .with_context(|| format!("shard {shard}"))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .map_err(|_| anyhow::anyhow!("a shard thread panicked"))?
+                })
+                .collect::<anyhow::Result<Vec<_>>>()
+        })?
+    };
+    report_runs(&runs, report)
+}
+
+/// The counters of `after` less those of `before`.
+fn segment_delta(after: SegmentStats, before: SegmentStats) -> SegmentStats {
+    SegmentStats {
+        created_ahead: after.created_ahead - before.created_ahead,
+        rollovers_ready: after.rollovers_ready - before.rollovers_ready,
+        rollovers_waited: after.rollovers_waited - before.rollovers_waited,
+        create_failures: after.create_failures - before.create_failures,
+        removed: after.removed - before.removed,
+        spared: after.spared - before.spared,
+        recycled: after.recycled - before.recycled,
+        removal_steps: after.removal_steps - before.removal_steps,
+    }
+}
+
+/// The report of the append phase, from every shard's run.
+fn report_runs(runs: &[ShardRun], report: &mut Report) -> anyhow::Result<()> {
+    let mut histogram = latency_histogram()?;
+    let mut segments = SegmentStats::default();
+    let (mut acked, mut bytes, mut flush_timeouts) = (0u64, 0u64, 0u64);
+    let (mut user_s, mut sys_s) = (0.0, 0.0);
+    let (mut fsyncs, mut commits, mut stalls) = (0u64, 0u64, 0u64);
+    let mut timeline: Option<Timeline> = None;
+    for run in runs {
+        histogram
+            .add(&run.histogram)
+            .context("merging the shards' latencies")?;
+        acked += run.acked;
+        bytes += run.acked * run.record_bytes;
+        flush_timeouts += run.flush_timeouts;
+        user_s += run.cpu.0;
+        sys_s += run.cpu.1;
+        fsyncs += run.fsyncs;
+        commits += run.commits;
+        stalls += run.stalls;
+        let s = run.segments;
+        segments.created_ahead += s.created_ahead;
+        segments.rollovers_waited += s.rollovers_waited;
+        segments.recycled += s.recycled;
+        segments.spared += s.spared;
+        segments.removed += s.removed;
+        segments.removal_steps += s.removal_steps;
+        if let Some(shard_timeline) = &run.timeline {
+            match timeline.as_mut() {
+                Some(merged) => merged.add(shard_timeline)?,
+                None => timeline = Some(shard_timeline.clone()),
+            }
+        }
+    }
+    if let Some(timeline) = &timeline {
+        timeline.print();
+    }
+    // The shards' rates over the longest shard's phase: a shard that ran
+    // shorter does not inflate the sum.
+    let elapsed = runs.iter().map(|run| run.elapsed).max().unwrap_or_default();
+    let seconds = elapsed.as_secs_f64().max(1e-9);
+    let record_bytes = runs.first().map_or(0, |run| run.record_bytes);
+    report.int("shards", runs.len() as u64);
     report.int(
         "append_fixed_buffers",
-        u64::from(disk.fixed_buffers_error().is_none()),
+        u64::from(runs.iter().all(|run| run.fixed_buffers)),
     );
-    let (mut store, _) =
-        Store::open(disk, store_config(args), now_ms()).context("opening the store")?;
+    report.float("appends_per_s", acked as f64 / seconds);
+    report.float("mb_per_s", bytes as f64 / seconds / 1e6);
+    if runs.len() > 1 {
+        let shard_mb = |run: &ShardRun| {
+            (run.acked * run.record_bytes) as f64 / run.elapsed.as_secs_f64().max(1e-9) / 1e6
+        };
+        let per_shard: Vec<f64> = runs.iter().map(shard_mb).collect();
+        report.float(
+            "shard_mb_per_s_min",
+            per_shard.iter().copied().fold(f64::INFINITY, f64::min),
+        );
+        report.float(
+            "shard_mb_per_s_max",
+            per_shard.iter().copied().fold(0.0, f64::max),
+        );
+    }
+    report.float("cpu_user_s", user_s);
+    report.float("cpu_sys_s", sys_s);
+    let mb = bytes as f64 / 1e6;
+    report.float("cpu_us_per_mb", (user_s + sys_s) * 1e6 / mb.max(1e-9));
+    report.float("fsyncs_per_s", fsyncs as f64 / seconds);
+    // CommitLog commits only (ConsumeQueue, index and checkpoint writes are
+    // not commits).
+    report.float("records_per_commit", acked as f64 / commits.max(1) as f64);
+    report.int("commits", commits);
+    report.int("p50_us", histogram.value_at_quantile(0.50));
+    report.int("p99_us", histogram.value_at_quantile(0.99));
+    report.int("p999_us", histogram.value_at_quantile(0.999));
+    report.int("max_us", histogram.max());
+    report.int("record_bytes", record_bytes);
+    report.int("flush_timeouts", flush_timeouts);
+    report.int("ring_stalls", stalls);
+    report.int("segments_created_ahead", segments.created_ahead);
+    report.int("rollovers_waited", segments.rollovers_waited);
+    report.int("segments_recycled", segments.recycled);
+    report.int("segments_spared", segments.spared);
+    report.int("segments_removed", segments.removed);
+    report.int("segment_removal_steps", segments.removal_steps);
+    Ok(())
+}
+
+/// One shard's append loop: its `Store` on its own `UringDisk`, closed loop
+/// with `--inflight` appends outstanding. Waits at `start_line` once its
+/// store is open (or failed to open), so the shards' phases line up.
+fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<ShardRun> {
+    let opened = open_shard_store(args, shard);
+    start_line.wait();
+    let (mut store, fixed_buffers) = opened?;
     let idle_until = Instant::now() + Duration::from_secs(args.idle_seconds);
     let mut idle_acks = Vec::new();
     while Instant::now() < idle_until {
@@ -1078,56 +1254,23 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
             }
         }
     }
-    if let Some(timeline) = &timeline {
-        timeline.print();
-    }
     let elapsed = start.elapsed();
     let cpu = thread_cpu_time()?;
     let stats = store.disk().ring_stats();
-    let commits = store.commit_log().appender().commit_count() - commits_before;
-    let fsyncs = stats.fsyncs_submitted - stats_before.fsyncs_submitted;
-    let seconds = elapsed.as_secs_f64().max(1e-9);
-    report.float("appends_per_s", acked as f64 / seconds);
-    report.float("mb_per_s", (acked * record_bytes) as f64 / seconds / 1e6);
-    let (user_s, sys_s) = (cpu.0 - cpu_before.0, cpu.1 - cpu_before.1);
-    report.float("cpu_user_s", user_s);
-    report.float("cpu_sys_s", sys_s);
-    let mb = (acked * record_bytes) as f64 / 1e6;
-    report.float("cpu_us_per_mb", (user_s + sys_s) * 1e6 / mb.max(1e-9));
-    report.float("fsyncs_per_s", fsyncs as f64 / seconds);
-    // CommitLog commits only (ConsumeQueue, index and checkpoint writes are
-    // not commits).
-    report.float("records_per_commit", acked as f64 / commits.max(1) as f64);
-    report.int("commits", commits);
-    report.int("p50_us", histogram.value_at_quantile(0.50));
-    report.int("p99_us", histogram.value_at_quantile(0.99));
-    report.int("p999_us", histogram.value_at_quantile(0.999));
-    report.int("max_us", histogram.max());
-    report.int("record_bytes", record_bytes);
-    report.int("flush_timeouts", flush_timeouts);
-    report.int("ring_stalls", stats.stalls - stats_before.stalls);
-    let segments = store.commit_log().segment_stats();
-    report.int(
-        "segments_created_ahead",
-        segments.created_ahead - segments_before.created_ahead,
-    );
-    report.int(
-        "rollovers_waited",
-        segments.rollovers_waited - segments_before.rollovers_waited,
-    );
-    report.int(
-        "segments_recycled",
-        segments.recycled - segments_before.recycled,
-    );
-    report.int("segments_spared", segments.spared - segments_before.spared);
-    report.int(
-        "segments_removed",
-        segments.removed - segments_before.removed,
-    );
-    report.int(
-        "segment_removal_steps",
-        segments.removal_steps - segments_before.removal_steps,
-    );
+    let run = ShardRun {
+        acked,
+        record_bytes,
+        flush_timeouts,
+        elapsed,
+        cpu: (cpu.0 - cpu_before.0, cpu.1 - cpu_before.1),
+        fsyncs: stats.fsyncs_submitted - stats_before.fsyncs_submitted,
+        commits: store.commit_log().appender().commit_count() - commits_before,
+        stalls: stats.stalls - stats_before.stalls,
+        segments: segment_delta(store.commit_log().segment_stats(), segments_before),
+        histogram,
+        timeline,
+        fixed_buffers,
+    };
     if args.recover {
         drop(store);
     } else {
@@ -1135,11 +1278,26 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
             .shutdown(now_ms(), &mut acks)
             .context("store shutdown")?;
     }
-    Ok(())
+    Ok(run)
+}
+
+/// Opens shard `shard`'s store; whether its disk registered its buffers.
+fn open_shard_store(args: &Args, shard: u8) -> anyhow::Result<(Store<UringDisk>, bool)> {
+    let disk = UringDisk::new(disk_config(
+        args,
+        APPEND_FIXED_BUFFER_COUNT,
+        WRITE_BUFFER_SIZE,
+    ))
+    .context("setting up io_uring")?;
+    let fixed_buffers = disk.fixed_buffers_error().is_none();
+    let (store, _) =
+        Store::open(disk, store_config(args, shard), now_ms()).context("opening the store")?;
+    Ok((store, fixed_buffers))
 }
 
 /// Per-window latency histograms of the measured phase (`--timeline-ms`),
 /// to tell periodic stalls from a uniform tail.
+#[derive(Clone)]
 struct Timeline {
     window: Duration,
     windows: Vec<Histogram<u64>>,
@@ -1160,6 +1318,19 @@ impl Timeline {
             self.windows.push(latency_histogram()?);
         }
         self.windows[index].saturating_record(latency_us);
+        Ok(())
+    }
+
+    /// Adds `other`'s windows (another shard's) to this one's.
+    fn add(&mut self, other: &Timeline) -> anyhow::Result<()> {
+        while self.windows.len() < other.windows.len() {
+            self.windows.push(latency_histogram()?);
+        }
+        for (window, theirs) in self.windows.iter_mut().zip(&other.windows) {
+            window
+                .add(theirs)
+                .context("merging the shards' timelines")?;
+        }
         Ok(())
     }
 
@@ -1214,7 +1385,7 @@ fn recover_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     .context("setting up io_uring")?;
     let start = Instant::now();
     let (store, open) =
-        Store::open(disk, store_config(args), now_ms()).context("recovering the store")?;
+        Store::open(disk, store_config(args, 0), now_ms()).context("recovering the store")?;
     let elapsed = start.elapsed();
     // The CommitLog recovered (up to the end of the last valid record), and
     // the part of it the scan read (from the checkpointed segment on, or

@@ -50,6 +50,7 @@
 //! of a token), each with its quota of slots; any lane's turn reaps for all
 //! and parks what belongs to the others (`shared` module).
 
+pub mod affinity;
 pub mod buffers;
 pub mod error;
 mod inflight;
