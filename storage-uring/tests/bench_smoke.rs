@@ -68,33 +68,24 @@ fn a_short_sync_run_reports_every_key_as_a_number() {
     let Some(dir) = bench_dir("sync") else {
         return;
     };
-    let output = Command::new(env!("CARGO_BIN_EXE_storage-bench"))
-        .args(["--dir", dir.0.to_str().expect("a UTF-8 temp path")])
-        .args([
+    let stdout = run_bench(
+        &dir,
+        &[
             "--flush",
             "sync",
             "--record-size",
             "1024",
             "--inflight",
             "64",
-        ])
-        .args([
             "--seconds",
             "1",
             "--floor-seconds",
             "1",
             "--segment-size",
             "67108864",
-        ])
-        .args(["--allow-buffered", "--json"])
-        .output()
-        .expect("running storage-bench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "storage-bench failed: {}\nstdout: {stdout}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+            "--allow-buffered",
+            "--json",
+        ],
     );
     for key in NUMERIC_KEYS {
         let value = json_value(&stdout, key).unwrap_or_else(|| panic!("no {key} in {stdout}"));
@@ -135,31 +126,54 @@ fn bench_dir(name: &str) -> Option<TempDir> {
     Some(dir)
 }
 
+/// storage-bench run on `dir` with `args`.
+fn bench_output(dir: &TempDir, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_storage-bench"))
+        .args(["--dir", dir.0.to_str().expect("a UTF-8 temp path")])
+        .args(args)
+        .output()
+        .expect("running storage-bench")
+}
+
+/// The stdout of a storage-bench run on `dir` with `args`, which must
+/// succeed.
+fn run_bench(dir: &TempDir, args: &[&str]) -> String {
+    let output = bench_output(dir, args);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "storage-bench failed: {}\nstdout: {stdout}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn a_two_shard_run_appends_on_both_shards_and_sums_them() {
     let Some(dir) = bench_dir("shards") else {
         return;
     };
-    let output = Command::new(env!("CARGO_BIN_EXE_storage-bench"))
-        .args(["--dir", dir.0.to_str().expect("a UTF-8 temp path")])
-        .args([
+    let stdout = run_bench(
+        &dir,
+        &[
             "--flush",
             "async",
             "--record-size",
             "1024",
             "--inflight",
             "64",
-        ])
-        .args(["--seconds", "1", "--floor-seconds", "0", "--shards", "2"])
-        .args(["--segment-size", "67108864", "--allow-buffered", "--json"])
-        .output()
-        .expect("running storage-bench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "storage-bench failed: {}\nstdout: {stdout}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+            "--seconds",
+            "1",
+            "--floor-seconds",
+            "0",
+            "--shards",
+            "2",
+            "--segment-size",
+            "67108864",
+            "--allow-buffered",
+            "--json",
+        ],
     );
     assert_eq!(number(&stdout, "shards"), 2.0, "{stdout}");
     let slowest = number(&stdout, "shard_mb_per_s_min");
@@ -185,12 +199,19 @@ fn recover_with_several_shards_is_refused_with_a_reason() {
     let Some(dir) = bench_dir("recover-shards") else {
         return;
     };
-    let output = Command::new(env!("CARGO_BIN_EXE_storage-bench"))
-        .args(["--dir", dir.0.to_str().expect("a UTF-8 temp path")])
-        .args(["--seconds", "0", "--floor-seconds", "0", "--shards", "2"])
-        .args(["--recover", "--allow-buffered"])
-        .output()
-        .expect("running storage-bench");
+    let output = bench_output(
+        &dir,
+        &[
+            "--seconds",
+            "0",
+            "--floor-seconds",
+            "0",
+            "--shards",
+            "2",
+            "--recover",
+            "--allow-buffered",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         !output.status.success(),

@@ -1027,17 +1027,18 @@ fn append_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report_runs(&runs, report)
 }
 
-/// The counters of `after` less those of `before`.
-fn segment_delta(after: SegmentStats, before: SegmentStats) -> SegmentStats {
+/// `a` and `b` combined counter by counter with `op` (the counters a run
+/// added: `after - before`; two shards' together: `a + b`).
+fn segments_combined(a: SegmentStats, b: SegmentStats, op: fn(u64, u64) -> u64) -> SegmentStats {
     SegmentStats {
-        created_ahead: after.created_ahead - before.created_ahead,
-        rollovers_ready: after.rollovers_ready - before.rollovers_ready,
-        rollovers_waited: after.rollovers_waited - before.rollovers_waited,
-        create_failures: after.create_failures - before.create_failures,
-        removed: after.removed - before.removed,
-        spared: after.spared - before.spared,
-        recycled: after.recycled - before.recycled,
-        removal_steps: after.removal_steps - before.removal_steps,
+        created_ahead: op(a.created_ahead, b.created_ahead),
+        rollovers_ready: op(a.rollovers_ready, b.rollovers_ready),
+        rollovers_waited: op(a.rollovers_waited, b.rollovers_waited),
+        create_failures: op(a.create_failures, b.create_failures),
+        removed: op(a.removed, b.removed),
+        spared: op(a.spared, b.spared),
+        recycled: op(a.recycled, b.recycled),
+        removal_steps: op(a.removal_steps, b.removal_steps),
     }
 }
 
@@ -1061,13 +1062,7 @@ fn report_runs(runs: &[ShardRun], report: &mut Report) -> anyhow::Result<()> {
         fsyncs += run.fsyncs;
         commits += run.commits;
         stalls += run.stalls;
-        let s = run.segments;
-        segments.created_ahead += s.created_ahead;
-        segments.rollovers_waited += s.rollovers_waited;
-        segments.recycled += s.recycled;
-        segments.spared += s.spared;
-        segments.removed += s.removed;
-        segments.removal_steps += s.removal_steps;
+        segments = segments_combined(segments, run.segments, |a, b| a + b);
         if let Some(shard_timeline) = &run.timeline {
             match timeline.as_mut() {
                 Some(merged) => merged.add(shard_timeline)?,
@@ -1266,7 +1261,11 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
         fsyncs: stats.fsyncs_submitted - stats_before.fsyncs_submitted,
         commits: store.commit_log().appender().commit_count() - commits_before,
         stalls: stats.stalls - stats_before.stalls,
-        segments: segment_delta(store.commit_log().segment_stats(), segments_before),
+        segments: segments_combined(
+            store.commit_log().segment_stats(),
+            segments_before,
+            |after, before| after - before,
+        ),
         histogram,
         timeline,
         fixed_buffers,
