@@ -20,7 +20,8 @@
 
 use std::net::SocketAddr;
 
-use super::encode::{BODY_CRC_MASK, RecordSpec, crc32_ieee};
+use super::crc32::crc32_ieee;
+use super::encode::{BODY_CRC_MASK, RecordSpec};
 use super::error::RecordError;
 use super::layout::{
     self, BORN_HOST_POSITION, COMMIT_LOG_OFFSET_POSITION, END_FILE_MIN_BLANK_LENGTH, FLAG_POSITION,

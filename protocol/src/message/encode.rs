@@ -15,6 +15,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use bytes::BytesMut;
 
+use super::crc32::crc32_ieee;
 use super::error::RecordError;
 use super::layout::{
     self, END_FILE_MIN_BLANK_LENGTH, HOST_SIZE_IPV4, MAGIC_CODE_BLANK, MessageVersion,
@@ -28,21 +29,6 @@ pub const BODY_CRC_MASK: u32 = 0x7FFF_FFFF;
 /// BODYCRC of `body`: CRC-32/IEEE (`java.util.zip.CRC32`) `& 0x7FFFFFFF`.
 pub fn body_crc(body: &[u8]) -> u32 {
     crc32_ieee(body) & BODY_CRC_MASK
-}
-
-/// The CRC-32/IEEE of `bytes` (`java.util.zip.CRC32`, unmasked), equal to
-/// `crc32fast::hash(bytes)`.
-///
-/// `crc32fast::hash` detects the CPU's features at every call; this clones
-/// one hasher created (and detected) on first use, which costs a copy of a
-/// few words, so hashing many short inputs (every record's BODYCRC and
-/// record CRC) pays the detection once.
-#[inline]
-pub fn crc32_ieee(bytes: &[u8]) -> u32 {
-    static PROTOTYPE: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
-    let mut hasher = PROTOTYPE.get_or_init(crc32fast::Hasher::new).clone();
-    hasher.update(bytes);
-    hasher.finalize()
 }
 
 /// The fields of one stored record, borrowed from the caller.
@@ -314,16 +300,6 @@ mod tests {
         // CRC-32/IEEE check value of "123456789" is 0xCBF43926; masked drops bit 31.
         assert_eq!(body_crc(b"123456789"), 0xCBF4_3926 & 0x7FFF_FFFF);
         assert_eq!(body_crc(b""), 0);
-    }
-
-    #[test]
-    fn crc32_ieee_equals_crc32fast_on_repeated_calls() {
-        let long: Vec<u8> = (0..5_000u32).map(|i| (i * 7 % 256) as u8).collect();
-        for input in [&b"123456789"[..], b"", &long, &long[1..129], b"x"] {
-            assert_eq!(crc32_ieee(input), crc32fast::hash(input));
-            assert_eq!(crc32_ieee(input), crc32fast::hash(input), "second call");
-        }
-        assert_eq!(crc32_ieee(b"123456789"), 0xCBF4_3926);
     }
 
     #[test]

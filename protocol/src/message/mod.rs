@@ -17,6 +17,7 @@
 //! ```
 //!
 //! - [`layout`]: magic codes, positions, `sysFlag` bits, [`MessageVersion`].
+//! - [`crc32`]: the CRC-32/IEEE of BODYCRC and of the record CRC property.
 //! - [`encode`]: [`RecordSpec`] → bytes, no intermediate allocation; the BLANK marker.
 //! - [`decode`]: bytes → [`RecordView`] / [`Decoded::Blank`], validated like
 //!   Java's `checkMessageAndReturnSize`.
@@ -35,6 +36,7 @@
 //!   [`RecordView::to_spec`] re-encodes to the same bytes.
 
 pub mod batch;
+pub mod crc32;
 pub mod decode;
 pub mod encode;
 pub mod error;
@@ -48,8 +50,9 @@ pub mod pull_body;
 pub mod tag;
 
 pub use batch::{BatchEntry, BatchIter, encode_batch, iter_batch};
+pub use crc32::crc32_ieee;
 pub use decode::{CrcCheck, Decoded, RecordView, decode_entry, decode_record, verify_body_crc};
-pub use encode::{RecordSpec, body_crc, crc32_ieee, encode_blank};
+pub use encode::{RecordSpec, body_crc, encode_blank};
 pub use error::{BatchFault, RecordError};
 pub use id::{UniqIdGenerator, decode_offset_msg_id, offset_msg_id, write_offset_msg_id};
 pub use layout::MessageVersion;
