@@ -9,9 +9,12 @@
 //! wait (or appends stopped), a commit writes everything, the partial last
 //! block included, from a copy of that block (a second write), and no other
 //! commit starts until that copy is written; behind others, or while appends
-//! keep arriving, a commit writes only whole blocks, and only once at least
-//! [`COMMIT_BEHIND_BYTES_MIN_ASYNC`] (SYNC_FLUSH:
-//! [`COMMIT_BEHIND_BYTES_MIN_SYNC`]) of them are ready. So two writes of the
+//! keep arriving, a commit writes only whole blocks, and only once enough of
+//! them are ready: under ASYNC_FLUSH half the bytes of the commits in flight,
+//! within [`COMMIT_BEHIND_BYTES_MIN_ASYNC`] and
+//! [`COMMIT_BEHIND_BYTES_MAX_ASYNC`] (fewer, larger writes when the disk has
+//! work queued, the sizes of a fixed minimum when it has little), under
+//! SYNC_FLUSH [`COMMIT_BEHIND_BYTES_MIN_SYNC`]. So two writes of the
 //! same block are never in flight together, and everything appended while
 //! commits run joins the next one. Positions advance over the in-order prefix
 //! of completed commits.
@@ -52,9 +55,17 @@ use super::write_bufs::{WriteBuf, WriteBufs};
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_down, align_up_offset};
 use crate::disk::{Disk, DiskError, DiskOp, FileId, OpId, OpTag};
 use crate::limits::{
-    COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_BEHIND_BYTES_MIN_SYNC, COMMITS_IN_FLIGHT_MAX,
-    WRITE_BUFFER_SIZE,
+    COMMIT_BEHIND_BYTES_MAX_ASYNC, COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_BEHIND_BYTES_MIN_SYNC,
+    COMMITS_IN_FLIGHT_MAX, WRITE_BUFFER_SIZE,
 };
+
+/// ASYNC_FLUSH: the whole-block bytes a commit behind others waits for,
+/// from the bytes submitted and not yet written (the module doc).
+fn commit_behind_bytes_min_async(in_flight_bytes: u64) -> usize {
+    usize::try_from(in_flight_bytes / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_BEHIND_BYTES_MAX_ASYNC)
+}
 
 /// When an append is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -423,7 +434,7 @@ impl Appender {
             // enough whole blocks: each commit costs a write (and in
             // SYNC_FLUSH an fdatasync), so small ones waste the disk.
             let min_bytes = match self.mode {
-                FlushMode::Async => COMMIT_BEHIND_BYTES_MIN_ASYNC,
+                FlushMode::Async => commit_behind_bytes_min_async(self.submitted - self.written),
                 FlushMode::Sync => COMMIT_BEHIND_BYTES_MIN_SYNC,
             };
             let ready = blocks_end.saturating_sub(wb.submitted_to);

@@ -7,7 +7,9 @@ use super::*;
 use crate::consume_queue::CQ_ENTRY_SIZE;
 use crate::disk::sim::{CrashKind, SimConfig, SimDisk, SimImage};
 use crate::index_file::IndexGeometry;
-use crate::limits::COMMIT_LOG_SEGMENT_SIZE_MIN;
+use crate::limits::{
+    COMMIT_BEHIND_BYTES_MAX_ASYNC, COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_LOG_SEGMENT_SIZE_MIN,
+};
 
 fn config(mode: FlushMode) -> StoreConfig {
     let mut config = StoreConfig::new("/s", 0, SocketAddr::from(([127, 0, 0, 1], 10911)));
@@ -975,4 +977,66 @@ fn a_batch_whose_properties_overflow_with_the_crc_property_writes_nothing() {
     settle(&mut store, 3, &mut acks);
     assert_eq!(acks.len(), 1);
     assert_eq!(acks[0].status, AckStatus::Ok);
+}
+
+#[test]
+fn async_commits_behind_others_grow_with_the_bytes_in_flight_up_to_the_max() {
+    let mut config = config(FlushMode::Async);
+    config.segment_size_bytes = 16 * 1024 * 1024;
+    let mut sim = SimConfig::new(7);
+    // Nothing completes unless a poll blocks: every commit stays in flight.
+    sim.complete_percent = 0;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config, 1).unwrap();
+    let body = vec![0x42u8; 900];
+    let mut acks = Vec::new();
+    // (commits started in a turn, their bytes, bytes in flight before them)
+    let mut turns = Vec::new();
+    for _ in 0..64 {
+        let appender = store.commit_log().appender();
+        let (submitted, commits, written) = (
+            appender.submitted(),
+            appender.commit_count(),
+            appender.written(),
+        );
+        for _ in 0..128 {
+            store.append(&message(&body), 1).unwrap();
+        }
+        store.poll(1, &mut acks).unwrap();
+        let appender = store.commit_log().appender();
+        assert_eq!(appender.written(), written, "a write completed");
+        if appender.commit_count() > commits {
+            turns.push((
+                appender.commit_count() - commits,
+                appender.submitted() - submitted,
+                submitted - written,
+            ));
+        }
+    }
+    let turn_bytes = 128 * (body.len() as u64 + 200);
+    assert_eq!(turns[0].0, 1, "{turns:?}");
+    assert!(
+        turns[0].1 <= turn_bytes,
+        "nothing in flight: one turn's blocks; {turns:?}"
+    );
+    for &(count, bytes, in_flight) in &turns {
+        let min = (in_flight / 2).clamp(
+            COMMIT_BEHIND_BYTES_MIN_ASYNC as u64,
+            COMMIT_BEHIND_BYTES_MAX_ASYNC as u64,
+        );
+        assert_eq!(count, 1, "one commit a turn; {turns:?}");
+        assert!(
+            bytes >= min,
+            "a commit behind {in_flight} bytes waits for {min}; {turns:?}"
+        );
+        assert!(
+            bytes < min + turn_bytes,
+            "and starts in the turn it has them; {turns:?}"
+        );
+    }
+    let largest = turns.iter().map(|turn| turn.1).max().unwrap();
+    assert!(
+        largest >= COMMIT_BEHIND_BYTES_MAX_ASYNC as u64,
+        "commits reach the max: {turns:?}"
+    );
+    settle(&mut store, 1, &mut acks);
 }
