@@ -32,8 +32,12 @@ final class FeatureSupport {
     private FeatureSupport() {
     }
 
-    /** One delivery and when the listener saw it ({@link System#nanoTime()}). */
-    record Delivery(MessageExt message, long nanos) {
+    /**
+     * One delivery and when the listener saw it: {@link System#nanoTime()} for durations, and
+     * {@link System#currentTimeMillis()} for "not before" checks of delayed messages, whose due
+     * time the broker computes on its wall clock.
+     */
+    record Delivery(MessageExt message, long nanos, long wallMillis) {
     }
 
     /**
@@ -43,8 +47,9 @@ final class FeatureSupport {
     static MessageListenerConcurrently recordInto(Collection<Delivery> sink, ConsumeConcurrentlyStatus status) {
         return (messages, context) -> {
             long now = System.nanoTime();
+            long wall = System.currentTimeMillis();
             for (MessageExt message : messages) {
-                sink.add(new Delivery(message, now));
+                sink.add(new Delivery(message, now, wall));
             }
             return status;
         };
