@@ -1,8 +1,8 @@
 //! CRC-32/IEEE (`java.util.zip.CRC32`, RocketMQ's BODYCRC) of a byte string.
 //!
-//! Every append computes it twice: over the body, for BODYCRC, and over the
-//! bytes around the body, for the record CRC property (storage-uring's
-//! `record_crc`). Bodies are mostly 100 B to 4 KiB, where `crc32fast` (the
+//! Every append computes it three times: over the body, for BODYCRC, and
+//! over the bytes before and after the body, for the record CRC property
+//! (storage-uring's `record_crc`). Bodies are mostly 100 B to 4 KiB, where `crc32fast` (the
 //! fallback here) runs its 128-bit or 256-bit kernels: its 512-bit kernel
 //! starts at 2 KiB, and its wider kernels collapse their streams one after
 //! another, which at 1 KiB costs as much as the folding itself. So on x86-64
@@ -166,23 +166,23 @@ pub mod wide {
     const POLY_REFLECTED: u64 = reflected(POLY);
 
     /// PSHUFB masks for a last partial block of `t` bytes, read at offset
-    /// `t`: `k - 16` (negative selects a zero byte) moves a block's first
-    /// `t` bytes to its top; `k` below 16 moves its last `16 - t` bytes to
-    /// its bottom.
-    const SHUFFLE_TO_TOP: [i8; 32] = {
-        let mut mask = [0i8; 32];
+    /// `t` (a mask byte with its top bit set selects a zero byte): `k - 16`
+    /// (wrapping, so set below 16) moves a block's first `t` bytes to its
+    /// top; `k` below 16 moves its last `16 - t` bytes to its bottom.
+    const SHUFFLE_TO_TOP: [u8; 32] = {
+        let mut mask = [0u8; 32];
         let mut k = 0;
         while k < 32 {
-            mask[k] = k as i8 - 16;
+            mask[k] = (k as u8).wrapping_sub(16);
             k += 1;
         }
         mask
     };
-    const SHUFFLE_TO_BOTTOM: [i8; 32] = {
-        let mut mask = [0i8; 32];
+    const SHUFFLE_TO_BOTTOM: [u8; 32] = {
+        let mut mask = [0u8; 32];
         let mut k = 0;
         while k < 32 {
-            mask[k] = if k < 16 { k as i8 } else { i8::MIN };
+            mask[k] = if k < 16 { k as u8 } else { 0x80 };
             k += 1;
         }
         mask
@@ -305,8 +305,8 @@ pub mod wide {
     #[target_feature(enable = "pclmulqdq,sse4.1,ssse3")]
     fn join_partial(block: __m128i, last: __m128i, tail: usize) -> __m128i {
         assert!((1..16).contains(&tail), "partial block of {tail} bytes");
-        let to_top = load_128_i8(&SHUFFLE_TO_TOP[tail..tail + 16]);
-        let to_bottom = load_128_i8(&SHUFFLE_TO_BOTTOM[tail..tail + 16]);
+        let to_top = load_128(&SHUFFLE_TO_TOP[tail..tail + 16]);
+        let to_bottom = load_128(&SHUFFLE_TO_BOTTOM[tail..tail + 16]);
         // The block's first `tail` bytes, 16 bytes before the input's end.
         let head = _mm_shuffle_epi8(block, to_top);
         // Its other bytes, then the tail (where `to_top` is not negative).
@@ -375,14 +375,6 @@ pub mod wide {
     #[inline]
     #[target_feature(enable = "sse2")]
     fn load_128(bytes: &[u8]) -> __m128i {
-        assert!(bytes.len() == 16, "a 128-bit load of {} bytes", bytes.len());
-        // SAFETY: the 16 bytes read are the slice's; the load is unaligned.
-        unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "sse2")]
-    fn load_128_i8(bytes: &[i8]) -> __m128i {
         assert!(bytes.len() == 16, "a 128-bit load of {} bytes", bytes.len());
         // SAFETY: the 16 bytes read are the slice's; the load is unaligned.
         unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }
