@@ -52,7 +52,8 @@
 //!
 //! Retention runs in `poll` (see [`crate::retention`]): every
 //! `clean_resource_interval_ms`, or at once on a disk above the
-//! clean-forcibly ratio, a plan picks expired segments; they go one per turn,
+//! clean-forcibly ratio, a plan picks expired segments (looked for at each
+//! disk-space check and after each CommitLog roll-over); they go one per turn,
 //! never the active one, never before all their bytes are durable, their
 //! unlinks in the background; then the ConsumeQueues and the index drop what
 //! is below the new CommitLog min offset. Appends are refused with the
@@ -141,6 +142,8 @@ pub struct Store<D: Disk> {
     disk_usage_ratio: f64,
     /// When retention last ran (ms).
     last_retention_ms: u64,
+    /// The active CommitLog segment when retention last ran.
+    retention_planned_base: u64,
     /// When the last segment removal of a plan started (ms).
     last_segment_removal_ms: u64,
     /// CommitLog segments a retention run decided to delete, one per turn.
@@ -295,6 +298,7 @@ impl<D: Disk> Store<D> {
             disk_full: None,
             disk_usage_ratio: 0.0,
             last_retention_ms: now_ms,
+            retention_planned_base: 0,
             last_segment_removal_ms: 0,
             retention_queue: VecDeque::new(),
             retention_cursor: None,
@@ -684,9 +688,21 @@ impl<D: Disk> Store<D> {
             self.last_checkpoint_ms = now_ms;
             self.submit_checkpoint()?;
         }
-        if now_ms.saturating_sub(self.last_space_check_ms) >= DISK_SPACE_CHECK_INTERVAL_MS {
+        let space_checked =
+            now_ms.saturating_sub(self.last_space_check_ms) >= DISK_SPACE_CHECK_INTERVAL_MS;
+        if space_checked {
             self.last_space_check_ms = now_ms;
             self.check_space();
+        }
+        // Retention plans at a space check and after a roll-over, which is
+        // when a segment can become removable without the clock moving on:
+        // planning only once a second, a log rolling three segments a second
+        // retired them in bursts, the spare pool overflowed (the extra ones
+        // unlinked) and then ran dry, and every third segment or so was a
+        // new file that appends wrote at half speed (docs/BENCHMARKS.md,
+        // eighteenth session).
+        let active_base = self.commit_log.appender().active_segment_base();
+        if space_checked || active_base != self.retention_planned_base {
             // A disk above the clean-forcibly ratio is cleaned at once, not
             // at the next regular run.
             let urgent = self.disk_usage_ratio > self.config.retention.clean_forcibly_ratio();
@@ -695,6 +711,7 @@ impl<D: Disk> Store<D> {
                     >= self.config.clean_resource_interval_ms
             {
                 self.last_retention_ms = now_ms;
+                self.retention_planned_base = active_base;
                 self.plan_retention(now_ms);
             }
         }

@@ -1040,3 +1040,48 @@ fn async_commits_behind_others_grow_with_the_bytes_in_flight_up_to_the_max() {
     );
     settle(&mut store, 1, &mut acks);
 }
+
+#[test]
+fn a_log_rolling_faster_than_the_space_check_keeps_recycling_its_segments() {
+    // Segments expire as soon as the next one starts, and the clock stays
+    // inside one disk-space check interval: only the roll-overs can tell
+    // retention that a segment became removable.
+    let mut config = config(FlushMode::Async);
+    config.retention.file_reserved_time_hours = 0;
+    config.retention.delete_when_hours = (0..24).collect();
+    config.retention.delete_commit_log_files_interval_ms = 0;
+    config.clean_resource_interval_ms = 0;
+    config.commit_log_recycle_segments = 2;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(41)), config, T0).unwrap();
+    let body = vec![5u8; 1_000];
+    let mut acks = Vec::new();
+    let size = store.config().segment_size_bytes;
+    let rolls = 12;
+    let mut now_ms = T0;
+    while store.commit_log().encoded_offset() < rolls * size {
+        store.append(&message(&body), now_ms).unwrap();
+        store.poll(now_ms, &mut acks).unwrap();
+        if store.pending_appends() > 64 {
+            settle(&mut store, now_ms, &mut acks);
+        }
+        now_ms += 1;
+    }
+    assert!(
+        now_ms - T0 < DISK_SPACE_CHECK_INTERVAL_MS,
+        "the test must stay inside one space check interval"
+    );
+    settle(&mut store, now_ms, &mut acks);
+    let stats = store.commit_log().segment_stats();
+    assert!(stats.created_ahead >= rolls - 1, "{stats:?}");
+    // The pool starts empty: the first segments ahead are new files, and
+    // from the first retirement on every one is a spare.
+    assert!(
+        stats.created_ahead - stats.recycled <= 2,
+        "new files after the pool filled: {stats:?}"
+    );
+    assert!(
+        store.commit_log_min_offset() >= (rolls - 2) * size,
+        "retention kept up: min offset {}",
+        store.commit_log_min_offset()
+    );
+}
