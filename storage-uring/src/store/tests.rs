@@ -1085,3 +1085,98 @@ fn a_log_rolling_faster_than_the_space_check_keeps_recycling_its_segments() {
         store.commit_log_min_offset()
     );
 }
+
+/// Every body in queue `queue_id` of `topic`, in queue order.
+fn all_bodies(store: &mut Store<SimDisk>, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let found = store
+            .get_messages(topic, queue_id, out.len() as u64, 32, 1 << 20, None)
+            .unwrap();
+        if found.records.is_empty() {
+            return out;
+        }
+        for r in &found.records {
+            let record = decode_record(&found.body[r.range.clone()], CrcCheck::Skip).unwrap();
+            out.push(record.body().to_vec());
+        }
+    }
+}
+
+/// Once the CommitLog has failed, its durable point never moves again.
+fn watch_durable_after_failure(store: &Store<SimDisk>, durable_at_failure: &mut Option<u64>) {
+    let appender = store.commit_log().appender();
+    if appender.failure().is_some() {
+        let at = *durable_at_failure.get_or_insert(appender.durable());
+        assert_eq!(appender.durable(), at, "durable moved after a failure");
+    }
+}
+
+#[test]
+fn after_a_failed_fdatasync_durable_stops_and_what_was_acknowledged_survives_a_power_loss() {
+    let mut runs_with_a_failed_ack = 0;
+    for (seed, nth) in (0..4u64).flat_map(|seed| (1..=16u64).map(move |nth| (seed, nth))) {
+        let mut sim = SimConfig::new(200 + 16 * seed + nth);
+        sim.complete_percent = 30;
+        sim.faults.fsync_eio_nth = Some(nth);
+        let mut config = config(FlushMode::Sync);
+        config.segment_size_bytes = 16 * 1024 * 1024;
+        let (mut store, _) = Store::open(SimDisk::new(sim), config.clone(), 1).unwrap();
+        let mut acks = Vec::new();
+        let mut bodies_by_id = std::collections::HashMap::new();
+        let mut durable_at_failure = None;
+        // Turns of 64 appends, as a loaded shard's: several commits in
+        // flight when the fdatasync fails.
+        'turns: for turn in 0..32u32 {
+            for i in 0..64u32 {
+                let body = format!("m-{turn}-{i}-{}", "x".repeat(900)).into_bytes();
+                match store.append(&message(&body), 1) {
+                    Ok(ticket) => {
+                        bodies_by_id.insert(ticket.id, body);
+                    }
+                    Err(_) => break 'turns,
+                }
+            }
+            store.poll(1, &mut acks).unwrap();
+            watch_durable_after_failure(&store, &mut durable_at_failure);
+        }
+        // Past the last ack too, so fdatasyncs still in flight at a failure
+        // complete under watch.
+        for _ in 0..1_000 {
+            if store.pending_appends() == 0 && store.disk().in_flight() == 0 {
+                break;
+            }
+            store
+                .poll_wait(1, std::time::Duration::ZERO, &mut acks)
+                .unwrap();
+            watch_durable_after_failure(&store, &mut durable_at_failure);
+        }
+        let acked: Vec<Vec<u8>> = acks
+            .iter()
+            .filter(|ack| ack.status == AckStatus::Ok)
+            .map(|ack| bodies_by_id[&ack.id].clone())
+            .collect();
+        if let Some(first_failed) = acks.iter().position(|ack| ack.status != AckStatus::Ok) {
+            runs_with_a_failed_ack += 1;
+            assert!(
+                acks[first_failed..]
+                    .iter()
+                    .all(|ack| ack.status != AckStatus::Ok),
+                "seed {seed} nth {nth}: an append acknowledged after a failed one"
+            );
+        }
+        let disk = store.disk_mut().crash(CrashKind::PowerLoss);
+        let (mut reopened, _) = Store::open(disk, config, 2).unwrap();
+        let found = all_bodies(&mut reopened, "T", 0);
+        assert!(
+            found.len() >= acked.len() && found[..acked.len()] == acked[..],
+            "seed {seed} nth {nth}: {} acknowledged, {} found after a power loss",
+            acked.len(),
+            found.len()
+        );
+    }
+    assert!(
+        runs_with_a_failed_ack > 0,
+        "some injected fdatasync failure hit the CommitLog"
+    );
+}
