@@ -735,8 +735,18 @@ fn queue_paths(store: &Store<SimDisk>, topic: &str) -> Vec<PathBuf> {
 }
 
 fn bodies(store: &mut Store<SimDisk>, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
+    bodies_from(store, topic, queue_id, 0)
+}
+
+/// The bodies of one read (up to 32) from queue offset `offset`.
+fn bodies_from(
+    store: &mut Store<SimDisk>,
+    topic: &str,
+    queue_id: u32,
+    offset: u64,
+) -> Vec<Vec<u8>> {
     let found = store
-        .get_messages(topic, queue_id, 0, 32, 1 << 20, None)
+        .get_messages(topic, queue_id, offset, 32, 1 << 20, None)
         .unwrap();
     found
         .records
@@ -1090,16 +1100,11 @@ fn a_log_rolling_faster_than_the_space_check_keeps_recycling_its_segments() {
 fn all_bodies(store: &mut Store<SimDisk>, topic: &str, queue_id: u32) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     loop {
-        let found = store
-            .get_messages(topic, queue_id, out.len() as u64, 32, 1 << 20, None)
-            .unwrap();
-        if found.records.is_empty() {
+        let page = bodies_from(store, topic, queue_id, out.len() as u64);
+        if page.is_empty() {
             return out;
         }
-        for r in &found.records {
-            let record = decode_record(&found.body[r.range.clone()], CrcCheck::Skip).unwrap();
-            out.push(record.body().to_vec());
-        }
+        out.extend(page);
     }
 }
 
