@@ -3,11 +3,12 @@
 # broker, each started with a fresh store, and writes the results, a markdown summary and
 # percentile plots to bench-results/<date>-<commit>/.
 #
-#   scripts/bench.sh [--peer apache-rocketmq|rocketmq-rust] [--broker ringmq|none] [--quick]
+#   scripts/bench.sh [--peer PEER[,PEER]] [--broker ringmq|none] [--quick]
 #                    [--seconds S] [--warmup S] [--only NAME[,NAME...]] [--out DIR]
 #
-# - Targets: ringmq (unless --broker none) and the peer when given, one after the other on the
-#   default ports (name server 127.0.0.1:9876, broker 127.0.0.1:10911). While `ringmq broker`
+# - Targets: ringmq (unless --broker none) and each peer given (apache-rocketmq,
+#   rocketmq-rust), one after the other in that order on the default ports (name server
+#   127.0.0.1:9876, broker 127.0.0.1:10911); ratios in the summary are to the first target. While `ringmq broker`
 #   refuses to start (no data path yet) the ringmq target is reported as skipped.
 # - Workloads (latency runs first, then throughput; the topic has 8 queues):
 #     sync-128b     RocketMQ's default benchmark: 128 B, 64 sync senders
@@ -187,7 +188,7 @@ target_start() {
             stop_running_peer "$target"
             require_free_ports
             run_logged "$PEER_SH" "$target" start --flush "$flush" --fresh
-            PEER_STARTED=1
+            PEER_STARTED=$target
             # Keep the configuration it ran with beside its results.
             local conf="${RINGMQ_PEERS_CACHE:-$ROOT/bench-results/.peers}/$target/run/conf"
             [[ -d "$conf" ]] && cp -r "$conf" "$OUT/$target/conf-$flush"
@@ -217,7 +218,7 @@ target_stop() {
             ;;
         *)
             "$PEER_SH" "$target" stop
-            PEER_STARTED=0
+            PEER_STARTED=""
             ;;
     esac
 }
@@ -400,9 +401,9 @@ write_summary() {
 
 cleanup() {
     ringmq_stop
-    if [[ "${PEER_STARTED:-0}" == 1 ]]; then
-        log "stopping $PEER (interrupted run)"
-        "$PEER_SH" "$PEER" stop || true
+    if [[ -n "${PEER_STARTED:-}" ]]; then
+        log "stopping $PEER_STARTED (interrupted run)"
+        "$PEER_SH" "$PEER_STARTED" stop || true
     fi
 }
 
@@ -422,10 +423,15 @@ main() {
             *) die "unknown option '$1'" ;;
         esac
     done
-    case "$PEER" in
-        "" | apache-rocketmq | rocketmq-rust) ;;
-        *) die "unknown peer '$PEER' (apache-rocketmq or rocketmq-rust)" ;;
-    esac
+    local -a PEERS=()
+    [[ -z "$PEER" ]] || IFS=, read -r -a PEERS <<<"$PEER"
+    local peer
+    for peer in "${PEERS[@]}"; do
+        case "$peer" in
+            apache-rocketmq | rocketmq-rust) ;;
+            *) die "unknown peer '$peer' (apache-rocketmq or rocketmq-rust)" ;;
+        esac
+    done
     case "$BROKER" in ringmq | none) ;; *) die "--broker must be ringmq or none" ;; esac
     [[ -n "$PEER" || "$BROKER" == ringmq ]] || die "nothing to run: --broker none and no --peer"
     if [[ "$QUICK" == 1 ]]; then
@@ -445,7 +451,7 @@ main() {
     OUT="$(cd "$OUT" && pwd)"
     STORE_ROOT="${BENCH_STORE_DIR:-$ROOT/bench-results/.stores}"
     mkdir -p "$STORE_ROOT"
-    RAN=() SKIPPED=() FAILED=() PEER_STARTED=0
+    RAN=() SKIPPED=() FAILED=() PEER_STARTED=""
     mapfile -t WORKLOADS < <(workloads)
     if [[ -n "$ONLY" ]]; then
         local -a kept=() wanted
@@ -467,7 +473,7 @@ main() {
     build_binaries
     [[ -n "$PEER" || "$BROKER" == ringmq ]] || die "nothing left to run"
     log "results in $OUT"
-    [[ -n "$PEER" ]] && stop_running_peer "$PEER"
+    for peer in "${PEERS[@]}"; do stop_running_peer "$peer"; done
     local floor_s=10
     [[ "$QUICK" == 1 ]] && floor_s=4
     log "disk floor on $STORE_ROOT (${floor_s} s)"
@@ -478,7 +484,7 @@ main() {
     local target
     local -a targets=()
     [[ "$BROKER" == ringmq ]] && targets+=(ringmq)
-    [[ -n "$PEER" ]] && targets+=("$PEER")
+    targets+=("${PEERS[@]}")
     for target in "${targets[@]}"; do
         rm -rf "${OUT:?}/$target"
         run_target "$target"
