@@ -14,7 +14,10 @@
 //! `io_uring_enter`, reap at most `max` (≤ [`COMPLETIONS_PER_TURN_MAX`])
 //! completions, fire due timers. The caller runs its handlers on the output
 //! and calls `turn` again; the time between two turns is the stall detector's
-//! measure (a `tracing::warn!` past [`RingConfig::stall_threshold`]).
+//! measure (a `tracing::warn!` past [`RingConfig::stall_threshold`]). That is
+//! wall time, so the warning also gives the thread's run-queue wait over the
+//! last ~100 ms (`run_queue` module): a pinned shard preempted by another
+//! process shows a wait near its busy time.
 //!
 //! Errno handling: `EINTR` and `EAGAIN` are resubmitted (at most
 //! [`RESUBMIT_MAX`] times); short reads, writes and sends are continued from
@@ -55,6 +58,7 @@ pub mod buffers;
 pub mod error;
 mod inflight;
 pub mod op;
+mod run_queue;
 mod setup;
 pub mod shared;
 pub mod timer;
@@ -216,6 +220,7 @@ pub struct Ring {
     closing: bool,
     cqe_scratch: Vec<cqueue::Entry>,
     busy_since: Option<Instant>,
+    run_queue: run_queue::RunQueueClock,
     stats: RingStats,
     /// SINGLE_ISSUER: the ring must stay on its creating thread.
     _not_send: PhantomData<*const ()>,
@@ -278,6 +283,7 @@ impl Ring {
             closing: false,
             cqe_scratch: Vec::with_capacity(COMPLETIONS_PER_TURN_MAX),
             busy_since: None,
+            run_queue: run_queue::RunQueueClock::for_this_thread(Instant::now()),
             stats: RingStats::default(),
             _not_send: PhantomData,
         };
@@ -453,14 +459,20 @@ impl Ring {
             let busy = now.duration_since(since);
             if busy > self.config.stall_threshold {
                 self.stats.stalls += 1;
+                // The wait for a CPU since the last sample (at most ~100 ms
+                // before this turn began, so the window holds the turn).
+                let preempted = self.run_queue.since_last_sample(now);
                 tracing::warn!(
                     busy_us = busy.as_micros() as u64,
                     threshold_us = self.config.stall_threshold.as_micros() as u64,
                     in_flight = self.user_in_flight,
+                    run_queue_wait_us = preempted.map(|p| p.waited.as_micros() as u64),
+                    run_queue_window_us = preempted.map(|p| p.window.as_micros() as u64),
                     "ring loop turn stalled"
                 );
             }
         }
+        self.run_queue.tick(now);
         // A link never spans two submissions. The wake read is normally
         // re-armed during the reap; arming it here would put it behind the
         // caller's SQEs, so only do so when the last of them is not linked.
