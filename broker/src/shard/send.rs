@@ -37,7 +37,10 @@ use ringmq_protocol::message::property_key::{
     CLUSTER, DELAY, START_DELIVER_TIME, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS,
     TRAN_MSG, UNIQ_KEY,
 };
-use ringmq_protocol::message::{CrcCheck, Properties, decode_record, iter_batch, offset_msg_id};
+use ringmq_protocol::message::{
+    CrcCheck, OFFSET_MSG_ID_LEN_MAX, Properties, decode_record, iter_batch, offset_msg_id,
+    push_offset_msg_id,
+};
 use ringmq_storage::error::StorageError;
 use ringmq_storage::store::{AckStatus, AppendAck, AppendMessage};
 
@@ -458,12 +461,16 @@ impl ShardHandler {
                 let msg_ids = if ticket.batch_commit_log_offsets.is_empty() {
                     offset_msg_id(&host, ticket.commit_log_offset as i64)
                 } else {
-                    ticket
-                        .batch_commit_log_offsets
-                        .iter()
-                        .map(|offset| offset_msg_id(&host, *offset as i64))
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    let offsets = &ticket.batch_commit_log_offsets;
+                    let mut ids =
+                        String::with_capacity(offsets.len() * (OFFSET_MSG_ID_LEN_MAX + 1));
+                    for (index, offset) in offsets.iter().enumerate() {
+                        if index > 0 {
+                            ids.push(',');
+                        }
+                        push_offset_msg_id(&mut ids, &host, *offset as i64);
+                    }
+                    ids
                 };
                 let uniq_key = if is_batch {
                     None

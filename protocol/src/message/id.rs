@@ -100,10 +100,23 @@ pub fn write_offset_msg_id(
 /// The offset message id as a `String`, e.g. `C0A8000A00002A9F0000000000000400`
 /// for 192.168.0.10:10911 at offset 1024.
 pub fn offset_msg_id(store_host: &SocketAddr, commit_log_offset: i64) -> String {
-    let mut out = [0u8; OFFSET_MSG_ID_LEN_MAX];
-    let len = write_offset_msg_id(store_host, commit_log_offset, &mut out)
+    let mut id = String::with_capacity(OFFSET_MSG_ID_LEN_MAX);
+    push_offset_msg_id(&mut id, store_host, commit_log_offset);
+    id
+}
+
+/// Appends the offset message id to `out` (a batch's ids joined by commas
+/// are built in one `String` this way).
+pub fn push_offset_msg_id(out: &mut String, store_host: &SocketAddr, commit_log_offset: i64) {
+    let mut id = [0u8; OFFSET_MSG_ID_LEN_MAX];
+    let len = write_offset_msg_id(store_host, commit_log_offset, &mut id)
         .expect("invariant: OFFSET_MSG_ID_LEN_MAX holds every offset msg id");
-    out[..len].iter().map(|byte| char::from(*byte)).collect()
+    out.push_str(ascii(&id[..len]));
+}
+
+/// Hex digits as `&str`.
+fn ascii(hex: &[u8]) -> &str {
+    std::str::from_utf8(hex).expect("invariant: hex digits are ASCII")
 }
 
 /// Decodes an offset message id into the store host and the CommitLog offset.
@@ -221,7 +234,7 @@ impl UniqIdGenerator {
         let len = self
             .next_into(ms_since_month_start, &mut out)
             .expect("invariant: UNIQ_ID_LEN_MAX holds every uniq id");
-        out[..len].iter().map(|byte| char::from(*byte)).collect()
+        ascii(&out[..len]).to_owned()
     }
 }
 
@@ -236,6 +249,14 @@ mod tests {
             offset_msg_id(&host, 1024),
             "C0A8000A00002A9F0000000000000400"
         );
+    }
+
+    #[test]
+    fn push_offset_msg_id_appends_to_what_is_there() {
+        let host: SocketAddr = "192.168.0.10:10911".parse().unwrap();
+        let mut ids = String::from("X,");
+        push_offset_msg_id(&mut ids, &host, 1024);
+        assert_eq!(ids, "X,C0A8000A00002A9F0000000000000400");
     }
 
     #[test]

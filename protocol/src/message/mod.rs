@@ -54,7 +54,10 @@ pub use crc32::crc32_ieee;
 pub use decode::{CrcCheck, Decoded, RecordView, decode_entry, decode_record, verify_body_crc};
 pub use encode::{RecordSpec, body_crc, encode_blank};
 pub use error::{BatchFault, RecordError};
-pub use id::{UniqIdGenerator, decode_offset_msg_id, offset_msg_id, write_offset_msg_id};
+pub use id::{
+    OFFSET_MSG_ID_LEN_MAX, UniqIdGenerator, decode_offset_msg_id, offset_msg_id,
+    push_offset_msg_id, write_offset_msg_id,
+};
 pub use layout::MessageVersion;
 pub use peek::{
     patch_commit_log_offset, patch_queue_offset, patch_store_timestamp_ms, peek_commit_log_offset,
