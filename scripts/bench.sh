@@ -6,9 +6,9 @@
 #   scripts/bench.sh [--peer PEER[,PEER]] [--broker ringmq|none] [--quick]
 #                    [--seconds S] [--warmup S] [--only NAME[,NAME...]] [--out DIR]
 #
-# - Targets: ringmq (unless --broker none) and each peer given (apache-rocketmq,
-#   rocketmq-rust), one after the other in that order on the default ports (name server
-#   127.0.0.1:9876, broker 127.0.0.1:10911); ratios in the summary are to the first target. While `ringmq broker`
+# - Targets: ringmq (unless --broker none) and each peer given (apache-rocketmq, rocketmq-rust),
+#   one after the other in that order on the default ports (name server 127.0.0.1:9876, broker
+#   127.0.0.1:10911); the summary's ratios are to the first target. While `ringmq broker`
 #   refuses to start (no data path yet) the ringmq target is reported as skipped.
 # - Workloads (latency runs first, then throughput; the topic has 8 queues):
 #     sync-128b     RocketMQ's default benchmark: 128 B, 64 sync senders

@@ -4,11 +4,12 @@
 //! over the bytes before and after the body, for the record CRC property
 //! (storage-uring's `record_crc`). Bodies are mostly 100 B to 4 KiB, where
 //! `crc32fast` (the fallback here) runs its 128-bit or 256-bit kernels: its
-//! 512-bit kernel starts at 2 KiB, and its wider kernels collapse their streams one after
-//! another, which at 1 KiB costs as much as the folding itself. So on x86-64
-//! CPUs with AVX-512 and VPCLMULQDQ, inputs of 16 bytes and more take
-//! [`wide`]: one 512-bit accumulator from 64 bytes, four from 256, joined as
-//! a tree, then a Barrett reduction (docs/BENCHMARKS.md, "CRC-32 kernel").
+//! 512-bit kernel starts at 2 KiB, and its wider kernels collapse their
+//! streams one after another, which at 1 KiB costs as much as the folding
+//! itself. So on x86-64 CPUs with AVX-512 and VPCLMULQDQ, inputs of 16 bytes
+//! and more take [`wide`]: one 512-bit accumulator from 64 bytes, four from
+//! 256, joined as a tree, then a Barrett reduction (docs/BENCHMARKS.md,
+//! "CRC-32 kernel").
 //!
 //! # The folding, in the bit order used here
 //!
