@@ -1,15 +1,16 @@
 //! CRC-32/IEEE (`java.util.zip.CRC32`, RocketMQ's BODYCRC) of a byte string.
 //!
-//! Every append computes it three times: over the body, for BODYCRC, and
-//! over the bytes before and after the body, for the record CRC property
-//! (storage-uring's `record_crc`). Bodies are mostly 100 B to 4 KiB, where
-//! `crc32fast` (the fallback here) runs its 128-bit or 256-bit kernels: its
-//! 512-bit kernel starts at 2 KiB, and its wider kernels collapse their
-//! streams one after another, which at 1 KiB costs as much as the folding
-//! itself. So on x86-64 CPUs with AVX-512 and VPCLMULQDQ, inputs of 16 bytes
-//! and more take [`wide`]: one 512-bit accumulator from 64 bytes, four from
-//! 256, joined as a tree, then a Barrett reduction (docs/BENCHMARKS.md,
-//! "CRC-32 kernel").
+//! Every append computes it over the body, for BODYCRC, and over the whole
+//! record, for the record CRC property (storage-uring's `record_crc`); the
+//! second reads only the bytes before and after the body and joins the
+//! body's CRC to them ([`wide::crc_around_body`]). Bodies are mostly 100 B
+//! to 4 KiB, where `crc32fast` (the fallback here) runs its 128-bit or
+//! 256-bit kernels: its 512-bit kernel starts at 2 KiB, and its wider
+//! kernels collapse their streams one after another, which at 1 KiB costs
+//! as much as the folding itself. So on x86-64 CPUs with AVX-512 and
+//! VPCLMULQDQ, inputs of 16 bytes and more take [`wide`]: one 512-bit
+//! accumulator from 64 bytes, four from 256, joined as a tree, then a
+//! Barrett reduction (docs/BENCHMARKS.md, "CRC-32 kernel").
 //!
 //! # The folding, in the bit order used here
 //!
@@ -207,6 +208,14 @@ pub mod wide {
     /// If `data` is shorter than [`INPUT_BYTES_MIN`].
     #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse4.1,ssse3")]
     pub unsafe fn update_checked(state: u32, data: &[u8]) -> u32 {
+        reduce(fold_all(state, data))
+    }
+
+    /// Steps 1 to 3 of the module doc: `data` (at least
+    /// [`INPUT_BYTES_MIN`] bytes) folded from the register `state` into one
+    /// 128-bit block ending where `data` ends, not yet reduced.
+    #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse4.1,ssse3")]
+    fn fold_all(state: u32, data: &[u8]) -> __m128i {
         assert!(
             data.len() >= INPUT_BYTES_MIN,
             "{} bytes for the wide CRC kernel",
@@ -230,8 +239,92 @@ pub mod wide {
             let last = load_128(&data[data.len() - 16..]);
             block = join_partial(block, last, tail);
         }
-        reduce(block)
+        block
     }
+
+    /// Bytes after the body that [`crc_around_body`] needs: the register it
+    /// carries in is XORed into the first four.
+    pub const AFTER_BODY_BYTES_MIN: usize = 4;
+
+    /// The CRC-32 (unmasked, as `crc32fast::hash`) of `record[..covered]`,
+    /// whose bytes `record[body]` have the CRC-32 `body_crc`, reading only
+    /// the bytes around the body: `A = record[..body.start]` and `C =
+    /// record[body.end..covered]`. With `B` the body, `a` the register after
+    /// `A` from `!0`, and `D = 8·(|B| + |C|)`, CRC-32's linearity gives the
+    /// register after the whole as
+    ///
+    /// ```text
+    /// R = a·x^D  ⊕  (the register after C from crc(B))  ⊕  K,
+    /// K = !0·(x^(8|C|) + x^D) mod P
+    /// ```
+    ///
+    /// (`!0 ⊕ a` is the register A leaves once the body's own `!0` start is
+    /// taken out, and `!crc(B) = crc(B) ⊕ !0`). `a·x^D` is A's unreduced
+    /// block moved `D` bits by the two products of a fold (module doc of
+    /// [`super`]), XORed into C's block before the one reduction: A and C
+    /// are independent, and nothing is reduced twice. The CRC is `!R`.
+    ///
+    /// `fold` is `[rfl(x^(D+63) mod P), rfl(x^(D-1) mod P)]` and `constant`
+    /// is `K`, both in this module's reflected 64-bit and the register's
+    /// order; they depend on the lengths only, so callers keep them.
+    ///
+    /// # Safety
+    /// The CPU must have the features [`is_available`] checks.
+    ///
+    /// # Panics
+    /// If `A` is shorter than [`INPUT_BYTES_MIN`] or `C` than
+    /// [`AFTER_BODY_BYTES_MIN`], or the ranges are not in order inside
+    /// `record`.
+    #[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse4.1,ssse3")]
+    pub unsafe fn crc_around_body(
+        record: &[u8],
+        body: std::ops::Range<usize>,
+        covered: usize,
+        body_crc: u32,
+        fold: [u64; 2],
+        constant: u32,
+    ) -> u32 {
+        assert!(
+            body.start >= INPUT_BYTES_MIN
+                && body.start <= body.end
+                && body.end + AFTER_BODY_BYTES_MIN <= covered
+                && covered <= record.len(),
+            "body {body:?} and {covered} covered bytes in a record of {}",
+            record.len()
+        );
+        let before = fold_all(!0, &record[..body.start]);
+        let after_len = covered - body.end;
+        let after = if after_len >= INPUT_BYTES_MIN {
+            fold_all(body_crc, &record[body.end..covered])
+        } else {
+            // C in one block: the 16 bytes that end it (the body or the
+            // header before it, inside the record since A has 16 bytes) with
+            // all but C's zeroed, which a register of zero reads as nothing,
+            // and the register XORed into C's first four bytes.
+            let last = load_128(&record[covered - 16..covered]);
+            let keep = load_128(&KEEP_LAST[after_len..after_len + 16]);
+            let to_top = load_128(&SHUFFLE_TO_TOP[after_len..after_len + 16]);
+            let register = _mm_shuffle_epi8(_mm_cvtsi32_si128(body_crc as i32), to_top);
+            _mm_xor_si128(_mm_and_si128(last, keep), register)
+        };
+        let multipliers = pair_128(fold);
+        let moved = _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x00>(before, multipliers),
+            _mm_clmulepi64_si128::<0x11>(before, multipliers),
+        );
+        !(reduce(_mm_xor_si128(moved, after)) ^ constant)
+    }
+
+    /// AND masks that keep a block's last `t` bytes, read at offset `t`.
+    const KEEP_LAST: [u8; 32] = {
+        let mut mask = [0u8; 32];
+        let mut k = 16;
+        while k < 32 {
+            mask[k] = 0xFF;
+            k += 1;
+        }
+        mask
+    };
 
     /// Folds the whole 64-byte groups of `data` (at least one) into one
     /// accumulator, the seed XORed into the first; returns it and the rest.

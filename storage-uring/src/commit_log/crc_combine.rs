@@ -258,6 +258,78 @@ impl Combiner {
     }
 }
 
+/// `x^63 mod P`, for the first of [`AroundBody`]'s fold multipliers.
+const X_POW_63: u32 = {
+    let mut power = X_POW_0;
+    let mut step = 0;
+    while step < 63 {
+        power = multiply_mod_p_bitwise(power, X_POW_0 >> 1);
+        step += 1;
+    }
+    power
+};
+
+/// `x^-1 mod P`: with `P = x^32 + … + p1·x + 1`, `x · (P - 1)/x ≡ 1`, and
+/// `(P - 1)/x` is `P`'s bits above `x^0` moved down one degree.
+const X_POW_MINUS_1: u32 = ((1u32 << 31) | (0x04C1_1DB7u32 >> 1)).reverse_bits();
+
+/// The constants `crc32::wide::crc_around_body` needs for a body of
+/// `body_len` bytes followed by `after_len` bytes up to the record CRC:
+/// with `D = 8·(body_len + after_len)`, the fold multipliers
+/// `x^(D+63)` and `x^(D-1)` mod P in the kernel's order (a reflected
+/// 64-bit field, `x^0` in bit 63: this module's reflected `u32` moved up 32
+/// bits), and `K = !0·(x^(8·after_len) + x^D) mod P`. Kept for the last
+/// lengths, as [`Combiner`] keeps its power: on a change, each part costs
+/// one power and one or two products.
+#[derive(Clone, Copy, Debug)]
+pub struct AroundBody {
+    around_len: u64,
+    after_len: u64,
+    fold: [u64; 2],
+    constant_around: u32,
+    constant_after: u32,
+}
+
+impl Default for AroundBody {
+    fn default() -> Self {
+        // Lengths no record has, so the first call computes both parts.
+        AroundBody {
+            around_len: u64::MAX,
+            after_len: u64::MAX,
+            fold: [0; 2],
+            constant_around: 0,
+            constant_after: 0,
+        }
+    }
+}
+
+impl AroundBody {
+    /// The fold multipliers and `K` for these lengths.
+    ///
+    /// # Panics
+    /// If `after_len` is 0 or the two lengths add up to more than
+    /// `u32::MAX`.
+    pub fn constants(&mut self, body_len: u64, after_len: u64) -> ([u64; 2], u32) {
+        assert!(after_len > 0, "no bytes after the body");
+        let around_len = body_len + after_len;
+        if around_len != self.around_len {
+            let power = x_pow_8n(around_len);
+            let in_kernel_order = |power: u32| u64::from(power) << 32;
+            self.fold = [
+                in_kernel_order(multiply_mod_p(power, X_POW_63)),
+                in_kernel_order(multiply_mod_p(power, X_POW_MINUS_1)),
+            ];
+            self.constant_around = multiply_mod_p(u32::MAX, power);
+            self.around_len = around_len;
+        }
+        if after_len != self.after_len {
+            self.constant_after = multiply_mod_p(u32::MAX, x_pow_8n(after_len));
+            self.after_len = after_len;
+        }
+        (self.fold, self.constant_around ^ self.constant_after)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +400,12 @@ mod tests {
                 ^ REDUCE_TABLES[3][b3 as usize];
             assert_eq!(looked_up, register, "{high:#x}");
         }
+    }
+
+    #[test]
+    fn x_pow_minus_1_times_x_is_one() {
+        assert_eq!(multiply_mod_p(X_POW_MINUS_1, X_POW_0 >> 1), X_POW_0);
+        assert_eq!(multiply_mod_p_bitwise(X_POW_63, X_POW_0 >> 1), x_pow_8n(8));
     }
 
     proptest! {

@@ -18,7 +18,7 @@
 
 use ringmq_protocol::message::{body_crc, crc32_ieee};
 
-use super::crc_combine::Combiner;
+use super::crc_combine::{AroundBody, Combiner};
 use ringmq_protocol::message::property_key::CRC32 as CRC32_KEY;
 
 /// Bytes of the trailer property.
@@ -79,11 +79,13 @@ pub fn seal(record: &mut [u8]) {
 /// As [`seal`], in one pass over the bytes around the body: the body's
 /// CRC-32 (`body_crc_raw`, unmasked, as `crc32fast::hash(body)`) is already
 /// known from BODYCRC, so only the bytes before `body` and between its end
-/// and the trailer are read: the CRC of the bytes before the body is
-/// combined with the body's, and that with the CRC of the bytes after it
-/// ([`super::crc_combine`]; CRC-32 is linear). `body` is the body's place in
-/// `record`; `sealer` carries the powers for the lengths of the record
-/// before.
+/// and the trailer are read (CRC-32 is linear): with the wide CRC kernel,
+/// in one call that folds both and joins the body's CRC before a single
+/// reduction (`crc32::wide::crc_around_body`); elsewhere the CRC of the
+/// bytes before the body is combined with the body's, and that with the CRC
+/// of the bytes after it ([`super::crc_combine`]). `body` is the body's
+/// place in `record`; `sealer` carries the constants for the lengths of the
+/// record before.
 ///
 /// # Panics
 /// If the record does not end with a trailer, or `body` is not inside the
@@ -140,6 +142,23 @@ fn covered_crc(
         body.start <= body.end && body.end <= covered,
         "body {body:?} outside the {covered} covered bytes"
     );
+    #[cfg(target_arch = "x86_64")]
+    {
+        use ringmq_protocol::message::crc32::wide;
+        if body.start >= wide::INPUT_BYTES_MIN
+            && covered - body.end >= wide::AFTER_BODY_BYTES_MIN
+            && wide::is_available()
+        {
+            let (fold, constant) = sealer
+                .around_body
+                .constants(body.len() as u64, (covered - body.end) as u64);
+            // SAFETY: `is_available` found every CPU feature the kernel
+            // enables.
+            return unsafe {
+                wide::crc_around_body(record, body, covered, body_crc_raw, fold, constant)
+            };
+        }
+    }
     let before_body = crc32_ieee(&record[..body.start]);
     let after_body = crc32_ieee(&record[body.end..covered]);
     let through_body = sealer
@@ -153,10 +172,14 @@ fn covered_crc(
 /// What [`seal_with_body_crc`] keeps from one record to the next: the
 /// powers of `x` for the last body length and the last length after the
 /// body (topic and properties), which a producer's records tend to repeat.
+/// On CPUs with the wide CRC kernel the record CRC is one call of
+/// `crc_around_body`, with `around_body`'s constants; elsewhere the two
+/// combiners join three CRCs.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sealer {
     body: Combiner,
     after_body: Combiner,
+    around_body: AroundBody,
 }
 
 /// BODYCRC and the record CRC are both masked to 31 bits, as Java's
@@ -262,6 +285,37 @@ mod tests {
                     verify(&flipped)
                 );
                 prop_assert!(verify(&flipped).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn sealing_around_the_body_equals_a_full_pass_at_the_kernels_edges() {
+        // Bytes before the body from none to past one 64-byte group (below
+        // 16 the three-CRC path runs), after it from none (three CRCs below
+        // four) across one 16-byte block; one sealer throughout, so its
+        // constants are both kept and recomputed.
+        let mut sealer = Sealer::default();
+        let mut trailer = Vec::new();
+        with_crc_placeholder(b"", &mut trailer);
+        for head_len in [0usize, 15, 16, 17, 63, 64, 92, 104, 130] {
+            for body_len in [0usize, 1, 16, 255, 1_024, 1_500] {
+                for tail_len in 0..=40usize {
+                    let mut record: Vec<u8> = (0..head_len).map(|i| (i * 13 + 5) as u8).collect();
+                    let body: Vec<u8> = (0..body_len).map(|i| (i * 31 % 251) as u8).collect();
+                    record.extend_from_slice(&body);
+                    record.extend((0..tail_len).map(|i| (i * 7 + 1) as u8));
+                    record.extend_from_slice(&trailer);
+                    let mut full = record.clone();
+                    seal(&mut full);
+                    seal_with_body_crc(
+                        &mut record,
+                        head_len..head_len + body_len,
+                        crc32fast::hash(&body),
+                        &mut sealer,
+                    );
+                    assert_eq!(record, full, "{head_len} + {body_len} + {tail_len} bytes");
+                }
             }
         }
     }
