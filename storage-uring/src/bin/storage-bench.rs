@@ -63,7 +63,8 @@
 //!    starting together; `mb_per_s`, `appends_per_s` and `fsyncs_per_s` are
 //!    their sums over the longest shard's phase, the latencies their merged
 //!    histogram, `cpu_*` the threads' sum, and `shard_mb_per_s_min`/`_max`
-//!    the slowest and fastest shard. With 1 the loop runs on the main
+//!    the slowest and fastest shard over that same phase (so the total is
+//!    their sum). With 1 the loop runs on the main
 //!    thread, unpinned, so the kernel's helpers (io-wq workers, the block
 //!    layer's kworkers) may run on the other CPUs.
 //!    With `--warmup-seconds` the counters start after that many seconds of
@@ -1088,9 +1089,10 @@ fn report_runs(runs: &[ShardRun], report: &mut Report) -> anyhow::Result<()> {
     report.float("appends_per_s", acked as f64 / seconds);
     report.float("mb_per_s", bytes as f64 / seconds / 1e6);
     if runs.len() > 1 {
-        let shard_mb = |run: &ShardRun| {
-            (run.acked * run.record_bytes) as f64 / run.elapsed.as_secs_f64().max(1e-9) / 1e6
-        };
+        // Over the same phase as the total, which is then their sum: over
+        // each shard's own phase, a shard whose last turn ran late (a loaded
+        // machine, 230 ms in one CI run) showed a rate the total was below.
+        let shard_mb = |run: &ShardRun| (run.acked * run.record_bytes) as f64 / seconds / 1e6;
         let per_shard: Vec<f64> = runs.iter().map(shard_mb).collect();
         report.float(
             "shard_mb_per_s_min",
