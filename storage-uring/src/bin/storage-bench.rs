@@ -29,6 +29,10 @@
 //!      fdatasync at a time covering every write completed before it (a
 //!      write's latency ends with the fdatasync that covered it): the
 //!      store's SYNC_FLUSH shape, with nothing but the disk in it;
+//!    - `floor_direct_inflight_mb_per_s`: the same writes with no
+//!      fdatasync at all, so only the run's bytes are in flight where
+//!      `floor_direct_mb_per_s` keeps four 1 MiB writes: what the disk
+//!      writes in ASYNC_FLUSH's shape;
 //!    - `floor_direct_fresh_mb_per_s`, `floor_commit1m_fresh_*`,
 //!      `floor_fsync4k_fresh_*`, `floor_sync_group_fresh_*`: the same on
 //!      freshly fallocated files (no zero fill), once through, so every
@@ -91,7 +95,10 @@
 //! fresh floors (`target_fresh_*`, `meets_fresh_*`); and whether the disk
 //! alone, in the store's shape on fresh extents, meets the targets
 //! (`floor_sync_group_fresh_meets_*`, `floor_direct_fresh_meets_mb_per_s`):
-//! where it does not, a growing log cannot either.
+//! where it does not, a growing log cannot either. For ASYNC_FLUSH also
+//! whether the disk alone with only the run's bytes in flight meets it
+//! (`floor_direct_inflight_meets_mb_per_s`): where it does not, no store
+//! with that many appends in flight can.
 //!
 //! # Invariants
 //! - Floor and append phases use separate files under `--dir`; the floor
@@ -444,7 +451,14 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report.int("floor_fsync4k_count", histogram.len());
     report.float(
         "floor_direct_mb_per_s",
-        floor_direct(&mut disk, file, seconds, Extent::Wrap)?,
+        floor_direct(
+            &mut disk,
+            file,
+            seconds,
+            Extent::Wrap,
+            FLOOR_LARGE_WRITE_SIZE,
+            FLOOR_DIRECT_IN_FLIGHT,
+        )?,
     );
     let (histogram, rate) = floor_write_sync(
         &mut disk,
@@ -474,7 +488,14 @@ fn measure_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let path = args.dir.join("storage-bench-floor-fresh.tmp");
     let once = Extent::Once(FLOOR_FRESH_FILE_SIZE);
     let rate = on_fresh_file(&mut fresh, &path, |disk, file| {
-        floor_direct(disk, file, seconds, once)
+        floor_direct(
+            disk,
+            file,
+            seconds,
+            once,
+            FLOOR_LARGE_WRITE_SIZE,
+            FLOOR_DIRECT_IN_FLIGHT,
+        )
     })?;
     report.float("floor_direct_fresh_mb_per_s", rate);
     let (histogram, rate) = on_fresh_file(&mut fresh, &path, |disk, file| {
@@ -670,6 +691,9 @@ fn floor_write_sync(
 /// it completes. Then `floor_sync_group_*`, the same writes synced by one
 /// fdatasync at a time ([`floor_sync_group`]), the store's own shape: no
 /// store of that shape can ack those bytes faster than this disk syncs them.
+/// Then `floor_direct_inflight_mb_per_s`, the same writes with no
+/// fdatasync: what the disk writes with only the run's bytes in flight, as
+/// ASYNC_FLUSH has them (`floor_direct_mb_per_s` keeps 4 MiB in flight).
 fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let in_flight_bytes = (args.inflight as u64).saturating_mul(args.record_size as u64);
     let pair_size = align_up_block(in_flight_bytes.div_ceil(COMMITS_IN_FLIGHT_MAX as u64))
@@ -702,6 +726,15 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
         ["floor_sync_group_p50_us", "floor_sync_group_p99_us"],
         &histogram,
     );
+    let rate = floor_direct(
+        &mut disk,
+        file,
+        seconds,
+        Extent::Wrap,
+        pair_size,
+        COMMITS_IN_FLIGHT_MAX,
+    )?;
+    report.float("floor_direct_inflight_mb_per_s", rate);
     disk.close(file)?;
     disk.remove(&path)?;
     // The same on a freshly fallocated file, once through: the shape of
@@ -870,15 +903,18 @@ fn floor_sync_pipeline(
     Ok((histogram, ordered, rate))
 }
 
-/// 1 MiB O_DIRECT writes, several in flight, no fdatasync.
+/// O_DIRECT writes of `write_size` bytes, `in_flight` at a time, no
+/// fdatasync.
 fn floor_direct(
     disk: &mut UringDisk,
     file: FileId,
     seconds: Duration,
     extent: Extent,
+    write_size: usize,
+    in_flight_max: usize,
 ) -> anyhow::Result<f64> {
-    let mut free: Vec<AlignedBuf> = (0..FLOOR_DIRECT_IN_FLIGHT)
-        .map(|_| disk.buffer(FLOOR_LARGE_WRITE_SIZE))
+    let mut free: Vec<AlignedBuf> = (0..in_flight_max)
+        .map(|_| disk.buffer(write_size))
         .collect();
     let mut completions = Vec::new();
     let start = Instant::now();
@@ -889,20 +925,12 @@ fn floor_direct(
     loop {
         let running = start.elapsed() < seconds
             && seq < FLOOR_OPS_MAX
-            && !extent.exhausted(file_offset, FLOOR_LARGE_WRITE_SIZE);
+            && !extent.exhausted(file_offset, write_size);
         while running && let Some(buf) = free.pop() {
-            submit_floor_write(
-                disk,
-                seq,
-                file,
-                file_offset,
-                buf,
-                FLOOR_LARGE_WRITE_SIZE,
-                false,
-            )?;
+            submit_floor_write(disk, seq, file, file_offset, buf, write_size, false)?;
             seq += 1;
             in_flight += 1;
-            file_offset = extent.next(file_offset, FLOOR_LARGE_WRITE_SIZE);
+            file_offset = extent.next(file_offset, write_size);
         }
         if in_flight == 0 {
             break;
@@ -913,7 +941,7 @@ fn floor_direct(
         for completion in completions.drain(..) {
             free.push(finished_write(completion)?);
             in_flight -= 1;
-            bytes += FLOOR_LARGE_WRITE_SIZE as u64;
+            bytes += write_size as u64;
         }
     }
     let rate = mb_per_s(bytes, start.elapsed());
@@ -1541,6 +1569,13 @@ fn targets(flush: Flush) -> Vec<Target> {
                     "floor_direct_mb_per_s",
                     share,
                 ),
+                throughput(
+                    "target_mb_per_s",
+                    "floor_direct_inflight_meets_mb_per_s",
+                    "floor_direct_inflight_mb_per_s",
+                    "floor_direct_mb_per_s",
+                    share,
+                ),
             ]
         }
     }
@@ -1621,6 +1656,7 @@ mod tests {
         let mut report = Report::default();
         report.float("floor_direct_mb_per_s", 3_000.0);
         report.float("floor_direct_fresh_mb_per_s", 2_000.0);
+        report.float("floor_direct_inflight_mb_per_s", 2_099.0);
         report.float("mb_per_s", 2_100.0);
         report_targets(Flush::Async, &mut report);
         assert_eq!(report.number("target_mb_per_s"), Some(2_100.0));
@@ -1629,6 +1665,10 @@ mod tests {
         assert_eq!(report.number("meets_fresh_mb_per_s"), Some(1.0));
         assert_eq!(
             report.number("floor_direct_fresh_meets_mb_per_s"),
+            Some(0.0)
+        );
+        assert_eq!(
+            report.number("floor_direct_inflight_meets_mb_per_s"),
             Some(0.0)
         );
         // --floor-seconds 0: nothing to read the run against, no target.
