@@ -30,9 +30,9 @@
 //!      write's latency ends with the fdatasync that covered it): the
 //!      store's SYNC_FLUSH shape, with nothing but the disk in it;
 //!    - `floor_direct_inflight_mb_per_s`: the same writes with no
-//!      fdatasync at all, so only the run's bytes are in flight where
-//!      `floor_direct_mb_per_s` keeps four 1 MiB writes: what the disk
-//!      writes in ASYNC_FLUSH's shape;
+//!      fdatasync at all, so only the run's bytes are in flight (up to
+//!      eight 1 MiB writes) where `floor_direct_mb_per_s` keeps four 1 MiB
+//!      writes: what the disk writes in ASYNC_FLUSH's shape;
 //!    - `floor_direct_fresh_mb_per_s`, `floor_commit1m_fresh_*`,
 //!      `floor_fsync4k_fresh_*`, `floor_sync_group_fresh_*`: the same on
 //!      freshly fallocated files (no zero fill), once through, so every
@@ -68,9 +68,9 @@
 //!    their sums over the longest shard's phase, the latencies their merged
 //!    histogram, `cpu_*` the threads' sum, and `shard_mb_per_s_min`/`_max`
 //!    the slowest and fastest shard over that same phase (so the total is
-//!    their sum). With 1 the loop runs on the main
-//!    thread, unpinned, so the kernel's helpers (io-wq workers, the block
-//!    layer's kworkers) may run on the other CPUs.
+//!    their sum). With 1 the loop runs on the main thread, unpinned, so the
+//!    kernel's helpers (io-wq workers, the block layer's kworkers) may run
+//!    on the other CPUs.
 //!    With `--warmup-seconds` the counters start after that many seconds of
 //!    appends. `--eager-retention` retires every segment behind the active
 //!    one as soon as it is durable, as a store at its disk budget does, so
@@ -903,7 +903,7 @@ fn floor_sync_pipeline(
     Ok((histogram, ordered, rate))
 }
 
-/// O_DIRECT writes of `write_size` bytes, `in_flight` at a time, no
+/// O_DIRECT writes of `write_size` bytes, `in_flight_max` at a time, no
 /// fdatasync.
 fn floor_direct(
     disk: &mut UringDisk,
