@@ -215,6 +215,12 @@ struct Args {
     /// renamed spares whose extents are written.
     #[arg(long)]
     eager_retention: bool,
+    /// Give every record the properties a Java producer sends: a UNIQ_KEY
+    /// unique per record (32 hex digits, as the client's message id), WAIT
+    /// and TAGS, so the store indexes the key and hashes the tag as it does
+    /// in a broker. Without it records carry no properties of their own.
+    #[arg(long)]
+    client_properties: bool,
     /// Spare pool of retired segments (the store's
     /// `commit_log_recycle_segments`).
     #[arg(long, default_value_t = COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT)]
@@ -343,6 +349,7 @@ fn main() -> anyhow::Result<()> {
     report.int("idle_seconds", args.idle_seconds);
     report.int("warmup_seconds", args.warmup_seconds);
     report.int("eager_retention", u64::from(args.eager_retention));
+    report.int("client_properties", u64::from(args.client_properties));
     report.int("remove_step_bytes", args.remove_step_bytes);
     report.int("recycle_segments", args.recycle_segments as u64);
     report.int("cq_flush_ms", args.cq_flush_ms);
@@ -951,6 +958,56 @@ fn floor_direct(
     Ok(rate)
 }
 
+/// The properties a Java producer gives a message (`--client-properties`):
+/// UNIQ_KEY, 32 hex digits unique per record (here the shard in the first
+/// two and a counter in the last sixteen), then WAIT and TAGS, each pair
+/// closed by 0x02 as the client writes them.
+struct ClientProperties {
+    bytes: Vec<u8>,
+    counter: u64,
+    shard: u8,
+}
+
+/// Hex digits of a UNIQ_KEY.
+const UNIQ_KEY_HEX_DIGITS: usize = 32;
+
+impl ClientProperties {
+    fn new(shard: u8) -> Self {
+        use ringmq_protocol::message::property_key::{TAGS, UNIQ_KEY, WAIT};
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(UNIQ_KEY.as_bytes());
+        bytes.push(0x01);
+        bytes.extend(std::iter::repeat_n(b'0', UNIQ_KEY_HEX_DIGITS));
+        bytes.push(0x02);
+        for (key, value) in [(WAIT, "true"), (TAGS, "TagA")] {
+            bytes.extend_from_slice(key.as_bytes());
+            bytes.push(0x01);
+            bytes.extend_from_slice(value.as_bytes());
+            bytes.push(0x02);
+        }
+        ClientProperties {
+            bytes,
+            counter: 0,
+            shard,
+        }
+    }
+
+    /// The properties of the next record.
+    fn next(&mut self) -> &[u8] {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        self.counter += 1;
+        let start = ringmq_protocol::message::property_key::UNIQ_KEY.len() + 1;
+        let digits = &mut self.bytes[start..start + UNIQ_KEY_HEX_DIGITS];
+        digits[0] = HEX[usize::from(self.shard >> 4)];
+        digits[1] = HEX[usize::from(self.shard & 0xF)];
+        let (_, counter_digits) = digits.split_at_mut(UNIQ_KEY_HEX_DIGITS - 16);
+        for (i, digit) in counter_digits.iter_mut().enumerate() {
+            *digit = HEX[((self.counter >> (60 - 4 * i)) & 0xF) as usize];
+        }
+        &self.bytes
+    }
+}
+
 /// The shard-local part of an outside-visible CommitLog offset.
 fn split_local(offset: u64) -> u64 {
     ringmq_storage::commit_log::split_shard_offset(offset).1
@@ -1175,6 +1232,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
     let overhead = RECORD_OVERHEAD_BYTES + BENCH_TOPIC.len();
     let mut body = vec![0x5A_u8; args.record_size.saturating_sub(overhead).max(1)];
     let born_host = SocketAddr::from(([127, 0, 0, 1], 40000));
+    let mut client_properties = ClientProperties::new(shard);
     let mut histogram = latency_histogram()?;
     let mut outstanding: VecDeque<(u64, Instant)> = VecDeque::with_capacity(args.inflight);
     let mut acks = Vec::new();
@@ -1215,11 +1273,16 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
         let mut busy = false;
         let mut appended = 0;
         while running && outstanding.len() < args.inflight && appended < args.appends_per_turn {
+            let properties = if args.client_properties {
+                client_properties.next()
+            } else {
+                b""
+            };
             let message = AppendMessage {
                 topic: BENCH_TOPIC,
                 queue_id: 0,
                 body: &body,
-                properties: b"",
+                properties,
                 flag: 0,
                 sys_flag: 0,
                 born_timestamp_ms: turn_ms as i64,
@@ -1682,6 +1745,23 @@ mod tests {
                 .all(|(key, _)| !key.contains("target"))
         );
         assert_eq!(report.number("meets_mb_per_s"), None);
+    }
+
+    #[test]
+    fn client_properties_parse_and_give_each_record_its_own_uniq_key() {
+        use ringmq_protocol::message::properties::Properties;
+        let mut properties = ClientProperties::new(0x1F);
+        let first = properties.next().to_vec();
+        let second = properties.next().to_vec();
+        let parsed = Properties::new(&first);
+        assert_eq!(
+            parsed.get("UNIQ_KEY"),
+            Some("1F000000000000000000000000000001")
+        );
+        assert_eq!(parsed.get("WAIT"), Some("true"));
+        assert_eq!(parsed.get("TAGS"), Some("TagA"));
+        assert_eq!(first.len(), second.len());
+        assert_ne!(first, second);
     }
 
     #[test]
