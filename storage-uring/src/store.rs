@@ -995,39 +995,101 @@ struct DispatchProperties<'a> {
 impl<'a> DispatchProperties<'a> {
     /// As three `Properties::get` calls: the last duplicate of a key wins,
     /// a pair counts only when its first 0x01 is neither first nor last, a
-    /// value that is not UTF-8 reads as absent.
+    /// value that is not UTF-8 reads as absent. A pair is one of the three
+    /// exactly when it starts with the key and 0x01 (no key holds a 0x01),
+    /// so only the pair separators are searched for, eight bytes at a time:
+    /// byte by byte, that scan was 10 % of an appending thread with a Java
+    /// producer's properties.
     fn find(properties: &'a [u8]) -> Self {
         let mut found = DispatchProperties::default();
-        let (mut tags, mut keys, mut uniq_key) = (false, false, false);
-        for segment in properties.rsplit(|byte| *byte == PROPERTY_SEPARATOR) {
-            if tags && keys && uniq_key {
-                break;
-            }
-            let Some(at) = segment
-                .iter()
-                .position(|byte| *byte == NAME_VALUE_SEPARATOR)
-            else {
-                continue;
+        let mut start = 0;
+        let ends = BytePositions::new(properties, PROPERTY_SEPARATOR)
+            .chain(std::iter::once(properties.len()));
+        for end in ends {
+            let pair = &properties[start..end];
+            start = end + 1;
+            let slot = match pair.first() {
+                Some(b'T') => (TAGS, &mut found.tags),
+                Some(b'K') => (KEYS, &mut found.keys),
+                Some(b'U') => (UNIQ_KEY, &mut found.uniq_key),
+                _ => continue,
             };
-            if at == 0 || at + 1 == segment.len() {
-                continue;
+            let (key, value) = slot;
+            if let Some(bytes) = pair
+                .strip_prefix(key.as_bytes())
+                .and_then(|rest| rest.strip_prefix(&[NAME_VALUE_SEPARATOR]))
+                .filter(|bytes| !bytes.is_empty())
+            {
+                *value = std::str::from_utf8(bytes).ok();
             }
-            let (key, value) = (&segment[..at], &segment[at + 1..]);
-            let slot = if key == TAGS.as_bytes() && !tags {
-                tags = true;
-                &mut found.tags
-            } else if key == KEYS.as_bytes() && !keys {
-                keys = true;
-                &mut found.keys
-            } else if key == UNIQ_KEY.as_bytes() && !uniq_key {
-                uniq_key = true;
-                &mut found.uniq_key
-            } else {
-                continue;
-            };
-            *slot = std::str::from_utf8(value).ok();
         }
         found
+    }
+}
+
+/// The positions of one byte value in a byte string, in order, found eight
+/// bytes at a time.
+struct BytePositions<'a> {
+    bytes: &'a [u8],
+    needle: u8,
+    /// Position of the word `mask` describes.
+    word_at: usize,
+    /// High bit of each byte of the word that equals `needle`, not yet
+    /// returned.
+    mask: u64,
+}
+
+impl<'a> BytePositions<'a> {
+    fn new(bytes: &'a [u8], needle: u8) -> Self {
+        let mut positions = BytePositions {
+            bytes,
+            needle,
+            word_at: 0,
+            mask: 0,
+        };
+        positions.mask = positions.matches_at(0);
+        positions
+    }
+
+    /// The match mask of the (up to) eight bytes at `at`; bytes past the
+    /// end never match.
+    fn matches_at(&self, at: usize) -> u64 {
+        const LOW_SEVEN: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+        let Some(rest) = self.bytes.get(at..) else {
+            return 0;
+        };
+        let word = match rest.first_chunk::<8>() {
+            Some(word) => *word,
+            None => {
+                // The tail, padded with bytes that do not match (a copy,
+                // then a load of it: only here, as the load waits for the
+                // copy's stores).
+                let mut word = [!self.needle; 8];
+                word[..rest.len()].copy_from_slice(rest);
+                word
+            }
+        };
+        // Zero bytes of `x` are the needle; a byte's high bit ends up set
+        // exactly when the byte is zero (no carry crosses bytes).
+        let x = u64::from_le_bytes(word) ^ u64::from_ne_bytes([self.needle; 8]);
+        !(((x & LOW_SEVEN) + LOW_SEVEN) | x | LOW_SEVEN)
+    }
+}
+
+impl Iterator for BytePositions<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        while self.mask == 0 {
+            self.word_at += 8;
+            if self.word_at >= self.bytes.len() {
+                return None;
+            }
+            self.mask = self.matches_at(self.word_at);
+        }
+        let byte = (self.mask.trailing_zeros() / 8) as usize;
+        self.mask &= self.mask - 1;
+        Some(self.word_at + byte)
     }
 }
 

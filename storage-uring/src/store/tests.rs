@@ -95,6 +95,36 @@ fn dispatch_properties_find_what_properties_get_finds() {
     }
 }
 
+proptest::proptest! {
+    #[test]
+    fn dispatch_properties_agree_with_properties_get_on_any_string(
+        tokens in proptest::collection::vec(0usize..11, 0..40),
+    ) {
+        const TOKENS: [&[u8]; 11] = [
+            b"TAGS", b"KEYS", b"UNIQ_KEY", b"\x01", b"\x02", b"a", b"T", b"\xff",
+            b"TAGS\x01", b"U", b"KEYS\x01k1 k2\x02",
+        ];
+        let bytes: Vec<u8> = tokens.iter().flat_map(|&t| TOKENS[t].iter().copied()).collect();
+        let properties = Properties::new(&bytes);
+        let expected = DispatchProperties {
+            tags: properties.get(TAGS),
+            keys: properties.get(KEYS),
+            uniq_key: properties.get(UNIQ_KEY),
+        };
+        proptest::prop_assert_eq!(DispatchProperties::find(&bytes), expected);
+    }
+
+    #[test]
+    fn byte_positions_are_every_match_in_order(
+        bytes in proptest::collection::vec(0u8..4, 0..70),
+        needle in 0u8..4,
+    ) {
+        let expected: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i] == needle).collect();
+        let found: Vec<usize> = super::BytePositions::new(&bytes, needle).collect();
+        proptest::prop_assert_eq!(found, expected);
+    }
+}
+
 #[test]
 fn sync_flush_acks_only_after_fdatasync_and_fills_record_fields() {
     let (mut store, _) =
