@@ -1008,13 +1008,12 @@ impl<'a> DispatchProperties<'a> {
         for end in ends {
             let pair = &properties[start..end];
             start = end + 1;
-            let slot = match pair.first() {
+            let (key, value) = match pair.first() {
                 Some(b'T') => (TAGS, &mut found.tags),
                 Some(b'K') => (KEYS, &mut found.keys),
                 Some(b'U') => (UNIQ_KEY, &mut found.uniq_key),
                 _ => continue,
             };
-            let (key, value) = slot;
             if let Some(bytes) = pair
                 .strip_prefix(key.as_bytes())
                 .and_then(|rest| rest.strip_prefix(&[NAME_VALUE_SEPARATOR]))
