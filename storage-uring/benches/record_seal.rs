@@ -1,7 +1,8 @@
 //! Micro-benchmark of what an append does to each record's bytes, as
 //! `CommitLog::encode_records` does it: encode into a write buffer, then the
-//! body's CRC (BODYCRC), then the record CRC property around the body
-//! (`record_crc::seal_with_body_crc`). 1 KiB bodies, an IPv4 record with
+//! body's CRC (BODYCRC), then finish the record (`commit_log::finish_record`:
+//! the CRC property's trailer, the grown lengths, the record CRC around the
+//! body). 1 KiB bodies, an IPv4 record with
 //! no properties of its own, records written one after another through an
 //! 8 MiB buffer (so, as in a shard, the bytes written are out of the
 //! caches when the buffer comes round again).
@@ -17,6 +18,7 @@ use std::time::Instant;
 
 use ringmq_protocol::message::{RecordSpec, crc32_ieee};
 use ringmq_storage::commit_log::record_crc::{self, Sealer};
+use ringmq_storage::commit_log::{crc_combine, finish_record};
 
 const BODY_SIZE: usize = 1024;
 const BUFFER_SIZE: usize = 8 << 20;
@@ -33,6 +35,7 @@ enum Steps {
 fn measure(steps: Steps, buffer: &mut [u8], body: &[u8]) -> f64 {
     let host = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 10911));
     let mut sealer = Sealer::default();
+    let combine_fast = crc_combine::is_hardware_accelerated();
     let mut pos = 0;
     let start = Instant::now();
     for n in 0..RECORDS {
@@ -61,23 +64,14 @@ fn measure(steps: Steps, buffer: &mut [u8], body: &[u8]) -> f64 {
             crc32_ieee(spec.body)
         };
         spec.body_crc = Some(body_crc);
-        let added = record_crc::added_len(spec.properties);
-        let size = spec.encoded_len() + added;
+        let size = spec.encoded_len() + record_crc::added_len(spec.properties);
         if pos + size > buffer.len() {
             pos = 0;
         }
         let record = &mut buffer[pos..pos + size];
         let encoded = spec.encode_into(record).expect("the record fits its size");
-        record_crc::write_trailer(spec.properties, &mut record[encoded..]);
-        // The record's total size and properties length, grown by the
-        // trailer (CommitLog's `grow_last_field`).
-        record[..4].copy_from_slice(&(size as i32).to_be_bytes());
-        let at = size - added - 2;
-        record[at..at + 2].copy_from_slice(&(added as i16).to_be_bytes());
         if steps == Steps::Seal {
-            let body_end = size - (1 + spec.topic.len() + 2 + added);
-            let body_range = body_end - body.len()..body_end;
-            record_crc::seal_with_body_crc(record, body_range, body_crc, &mut sealer);
+            finish_record(record, encoded, &spec, body_crc, &mut sealer, combine_fast);
         }
         pos += size;
     }

@@ -520,16 +520,14 @@ impl CommitLog {
                     commit_log_offset: shard_offset(self.config.shard_id, pos),
                     reason: error.to_string(),
                 })?;
-            let added = n - encoded;
-            let record = &mut tail[..n];
-            record_crc::write_trailer(spec.properties, &mut record[encoded..]);
-            grow_last_field(record, spec.properties.len(), added);
-            if crc_combine_fast || spec.body.len() >= RECORD_CRC_COMBINE_BODY_SIZE_MIN {
-                let body = body_range(record, spec, spec.properties.len() + added);
-                record_crc::seal_with_body_crc(record, body, body_crc_raw, &mut self.sealer);
-            } else {
-                record_crc::seal(record);
-            }
+            finish_record(
+                &mut tail[..n],
+                encoded,
+                spec,
+                body_crc_raw,
+                &mut self.sealer,
+                crc_combine_fast,
+            );
             self.appender.advance(n, None);
             pos += n as u64;
         }
@@ -1182,6 +1180,36 @@ pub(crate) fn run_sync(
 
 /// Adds `added` bytes, written after the record's properties, to its
 /// TOTALSIZE and PROPERTIESLENGTH (`properties_len` is the latter before).
+/// Finishes a record that `spec.encode_into` wrote as the first `encoded`
+/// bytes of `record` (the record's whole size, CRC property included):
+/// writes the CRC property's trailer, grows TOTALSIZE and the properties
+/// length by it, and seals the record CRC, from the body's CRC
+/// (`body_crc_raw`, unmasked) where `crc_combine_fast`
+/// ([`crc_combine::is_hardware_accelerated`]) or the body is large, by a
+/// full pass otherwise. What `CommitLog::append` does to each record after
+/// encoding it; public for the `record_seal` micro-benchmark.
+///
+/// # Panics
+/// If `record` is not `spec`'s encoding followed by room for the trailer.
+pub fn finish_record(
+    record: &mut [u8],
+    encoded: usize,
+    spec: &RecordSpec<'_>,
+    body_crc_raw: u32,
+    sealer: &mut record_crc::Sealer,
+    crc_combine_fast: bool,
+) {
+    let added = record.len() - encoded;
+    record_crc::write_trailer(spec.properties, &mut record[encoded..]);
+    grow_last_field(record, spec.properties.len(), added);
+    if crc_combine_fast || spec.body.len() >= RECORD_CRC_COMBINE_BODY_SIZE_MIN {
+        let body = body_range(record, spec, spec.properties.len() + added);
+        record_crc::seal_with_body_crc(record, body, body_crc_raw, sealer);
+    } else {
+        record_crc::seal(record);
+    }
+}
+
 fn grow_last_field(record: &mut [u8], properties_len: usize, added: usize) {
     let total = record.len();
     record[..4].copy_from_slice(&(total as i32).to_be_bytes());
