@@ -106,7 +106,7 @@
 //! - Every operation submitted is waited for before the phase ends.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Barrier;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -114,6 +114,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail, ensure};
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
+use ringmq_protocol::message::UniqIdGenerator;
 use ringmq_storage::aligned::AlignedBuf;
 use ringmq_storage::checkpoint::ShardFiles;
 use ringmq_storage::commit_log::SegmentStats;
@@ -959,25 +960,25 @@ fn floor_direct(
 }
 
 /// The properties a Java producer gives a message (`--client-properties`):
-/// UNIQ_KEY, 32 hex digits unique per record (here the shard in the first
-/// two and a counter in the last sixteen), then WAIT and TAGS, each pair
-/// closed by 0x02 as the client writes them.
+/// UNIQ_KEY, the client's message id (`UniqIdGenerator`, as loadgen and the
+/// broker make them: here for 127.0.0.1 with the shard as the process id),
+/// then WAIT and TAGS, each pair closed by 0x02 as the client writes them.
 struct ClientProperties {
     bytes: Vec<u8>,
-    counter: u64,
-    shard: u8,
+    ids: UniqIdGenerator,
+    /// Where the id sits in `bytes`.
+    id_at: usize,
 }
-
-/// Hex digits of a UNIQ_KEY.
-const UNIQ_KEY_HEX_DIGITS: usize = 32;
 
 impl ClientProperties {
     fn new(shard: u8) -> Self {
         use ringmq_protocol::message::property_key::{TAGS, UNIQ_KEY, WAIT};
+        let ids = UniqIdGenerator::new(IpAddr::from([127, 0, 0, 1]), u32::from(shard), 0);
         let mut bytes = Vec::new();
         bytes.extend_from_slice(UNIQ_KEY.as_bytes());
         bytes.push(0x01);
-        bytes.extend(std::iter::repeat_n(b'0', UNIQ_KEY_HEX_DIGITS));
+        let id_at = bytes.len();
+        bytes.resize(id_at + ids.id_len(), b'0');
         bytes.push(0x02);
         for (key, value) in [(WAIT, "true"), (TAGS, "TagA")] {
             bytes.extend_from_slice(key.as_bytes());
@@ -985,25 +986,14 @@ impl ClientProperties {
             bytes.extend_from_slice(value.as_bytes());
             bytes.push(0x02);
         }
-        ClientProperties {
-            bytes,
-            counter: 0,
-            shard,
-        }
+        ClientProperties { bytes, ids, id_at }
     }
 
-    /// The properties of the next record.
-    fn next(&mut self) -> &[u8] {
-        const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        self.counter += 1;
-        let start = ringmq_protocol::message::property_key::UNIQ_KEY.len() + 1;
-        let digits = &mut self.bytes[start..start + UNIQ_KEY_HEX_DIGITS];
-        digits[0] = HEX[usize::from(self.shard >> 4)];
-        digits[1] = HEX[usize::from(self.shard & 0xF)];
-        let (_, counter_digits) = digits.split_at_mut(UNIQ_KEY_HEX_DIGITS - 16);
-        for (i, digit) in counter_digits.iter_mut().enumerate() {
-            *digit = HEX[((self.counter >> (60 - 4 * i)) & 0xF) as usize];
-        }
+    /// The properties of the next record, its id made at `now_ms`.
+    fn next(&mut self, now_ms: u64) -> &[u8] {
+        self.ids
+            .next_into(now_ms, &mut self.bytes[self.id_at..])
+            .expect("invariant: the id's room was sized by id_len");
         &self.bytes
     }
 }
@@ -1274,7 +1264,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
         let mut appended = 0;
         while running && outstanding.len() < args.inflight && appended < args.appends_per_turn {
             let properties = if args.client_properties {
-                client_properties.next()
+                client_properties.next(turn_ms)
             } else {
                 b""
             };
@@ -1751,15 +1741,17 @@ mod tests {
     fn client_properties_parse_and_give_each_record_its_own_uniq_key() {
         use ringmq_protocol::message::properties::Properties;
         let mut properties = ClientProperties::new(0x1F);
-        let first = properties.next().to_vec();
-        let second = properties.next().to_vec();
+        let first = properties.next(1_000).to_vec();
+        let second = properties.next(1_000).to_vec();
+        let mut ids = UniqIdGenerator::new(IpAddr::from([127, 0, 0, 1]), 0x1F, 0);
         let parsed = Properties::new(&first);
-        assert_eq!(
-            parsed.get("UNIQ_KEY"),
-            Some("1F000000000000000000000000000001")
-        );
+        assert_eq!(parsed.get("UNIQ_KEY"), Some(ids.next(1_000).as_str()));
         assert_eq!(parsed.get("WAIT"), Some("true"));
         assert_eq!(parsed.get("TAGS"), Some("TagA"));
+        assert_eq!(
+            Properties::new(&second).get("UNIQ_KEY"),
+            Some(ids.next(1_000).as_str())
+        );
         assert_eq!(first.len(), second.len());
         assert_ne!(first, second);
     }
