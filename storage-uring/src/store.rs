@@ -931,7 +931,7 @@ impl<D: Disk> Store<D> {
         loop {
             self.commit_log.start_flush_now(&mut self.disk)?;
             self.queues.flush_all(&mut self.disk)?;
-            self.index.flush(&mut self.disk)?;
+            self.index.flush_everything(&mut self.disk)?;
             let log_done = self.commit_log.appender().is_idle()
                 || self.commit_log.appender().failure().is_some();
             if log_done

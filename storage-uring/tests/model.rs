@@ -44,8 +44,10 @@ fn config(mode: FlushMode) -> StoreConfig {
     config.tail_cache_bytes = 32 * 1024;
     config.checkpoint_interval_ms = 11;
     config.consume_queue_flush_interval_ms = 5;
+    // 4,096 slots: pages 1 to 3 of an index file hold only slots, which
+    // the write-behind of the file being filled leaves to shutdown.
     config.index_geometry = IndexGeometry {
-        hash_slot_count: 1024,
+        hash_slot_count: 4096,
         entry_count_max: 8192,
     };
     config

@@ -49,8 +49,10 @@ fn config(mode: FlushMode, shard_id: u8) -> StoreConfig {
     config.tail_cache_bytes = 16 * 1024;
     config.checkpoint_interval_ms = 7;
     config.consume_queue_flush_interval_ms = 3;
+    // 4,096 slots: pages 1 to 3 of an index file hold only slots, which
+    // the write-behind of the file being filled leaves to shutdown.
     config.index_geometry = IndexGeometry {
-        hash_slot_count: 1024,
+        hash_slot_count: 4096,
         entry_count_max: 8192,
     };
     config

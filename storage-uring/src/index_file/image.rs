@@ -144,14 +144,23 @@ impl SparseImage {
     }
 
     /// Takes the dirty pages as runs of consecutive pages, each at most
-    /// `run_pages_max` long, clearing their dirty bits.
-    pub fn take_dirty_runs(&mut self, run_pages_max: usize) -> Vec<Range<usize>> {
+    /// `run_pages_max` long, clearing their dirty bits; pages in `held` stay
+    /// dirty and are not taken.
+    pub fn take_dirty_runs(
+        &mut self,
+        run_pages_max: usize,
+        held: Range<usize>,
+    ) -> Vec<Range<usize>> {
         assert!(run_pages_max > 0, "run_pages_max is 0");
         let mut runs: Vec<Range<usize>> = Vec::new();
         for (word_index, word) in self.dirty.iter_mut().enumerate() {
-            while *word != 0 {
-                let bit = word.trailing_zeros() as usize;
-                *word &= !(1 << bit);
+            let kept = held_bits(word_index * 64, &held);
+            let mut taken = *word & !kept;
+            *word &= kept;
+            self.dirty_count -= taken.count_ones() as usize;
+            while taken != 0 {
+                let bit = taken.trailing_zeros() as usize;
+                taken &= taken - 1;
                 let page = word_index * 64 + bit;
                 match runs.last_mut() {
                     Some(run) if run.end == page && run.len() < run_pages_max => run.end += 1,
@@ -159,7 +168,6 @@ impl SparseImage {
                 }
             }
         }
-        self.dirty_count = 0;
         runs
     }
 
@@ -171,6 +179,18 @@ impl SparseImage {
         self.read(start, &mut out[..end - start]);
         end - start
     }
+}
+
+/// The bits of the dirty word for pages `first..first + 64` that fall in
+/// `held`.
+fn held_bits(first: usize, held: &Range<usize>) -> u64 {
+    let start = held.start.clamp(first, first + 64) - first;
+    let end = held.end.clamp(first, first + 64) - first;
+    if start >= end {
+        return 0;
+    }
+    let below_end = if end == 64 { u64::MAX } else { (1 << end) - 1 };
+    below_end & !((1u64 << start) - 1)
 }
 
 #[cfg(test)]
@@ -195,7 +215,7 @@ mod tests {
         let mut out = [0u8; 4];
         image.read(PAGE_SIZE - 2, &mut out);
         assert_eq!(out, [1, 2, 3, 4]);
-        assert_eq!(image.take_dirty_runs(8), vec![0..2]);
+        assert_eq!(image.take_dirty_runs(8, 0..0), vec![0..2]);
         assert_eq!(image.dirty_count(), 0);
     }
 
@@ -206,9 +226,47 @@ mod tests {
             image.write(page * PAGE_SIZE, &[9]);
         }
         assert_eq!(
-            image.take_dirty_runs(3),
+            image.take_dirty_runs(3, 0..0),
             vec![0..3, 3..4, 10..11, 63..66, 150..151]
         );
+    }
+
+    #[test]
+    fn held_pages_stay_dirty_and_are_taken_later() {
+        let mut image = SparseImage::new(300 * PAGE_SIZE);
+        let written = [0, 1, 2, 62, 63, 64, 127, 128, 129, 200, 299];
+        for page in written {
+            image.write(page * PAGE_SIZE, &[9]);
+        }
+        // Held pages span a word boundary and end inside a word.
+        assert_eq!(
+            image.take_dirty_runs(64, 2..129),
+            vec![0..2, 129..130, 200..201, 299..300]
+        );
+        assert_eq!(image.dirty_count(), 6);
+        assert_eq!(
+            image.take_dirty_runs(64, 0..0),
+            vec![2..3, 62..65, 127..129]
+        );
+        assert_eq!(image.dirty_count(), 0);
+    }
+
+    #[test]
+    fn held_bits_match_a_page_by_page_membership_test() {
+        for first in [0usize, 64, 128] {
+            for start in 0..200 {
+                for end in [start, start + 1, start + 63, start + 64, start + 65, 1000] {
+                    let expected = (0..64)
+                        .filter(|bit| (start..end).contains(&(first + bit)))
+                        .fold(0u64, |word, bit| word | 1 << bit);
+                    assert_eq!(
+                        held_bits(first, &(start..end)),
+                        expected,
+                        "{first} {start}..{end}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

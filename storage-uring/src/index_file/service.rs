@@ -421,9 +421,31 @@ impl IndexService {
     /// [`IndexService::take_errors`] and retried by the next flush (the index
     /// is derived data). The `Result` leaves room for fatal errors.
     pub fn flush<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
+        self.flush_files(disk, false)
+    }
+
+    /// As [`IndexService::flush`], with the slot pages of the file being
+    /// filled too: what shutdown calls until [`IndexService::is_clean`].
+    ///
+    /// # Errors
+    /// As [`IndexService::flush`].
+    pub fn flush_everything<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+    ) -> Result<usize, StorageError> {
+        self.flush_files(disk, true)
+    }
+
+    fn flush_files<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        everything: bool,
+    ) -> Result<usize, StorageError> {
         let mut submitted = 0;
-        for file in &mut self.files {
-            match file.flush(disk, &self.dir) {
+        let last = self.files.len().saturating_sub(1);
+        for (at, file) in self.files.iter_mut().enumerate() {
+            let slots = everything || writes_slots(at, last, file);
+            match file.flush(disk, &self.dir, slots) {
                 Ok(n) => submitted += n,
                 Err(error) => {
                     record_error(&mut self.errors, &mut self.error_count, &file.name, error);
@@ -443,7 +465,13 @@ impl IndexService {
         }
         let serial = (op_id.seq() >> LOCAL_SEQ_BITS) as u32;
         let local_seq = (op_id.seq() & ((1 << LOCAL_SEQ_BITS) - 1)) as u32;
-        let Some(file) = self.files.iter_mut().find(|f| f.serial == serial) else {
+        let last = self.files.len().saturating_sub(1);
+        let Some((at, file)) = self
+            .files
+            .iter_mut()
+            .enumerate()
+            .find(|(_, f)| f.serial == serial)
+        else {
             return;
         };
         let had_file = file.file.is_some();
@@ -455,7 +483,7 @@ impl IndexService {
         let created = !had_file && file.file.is_some();
         if file.is_idle()
             && (file.flush.needs_sync || created)
-            && let Err(error) = file.flush(disk, &self.dir)
+            && let Err(error) = file.flush(disk, &self.dir, writes_slots(at, last, file))
         {
             record_error(&mut self.errors, &mut self.error_count, &file.name, error);
         }
@@ -537,6 +565,12 @@ impl IndexService {
     }
 }
 
+/// Whether the write-behind of the file at `at` (of files `0..=last`)
+/// includes its slot-only pages: yes unless it is the file being filled.
+fn writes_slots(at: usize, last: usize, file: &IndexFile) -> bool {
+    at != last || file.is_full()
+}
+
 fn record_error(errors: &mut Vec<StorageError>, count: &mut u64, file: &str, error: StorageError) {
     *count += 1;
     tracing::warn!(file, %error, "index file flush failed; it is retried");
@@ -550,6 +584,7 @@ mod tests {
     use super::*;
     use crate::disk::sim::{SimConfig, SimDisk};
     use crate::disk::{OpTag, Wait};
+    use crate::index_file::image;
     use std::time::Duration;
 
     const SMALL: IndexGeometry = IndexGeometry {
@@ -574,9 +609,10 @@ mod tests {
         IndexService::new(Path::new(DIR), SMALL).unwrap()
     }
 
+    /// Flushes everything (as shutdown does) until clean.
     fn settle(disk: &mut SimDisk, index: &mut IndexService) {
         for _ in 0..1000 {
-            index.flush(disk).unwrap();
+            index.flush_everything(disk).unwrap();
             let mut out = Vec::new();
             disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
                 .unwrap();
@@ -971,6 +1007,114 @@ mod tests {
             let loaded = IndexService::load(&mut disk, Path::new(DIR), geometry).unwrap();
             check(&loaded, "after load");
         }
+    }
+
+    /// Runs the write-behind (not everything) until every file's entries
+    /// are durable; returns the durable point then.
+    fn write_behind(disk: &mut SimDisk, index: &mut IndexService) -> IndexDurablePoint {
+        let dispatched_to = index.index_last_update_phy_offset() as u64 + 1;
+        for _ in 0..1000 {
+            index.flush(disk).unwrap();
+            let mut out = Vec::new();
+            disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+                .unwrap();
+            for c in out {
+                index.on_completion(disk, c);
+            }
+            let point = index.advance_durable_point(dispatched_to);
+            if index.is_idle() && point.offset == dispatched_to {
+                return point;
+            }
+        }
+        panic!("index entries did not become durable");
+    }
+
+    /// 4,096 slots: pages 1 to 3 hold only slots.
+    const WIDE: IndexGeometry = IndexGeometry {
+        hash_slot_count: 4096,
+        entry_count_max: 600,
+    };
+
+    fn wide_keys(index: &mut IndexService, range: std::ops::Range<u64>) {
+        for i in range {
+            let key = format!("K{}", i % 97);
+            index.build_index(
+                &record(1000 + i, NOW + i as i64, &format!("U{i}"), &key),
+                NOW,
+            );
+        }
+    }
+
+    fn wide_answers(index: &IndexService, count: u64) -> Vec<Vec<u64>> {
+        (0..count)
+            .map(|i| offsets(index, &format!("U{i}")))
+            .chain((0..97).map(|k| offsets(index, &format!("K{k}"))))
+            .collect()
+    }
+
+    #[test]
+    fn the_write_behind_holds_the_filling_files_slot_pages_and_recovery_rebuilds_them() {
+        let mut disk = SimDisk::new(SimConfig::new(31));
+        let mut index = IndexService::new(Path::new(DIR), WIDE).unwrap();
+        wide_keys(&mut index, 0..200);
+        let point = write_behind(&mut disk, &mut index);
+        let file = &index.files()[0];
+        assert_eq!(index.files().len(), 1);
+        assert_eq!(file.durable_count(), file.header().index_count);
+        let slot_pages = file.slot_only_pages();
+        assert_eq!(slot_pages, 1..4);
+        // Every dirty page is a held slot page, and the held ones are dirty.
+        assert_eq!(file.image.dirty_count(), slot_pages.len());
+        assert!(!index.is_clean());
+        let expected = wide_answers(&index, 200);
+        // A crash now: the slot pages on disk are holes; recovery to the
+        // durable point rebuilds them from the entries.
+        let image = disk.durable_image();
+        let name = file.name().to_string();
+        let on_disk = &image
+            .files
+            .iter()
+            .find(|(p, _)| p.ends_with(&name))
+            .unwrap()
+            .1;
+        assert!(
+            on_disk[image::PAGE_SIZE..4 * image::PAGE_SIZE]
+                .iter()
+                .all(|b| *b == 0),
+            "slot-only pages were written"
+        );
+        let mut disk = SimDisk::from_image(image, SimConfig::new(32));
+        let mut loaded = IndexService::load(&mut disk, Path::new(DIR), WIDE).unwrap();
+        assert!(loaded.recover_to(&mut disk, point).unwrap());
+        assert_eq!(wide_answers(&loaded, 200), expected);
+        // A clean stop writes them: a plain load then answers the same.
+        settle(&mut disk, &mut loaded);
+        let mut disk = SimDisk::from_image(disk.durable_image(), SimConfig::new(33));
+        let reloaded = IndexService::load(&mut disk, Path::new(DIR), WIDE).unwrap();
+        assert_eq!(wide_answers(&reloaded, 200), expected);
+    }
+
+    #[test]
+    fn a_full_file_gets_its_slot_pages_written_behind() {
+        let mut disk = SimDisk::new(SimConfig::new(34));
+        let mut index = IndexService::new(Path::new(DIR), WIDE).unwrap();
+        // 300 records, two keys each: the first file fills and a second
+        // one is being filled.
+        wide_keys(&mut index, 0..300);
+        assert_eq!(index.files().len(), 2);
+        let point = write_behind(&mut disk, &mut index);
+        assert_eq!(point.file_created_ms, index.files()[1].created_ms);
+        assert!(
+            index.files()[0].is_clean(),
+            "the full file keeps dirty pages"
+        );
+        assert!(index.files()[1].image.dirty_count() > 0);
+        let expected = wide_answers(&index, 300);
+        // Recovery keeps the full file as it is on disk.
+        let mut disk = SimDisk::from_image(disk.durable_image(), SimConfig::new(35));
+        let mut loaded = IndexService::load(&mut disk, Path::new(DIR), WIDE).unwrap();
+        assert!(loaded.recover_to(&mut disk, point).unwrap());
+        assert_eq!(wide_answers(&loaded, 300), expected);
     }
 
     #[test]
