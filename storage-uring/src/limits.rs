@@ -50,6 +50,13 @@ pub const CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT: u64 = 100;
 /// multiply the fdatasyncs.
 pub const CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT: usize = 128 * 1024;
 
+/// Bytes of index entries put since the file's last round of writes at
+/// which the index file being filled is flushed at once rather than at the
+/// next interval, for the same reason: with a Java producer's UNIQ_KEY on
+/// every message, two million keys a second put 4 MB of entries into each
+/// 100 ms round, and copying them took the shard 0.7–1.8 ms in one turn.
+pub const INDEX_FLUSH_EARLY_BYTES_DEFAULT: usize = 128 * 1024;
+
 /// Disk operations in flight past which ConsumeQueue flushes wait for the
 /// next round. A shard with thousands of queues would otherwise fill the
 /// disk's share of the ring with queue writes in one flush, and a commit

@@ -548,6 +548,8 @@ impl<D: Disk> Store<D> {
             queue_index,
             self.config.consume_queue_flush_early_bytes,
         )?;
+        self.index
+            .flush_early(&mut self.disk, self.config.index_flush_early_bytes)?;
         let id = self.next_ticket_id;
         self.next_ticket_id += 1;
         let deadline_ms = now_ms.saturating_add(self.config.sync_flush_timeout_ms);

@@ -143,32 +143,41 @@ impl SparseImage {
         }
     }
 
-    /// Takes the dirty pages as runs of consecutive pages, each at most
-    /// `run_pages_max` long, clearing their dirty bits; pages in `held` stay
-    /// dirty and are not taken.
+    /// Takes dirty pages of `pages` outside `held`, lowest first and at most
+    /// `pages_max` of them, as runs of consecutive pages each at most
+    /// `run_pages_max` long, clearing their dirty bits. The flag is whether
+    /// such pages are left.
     pub fn take_dirty_runs(
         &mut self,
-        run_pages_max: usize,
+        pages: Range<usize>,
         held: Range<usize>,
-    ) -> Vec<Range<usize>> {
+        run_pages_max: usize,
+        pages_max: usize,
+    ) -> (Vec<Range<usize>>, bool) {
         assert!(run_pages_max > 0, "run_pages_max is 0");
+        let words = pages.start / 64..pages.end.div_ceil(64).min(self.dirty.len());
         let mut runs: Vec<Range<usize>> = Vec::new();
-        for (word_index, word) in self.dirty.iter_mut().enumerate() {
-            let kept = held_bits(word_index * 64, &held);
-            let mut taken = *word & !kept;
-            *word &= kept;
-            self.dirty_count -= taken.count_ones() as usize;
-            while taken != 0 {
-                let bit = taken.trailing_zeros() as usize;
-                taken &= taken - 1;
-                let page = word_index * 64 + bit;
+        let mut taken = 0;
+        for (word, word_index) in self.dirty[words.clone()].iter_mut().zip(words) {
+            let first = word_index * 64;
+            let mut candidates = *word & range_bits(first, &pages) & !range_bits(first, &held);
+            while candidates != 0 {
+                if taken == pages_max {
+                    return (runs, true);
+                }
+                let bit = candidates.trailing_zeros() as usize;
+                candidates &= candidates - 1;
+                *word &= !(1 << bit);
+                self.dirty_count -= 1;
+                taken += 1;
+                let page = first + bit;
                 match runs.last_mut() {
                     Some(run) if run.end == page && run.len() < run_pages_max => run.end += 1,
                     _ => runs.push(page..page + 1),
                 }
             }
         }
-        runs
+        (runs, false)
     }
 
     /// Copies the bytes of `pages` (clipped to the image end) into `out`;
@@ -182,10 +191,10 @@ impl SparseImage {
 }
 
 /// The bits of the dirty word for pages `first..first + 64` that fall in
-/// `held`.
-fn held_bits(first: usize, held: &Range<usize>) -> u64 {
-    let start = held.start.clamp(first, first + 64) - first;
-    let end = held.end.clamp(first, first + 64) - first;
+/// `pages`.
+fn range_bits(first: usize, pages: &Range<usize>) -> u64 {
+    let start = pages.start.clamp(first, first + 64) - first;
+    let end = pages.end.clamp(first, first + 64) - first;
     if start >= end {
         return 0;
     }
@@ -194,6 +203,8 @@ fn held_bits(first: usize, held: &Range<usize>) -> u64 {
 }
 
 #[cfg(test)]
+// A list of page runs that holds one run is what these tests mean.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
 
@@ -215,7 +226,10 @@ mod tests {
         let mut out = [0u8; 4];
         image.read(PAGE_SIZE - 2, &mut out);
         assert_eq!(out, [1, 2, 3, 4]);
-        assert_eq!(image.take_dirty_runs(8, 0..0), vec![0..2]);
+        assert_eq!(
+            image.take_dirty_runs(0..usize::MAX, 0..0, 8, usize::MAX),
+            (vec![0..2], false)
+        );
         assert_eq!(image.dirty_count(), 0);
     }
 
@@ -226,8 +240,8 @@ mod tests {
             image.write(page * PAGE_SIZE, &[9]);
         }
         assert_eq!(
-            image.take_dirty_runs(3, 0..0),
-            vec![0..3, 3..4, 10..11, 63..66, 150..151]
+            image.take_dirty_runs(0..usize::MAX, 0..0, 3, usize::MAX),
+            (vec![0..3, 3..4, 10..11, 63..66, 150..151], false)
         );
     }
 
@@ -240,19 +254,55 @@ mod tests {
         }
         // Held pages span a word boundary and end inside a word.
         assert_eq!(
-            image.take_dirty_runs(64, 2..129),
-            vec![0..2, 129..130, 200..201, 299..300]
+            image.take_dirty_runs(0..usize::MAX, 2..129, 64, usize::MAX),
+            (vec![0..2, 129..130, 200..201, 299..300], false)
         );
         assert_eq!(image.dirty_count(), 6);
         assert_eq!(
-            image.take_dirty_runs(64, 0..0),
-            vec![2..3, 62..65, 127..129]
+            image.take_dirty_runs(0..usize::MAX, 0..0, 64, usize::MAX),
+            (vec![2..3, 62..65, 127..129], false)
         );
         assert_eq!(image.dirty_count(), 0);
     }
 
     #[test]
-    fn held_bits_match_a_page_by_page_membership_test() {
+    fn a_take_stops_at_its_page_budget_and_says_what_is_left() {
+        let mut image = SparseImage::new(300 * PAGE_SIZE);
+        for page in [1, 2, 3, 4, 70, 71, 250] {
+            image.write(page * PAGE_SIZE, &[9]);
+        }
+        // Pages past the range are neither taken nor reported as left.
+        assert_eq!(
+            image.take_dirty_runs(0..70, 0..0, 64, 4),
+            (vec![1..5], false)
+        );
+        for page in [1, 2, 3, 4] {
+            image.mark_dirty(page);
+        }
+        // Held pages do not count against the budget.
+        assert_eq!(
+            image.take_dirty_runs(0..usize::MAX, 2..4, 64, 3),
+            (vec![1..2, 4..5, 70..71], true)
+        );
+        assert_eq!(image.dirty_count(), 4);
+        assert_eq!(
+            image.take_dirty_runs(0..usize::MAX, 2..4, 64, 2),
+            (vec![71..72, 250..251], false)
+        );
+        // Only held pages are left: nothing outside them.
+        assert_eq!(
+            image.take_dirty_runs(0..usize::MAX, 2..4, 64, 5),
+            (vec![], false)
+        );
+        assert_eq!(
+            image.take_dirty_runs(0..usize::MAX, 0..0, 64, 2),
+            (vec![2..4], false)
+        );
+        assert_eq!(image.dirty_count(), 0);
+    }
+
+    #[test]
+    fn range_bits_match_a_page_by_page_membership_test() {
         for first in [0usize, 64, 128] {
             for start in 0..200 {
                 for end in [start, start + 1, start + 63, start + 64, start + 65, 1000] {
@@ -260,7 +310,7 @@ mod tests {
                         .filter(|bit| (start..end).contains(&(first + bit)))
                         .fold(0u64, |word, bit| word | 1 << bit);
                     assert_eq!(
-                        held_bits(first, &(start..end)),
+                        range_bits(first, &(start..end)),
                         expected,
                         "{first} {start}..{end}"
                     );

@@ -80,6 +80,10 @@ pub const INDEX_DIR_NAME: &str = "index";
 /// Largest write a flush submits (consecutive dirty pages are coalesced up
 /// to this).
 pub const INDEX_FLUSH_WRITE_SIZE_MAX: usize = 1024 * 1024;
+/// Most bytes one flush call copies and submits; a round with more dirty
+/// pages (a full file's slots: 20 MB) goes on as its writes complete, so no
+/// shard turn copies more than this.
+pub const INDEX_FLUSH_CALL_BYTES_MAX: usize = 1024 * 1024;
 /// Largest result of one query (Java `maxMsgsNumBatch`, 64).
 pub const INDEX_QUERY_RESULT_MAX: usize = 64;
 /// Flush errors kept until taken (later ones are only counted).
@@ -94,6 +98,7 @@ const _: () = assert!(INDEX_ENTRY_SIZE == 4 + 8 + 4 + 4);
 const _: () = assert!(INDEX_FILE_SIZE == 420_000_040);
 const _: () = assert!(INDEX_ENTRY_COUNT_MAX <= i32::MAX as usize);
 const _: () = assert!(INDEX_FLUSH_WRITE_SIZE_MAX.is_multiple_of(PAGE_SIZE));
+const _: () = assert!(INDEX_FLUSH_CALL_BYTES_MAX >= PAGE_SIZE);
 const _: () = assert!(PAGE_SIZE == BLOCK_SIZE);
 
 /// Slot and entry counts of a file: RocketMQ's, or smaller ones for tests.
@@ -279,8 +284,11 @@ struct Flush {
     create: Option<u32>,
     /// Writes completed since the last successful fdatasync.
     needs_sync: bool,
-    /// `index_count` when the writes in flight took the dirty pages.
+    /// `index_count` when the round of writes in flight started.
     writing_count: i32,
+    /// The round's pages not all taken yet: the next flush goes on with
+    /// them before any fdatasync.
+    round: Option<Round>,
     /// A write of the flush in flight failed or came up short (its pages
     /// are dirty again).
     writing_failed: bool,
@@ -290,6 +298,14 @@ struct Flush {
     syncing_count: i32,
     /// `index_count` whose entries are all written and fdatasynced.
     durable_count: i32,
+}
+
+/// The pages a round of writes covers: dirty pages of `pages` outside
+/// `held`, as they were when it started (and as they are when taken).
+#[derive(Clone, Debug)]
+struct Round {
+    pages: Range<usize>,
+    held: Range<usize>,
 }
 
 /// One index file in memory.
@@ -463,6 +479,16 @@ impl IndexFile {
         self.flush.writes.is_empty() && self.flush.sync.is_none() && self.flush.create.is_none()
     }
 
+    /// Whether a round of writes has pages left to take.
+    fn round_open(&self) -> bool {
+        self.flush.round.is_some()
+    }
+
+    /// Bytes of entries put since the current or last round started.
+    fn unwritten_entry_bytes(&self) -> usize {
+        (self.header.index_count - self.flush.writing_count).max(0) as usize * INDEX_ENTRY_SIZE
+    }
+
     fn is_clean(&self) -> bool {
         self.is_idle()
             && !self.header_dirty
@@ -489,11 +515,14 @@ impl IndexFile {
         1..(self.geometry.entry_position(0) / PAGE_SIZE).max(1)
     }
 
-    /// Submits the dirty pages (header first copied in) as writes, or, when
-    /// writes completed since the last sync, an fdatasync. Slot-only pages
-    /// are written only when `slots` is set (see the module doc). Nothing
-    /// while a previous flush is in flight. Returns the operations
-    /// submitted; stops early when the disk's queue is full.
+    /// Starts or goes on with a round of writes, or, when a round's writes
+    /// completed, submits the fdatasync that makes its `index_count`
+    /// durable. A round covers the dirty pages when it starts (header first
+    /// copied in) up to the page of the last entry, without the slot-only
+    /// pages unless `slots` is set (see the module doc), and takes at most
+    /// [`INDEX_FLUSH_CALL_BYTES_MAX`] per call. Nothing while operations of
+    /// the file are in flight. Returns the operations submitted; stops
+    /// early when the disk's queue is full.
     fn flush<D: Disk + ?Sized>(
         &mut self,
         disk: &mut D,
@@ -503,7 +532,7 @@ impl IndexFile {
         if !self.is_idle() {
             return Ok(0);
         }
-        if self.header_dirty {
+        if self.flush.round.is_none() && self.header_dirty {
             self.image.write(0, &self.header.encode());
             self.header_dirty = false;
         }
@@ -514,10 +543,10 @@ impl IndexFile {
             self.start_create(disk, dir)?;
             return Ok(0);
         };
-        // Completed writes are synced before more are written, so under a
-        // steady stream of keys the entries still become durable (and
+        // Completed writes are synced before another round starts, so under
+        // a steady stream of keys the entries still become durable (and
         // `durable_count` moves).
-        if self.flush.needs_sync {
+        if self.flush.needs_sync && self.flush.round.is_none() {
             let local_seq = self.take_local_seq();
             return match disk.submit(self.op_id(local_seq), DiskOp::Fdatasync { file: id }, false) {
                 Ok(()) => {
@@ -529,17 +558,39 @@ impl IndexFile {
                 Err((error, _)) => Err(error.into()),
             };
         }
-        let held = if slots { 0..0 } else { self.slot_only_pages() };
-        let runs = self
-            .image
-            .take_dirty_runs(INDEX_FLUSH_WRITE_SIZE_MAX / PAGE_SIZE, held);
-        // Every put dirties page 0 (the header), so nothing to take means
-        // nothing was put since the last writes took their count.
+        let round = match self.flush.round.take() {
+            Some(round) => round,
+            None => {
+                self.flush.writing_count = self.header.index_count;
+                self.flush.writing_failed = false;
+                if slots {
+                    Round {
+                        pages: 0..usize::MAX,
+                        held: 0..0,
+                    }
+                } else {
+                    let entries_end = self
+                        .geometry
+                        .entry_position(self.header.index_count as usize);
+                    Round {
+                        pages: 0..entries_end.div_ceil(PAGE_SIZE),
+                        held: self.slot_only_pages(),
+                    }
+                }
+            }
+        };
+        let (runs, more) = self.image.take_dirty_runs(
+            round.pages.clone(),
+            round.held.clone(),
+            INDEX_FLUSH_WRITE_SIZE_MAX / PAGE_SIZE,
+            INDEX_FLUSH_CALL_BYTES_MAX / PAGE_SIZE,
+        );
+        if more {
+            self.flush.round = Some(round.clone());
+        }
         if runs.is_empty() {
             return Ok(0);
         }
-        self.flush.writing_count = self.header.index_count;
-        self.flush.writing_failed = false;
         let mut submitted = 0;
         let mut runs = runs.into_iter();
         while let Some(run) = runs.next() {
@@ -566,6 +617,8 @@ impl IndexFile {
                     for rest in runs.by_ref() {
                         self.image.mark_dirty_range(rest);
                     }
+                    // The round goes on with them at the next flush.
+                    self.flush.round = Some(round);
                     if matches!(error, DiskError::QueueFull { .. }) {
                         break;
                     }
@@ -651,7 +704,8 @@ impl IndexFile {
                 Some(error.into())
             }
         };
-        if self.flush.writes.is_empty() && !self.flush.writing_failed {
+        if self.flush.writes.is_empty() && self.flush.round.is_none() && !self.flush.writing_failed
+        {
             self.flush.written_count = self.flush.written_count.max(self.flush.writing_count);
         }
         error

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::disk::{Disk, DiskCompletion};
 use crate::error::StorageError;
+use crate::limits::CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX;
 
 /// What the index needs of one dispatched record.
 #[derive(Clone, Copy, Debug)]
@@ -436,6 +437,41 @@ impl IndexService {
         self.flush_files(disk, true)
     }
 
+    /// Flushes the file being filled before the period ends when at least
+    /// `min_unwritten_bytes` of entries were put since its last round
+    /// started, it has nothing in flight, and the disk has fewer than
+    /// [`CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX`] operations in flight (as
+    /// the ConsumeQueues' early flush): rounds of a few hundred KB rather
+    /// than one of several MB every period. Returns the operations
+    /// submitted.
+    ///
+    /// # Errors
+    /// As [`IndexService::flush`].
+    pub fn flush_early<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        min_unwritten_bytes: usize,
+    ) -> Result<usize, StorageError> {
+        let last = self.files.len().saturating_sub(1);
+        let Some(file) = self.files.last_mut() else {
+            return Ok(0);
+        };
+        if file.unwritten_entry_bytes() < min_unwritten_bytes
+            || !file.is_idle()
+            || disk.in_flight() >= CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX
+        {
+            return Ok(0);
+        }
+        let slots = writes_slots(last, last, file);
+        match file.flush(disk, &self.dir, slots) {
+            Ok(n) => Ok(n),
+            Err(error) => {
+                record_error(&mut self.errors, &mut self.error_count, &file.name, error);
+                Ok(0)
+            }
+        }
+    }
+
     fn flush_files<D: Disk + ?Sized>(
         &mut self,
         disk: &mut D,
@@ -478,11 +514,12 @@ impl IndexService {
         if let Some(error) = file.on_completion(local_seq, result) {
             record_error(&mut self.errors, &mut self.error_count, &file.name, error);
         }
-        // Completed writes are synced at once (see the ConsumeQueues), and a
-        // file just created gets its pages.
+        // Completed writes are synced at once (see the ConsumeQueues), a
+        // round with pages left goes on, and a file just created gets its
+        // pages.
         let created = !had_file && file.file.is_some();
         if file.is_idle()
-            && (file.flush.needs_sync || created)
+            && (file.flush.needs_sync || file.round_open() || created)
             && let Err(error) = file.flush(disk, &self.dir, writes_slots(at, last, file))
         {
             record_error(&mut self.errors, &mut self.error_count, &file.name, error);
@@ -585,6 +622,7 @@ mod tests {
     use crate::disk::sim::{SimConfig, SimDisk};
     use crate::disk::{OpTag, Wait};
     use crate::index_file::image;
+    use crate::index_file::{INDEX_ENTRY_SIZE, INDEX_FLUSH_CALL_BYTES_MAX};
     use std::time::Duration;
 
     const SMALL: IndexGeometry = IndexGeometry {
@@ -1115,6 +1153,95 @@ mod tests {
         let mut loaded = IndexService::load(&mut disk, Path::new(DIR), WIDE).unwrap();
         assert!(loaded.recover_to(&mut disk, point).unwrap());
         assert_eq!(wide_answers(&loaded, 300), expected);
+    }
+
+    /// Pages of `file`'s writes in flight.
+    fn pages_in_flight(file: &IndexFile) -> usize {
+        file.flush.writes.values().map(|run| run.len()).sum()
+    }
+
+    #[test]
+    fn a_round_larger_than_one_call_goes_on_as_its_writes_complete() {
+        // 2.4 MB of slots: the full file's round is more than two calls.
+        let geometry = IndexGeometry {
+            hash_slot_count: 600_000,
+            entry_count_max: 2_000,
+        };
+        let call_pages = INDEX_FLUSH_CALL_BYTES_MAX / image::PAGE_SIZE;
+        let mut disk = SimDisk::new(SimConfig::new(36));
+        let mut index = IndexService::new(Path::new(DIR), geometry).unwrap();
+        // Keys that differ in their first characters spread over the slots
+        // (Java's hash of `U0`, `U1`, ... is nearly sequential).
+        let key = |i: u64| format!("{}U", i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        for i in 0..2_100u64 {
+            index.build_index(&record(1000 + i, NOW, &key(i), ""), NOW);
+        }
+        assert_eq!(index.files().len(), 2);
+        let full_pages = index.files()[0].image.dirty_count();
+        assert!(full_pages > 2 * call_pages, "{full_pages} dirty pages");
+        let target = index.files()[0].header().index_count;
+        let dispatched_to = 1000 + 2_100;
+        let (mut calls_with_writes, mut turns) = (0, 0);
+        loop {
+            let before = index.files()[0].flush.writes.len();
+            index.flush(&mut disk).unwrap();
+            if index.files()[0].flush.writes.len() > before {
+                calls_with_writes += 1;
+            }
+            for file in index.files() {
+                assert!(pages_in_flight(file) <= call_pages);
+                // Not durable before the last of the round's writes.
+                if file.round_open() {
+                    assert!(file.durable_count() < file.header().index_count);
+                }
+            }
+            let mut out = Vec::new();
+            disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+                .unwrap();
+            for c in out {
+                index.on_completion(&mut disk, c);
+                assert!(pages_in_flight(&index.files()[0]) <= call_pages);
+            }
+            let point = index.advance_durable_point(dispatched_to);
+            if index.is_idle() && point.offset == dispatched_to {
+                break;
+            }
+            turns += 1;
+            assert!(turns < 10_000, "the index did not become durable");
+        }
+        assert_eq!(index.files()[0].durable_count(), target);
+        assert!(index.files()[0].is_clean());
+        // After the create, every call of the round went out from the
+        // completion of the one before, none waited for a flush period.
+        assert_eq!(calls_with_writes, 0);
+        let answer = |index: &IndexService| -> Vec<Vec<u64>> {
+            (0..2_100).map(|i| offsets(index, &key(i))).collect()
+        };
+        let expected = answer(&index);
+        assert!(expected.iter().all(|found| found.len() == 1));
+        let point = index.advance_durable_point(dispatched_to);
+        let mut disk = SimDisk::from_image(disk.durable_image(), SimConfig::new(37));
+        let mut loaded = IndexService::load(&mut disk, Path::new(DIR), geometry).unwrap();
+        assert!(loaded.recover_to(&mut disk, point).unwrap());
+        assert_eq!(answer(&loaded), expected);
+    }
+
+    #[test]
+    fn the_file_being_filled_is_flushed_early_once_enough_entries_are_put() {
+        let mut disk = SimDisk::new(SimConfig::new(38));
+        let mut index = IndexService::new(Path::new(DIR), WIDE).unwrap();
+        wide_keys(&mut index, 0..1);
+        settle(&mut disk, &mut index);
+        let min = 10 * INDEX_ENTRY_SIZE;
+        // Two keys a record: four records are 8 entries, five are 10.
+        wide_keys(&mut index, 1..5);
+        assert_eq!(index.flush_early(&mut disk, min).unwrap(), 0);
+        assert_eq!(disk.in_flight(), 0);
+        wide_keys(&mut index, 5..6);
+        assert!(index.flush_early(&mut disk, min).unwrap() > 0);
+        // Nothing more while that round is in flight.
+        wide_keys(&mut index, 6..20);
+        assert_eq!(index.flush_early(&mut disk, min).unwrap(), 0);
     }
 
     #[test]

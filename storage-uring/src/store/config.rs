@@ -12,8 +12,8 @@ use crate::limits::{
     COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
     COMMIT_LOG_SEGMENT_SIZE_DEFAULT, COMMIT_LOG_SEGMENT_SIZE_MIN,
     CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT, CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
-    DISK_FULL_RATIO_DEFAULT, FLUSH_INTERVAL_MS_DEFAULT, SYNC_FLUSH_TIMEOUT_MS_DEFAULT,
-    TAIL_CACHE_SIZE,
+    DISK_FULL_RATIO_DEFAULT, FLUSH_INTERVAL_MS_DEFAULT, INDEX_FLUSH_EARLY_BYTES_DEFAULT,
+    SYNC_FLUSH_TIMEOUT_MS_DEFAULT, TAIL_CACHE_SIZE,
 };
 use crate::retention::RetentionConfig;
 
@@ -47,6 +47,9 @@ pub struct StoreConfig {
     /// Unwritten bytes at which one queue is flushed before the period ends
     /// ([`CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT`]).
     pub consume_queue_flush_early_bytes: usize,
+    /// Bytes of entries put at which the index file being filled is
+    /// flushed before the period ends ([`INDEX_FLUSH_EARLY_BYTES_DEFAULT`]).
+    pub index_flush_early_bytes: usize,
     /// Disk usage ratio above which appends are refused (retriable), on top
     /// of `retention.disk_space_warning_level_ratio` (the lower one wins).
     pub disk_full_ratio: f64,
@@ -91,6 +94,7 @@ impl StoreConfig {
             checkpoint_interval_ms: CHECKPOINT_INTERVAL_MS_DEFAULT,
             consume_queue_flush_interval_ms: CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
             consume_queue_flush_early_bytes: CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT,
+            index_flush_early_bytes: INDEX_FLUSH_EARLY_BYTES_DEFAULT,
             disk_full_ratio: DISK_FULL_RATIO_DEFAULT,
             index_geometry: IndexGeometry::ROCKETMQ,
             retention: RetentionConfig::default(),
