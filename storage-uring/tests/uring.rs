@@ -1507,3 +1507,73 @@ fn a_disk_on_a_shared_ring_gets_its_completions_from_the_loops_turn() {
     assert_eq!(turn.completions[0].token, u64::from(LOOP_OWNER) << 56 | 10);
     disk.close(file).unwrap();
 }
+
+/// A full index file, once written and synced, is read through a mapping
+/// of the file rather than held in memory; queries answer the same, and a
+/// reopened index maps it again.
+#[test]
+fn a_full_index_file_is_read_through_a_mapping_of_it() {
+    use ringmq_storage::index_file::{IndexGeometry, IndexRecord, IndexService};
+    let Some(mut disk) = disk_or_skip(small_disk_config()) else {
+        return;
+    };
+    let dir = TempDir::new("index-view");
+    let index_dir = dir.path("index");
+    let geometry = IndexGeometry {
+        hash_slot_count: 4096,
+        entry_count_max: 500,
+    };
+    let mut index = IndexService::new(&index_dir, geometry).unwrap();
+    let keys: Vec<String> = (0..700).map(|i| format!("{i}-key")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let record = IndexRecord {
+            topic: "T",
+            commit_log_offset: 1000 + i as u64,
+            store_timestamp_ms: 1_700_000_000_000,
+            sys_flag: 0,
+            uniq_key: Some(key),
+            keys: None,
+        };
+        index.build_index(&record, 1_700_000_000_000);
+    }
+    assert_eq!(index.files().len(), 2);
+    let answers = |index: &IndexService| -> Vec<Vec<u64>> {
+        keys.iter()
+            .map(|key| index.query("T", key, 8, 0, i64::MAX).phy_offsets)
+            .collect()
+    };
+    let expected = answers(&index);
+    assert!(expected.iter().all(|found| found.len() == 1));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !index.files()[0].is_on_view() {
+        assert!(Instant::now() < deadline, "the full file never left memory");
+        index.flush(&mut disk).unwrap();
+        let mut out = Vec::new();
+        disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::from_millis(10)))
+            .unwrap();
+        for completion in out {
+            index.on_completion(&mut disk, completion);
+        }
+        index.advance_durable_point(1000 + keys.len() as u64);
+    }
+    assert!(index.take_errors().is_empty());
+    assert_eq!(index.files()[0].allocated_pages(), 0);
+    assert_eq!(answers(&index), expected);
+    // Shut down as the store does, then open the directory again.
+    while !index.is_clean() || !index.is_idle() {
+        assert!(Instant::now() < deadline, "the index never became clean");
+        index.flush_everything(&mut disk).unwrap();
+        let mut out = Vec::new();
+        disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::from_millis(10)))
+            .unwrap();
+        for completion in out {
+            index.on_completion(&mut disk, completion);
+        }
+    }
+    index.close_all(&mut disk).unwrap();
+    drop(index);
+    let loaded = IndexService::load(&mut disk, &index_dir, geometry).unwrap();
+    assert!(loaded.files()[0].is_on_view());
+    assert!(!loaded.files()[1].is_on_view());
+    assert_eq!(answers(&loaded), expected);
+}

@@ -432,6 +432,13 @@ pub trait Disk {
     /// The errno of open, fallocate or fsync.
     fn open(&mut self, path: &Path, options: OpenOptions) -> Result<FileId, DiskError>;
 
+    /// A read-only view of the whole file at `path` as it is now (see
+    /// [`FileView`]); synchronous, not for the append path.
+    ///
+    /// # Errors
+    /// The errno of open, fstat or mmap.
+    fn map_read_only(&mut self, path: &Path) -> Result<FileView, DiskError>;
+
     /// Closes a file. Operations still in flight on it complete first.
     ///
     /// # Errors
@@ -637,3 +644,6 @@ mod tests {
 }
 pub mod sim;
 pub mod uring;
+mod view;
+
+pub use view::FileView;

@@ -58,7 +58,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Disk, DiskCompletion, DiskError, DiskOp, FileId, OpId, OpenOptions, SpaceInfo, Wait};
+use super::{
+    Disk, DiskCompletion, DiskError, DiskOp, FileId, FileView, OpId, OpenOptions, SpaceInfo, Wait,
+};
 use crate::aligned::{AlignedBuf, BLOCK_SIZE};
 
 /// Default capacity of a simulated disk (bytes).
@@ -1018,6 +1020,15 @@ impl Disk for SimDisk {
             }
         }
         Ok(self.insert_open(path, options))
+    }
+
+    fn map_read_only(&mut self, path: &Path) -> Result<FileView, DiskError> {
+        // What a mapping shows: the file's bytes as written (the page
+        // cache), synced or not; a copy, so later writes do not show.
+        match self.files.get(path) {
+            Some(file) => Ok(FileView::owned(file.volatile.to_vec())),
+            None => Err(io_err("open", path, libc::ENOENT)),
+        }
     }
 
     fn close(&mut self, file: FileId) -> Result<(), DiskError> {

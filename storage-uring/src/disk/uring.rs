@@ -85,7 +85,9 @@ use std::time::{Duration, Instant};
 
 use slab::Slab;
 
-use super::{Disk, DiskCompletion, DiskError, DiskOp, FileId, OpId, OpenOptions, SpaceInfo, Wait};
+use super::{
+    Disk, DiskCompletion, DiskError, DiskOp, FileId, FileView, OpId, OpenOptions, SpaceInfo, Wait,
+};
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_up};
 use crate::limits::{
     COMPLETIONS_PER_TURN_MAX, PLAIN_BUFFER_SPARE_BYTES_MAX, PLAIN_BUFFER_SPARES_MAX,
@@ -1068,6 +1070,10 @@ impl UringDisk {
 }
 
 impl Disk for UringDisk {
+    fn map_read_only(&mut self, path: &Path) -> Result<FileView, DiskError> {
+        FileView::map(path)
+    }
+
     fn open(&mut self, path: &Path, options: OpenOptions) -> Result<FileId, DiskError> {
         let mut flags = libc::O_CLOEXEC
             | if options.writable {

@@ -20,8 +20,14 @@
 //!
 //! In memory a file is a sparse image ([`image::SparseImage`]): 4 KiB pages
 //! allocated on first write, so an empty 420 MB file costs its page table
-//! (about 800 KiB) and a full one about 420 MB of RAM: a shard holds
-//! `used bytes of its index files` in memory, which retention bounds. The image is written behind
+//! (about 800 KiB) and a full one about 420 MB of RAM. Once a file is full
+//! and every page of it is written and fdatasynced, the image is dropped
+//! and the file is read through a read-only mapping ([`FileView`]), whose
+//! pages are the page cache's, as RocketMQ's mapped index files: a shard
+//! keeps in its own memory only the file being filled (and a full one until
+//! it is durable), not every file retention keeps. A query of a full file
+//! whose pages are not cached reads them from disk on the shard's thread; a
+//! full file is also mapped, not read, when the store opens. The image is written behind
 //! through the disk (page cache, [`OpTag::IndexFile`]): dirty pages are
 //! written in runs, then an fdatasync follows (at once, before any further
 //! write); the `index_count` taken with those pages becomes the file's
@@ -57,7 +63,9 @@ use std::path::{Path, PathBuf};
 
 use crate::aligned::BLOCK_SIZE;
 use crate::consume_queue::read_chunks;
-use crate::disk::{Disk, DiskError, DiskOp, FileId, OpId, OpTag, OpenOptions, created_file_id};
+use crate::disk::{
+    Disk, DiskError, DiskOp, FileId, FileView, OpId, OpTag, OpenOptions, created_file_id,
+};
 use crate::error::StorageError;
 use image::{PAGE_SIZE, SparseImage};
 
@@ -316,7 +324,13 @@ pub struct IndexFile {
     geometry: IndexGeometry,
     header: IndexHeader,
     header_dirty: bool,
+    /// The file's bytes while it is filled or not yet durable; empty once
+    /// `view` holds them.
     image: SparseImage,
+    /// A full, durable file's bytes on disk (see the module doc).
+    view: Option<FileView>,
+    /// Mapping this full file failed once (logged); it stays in memory.
+    view_failed: bool,
     file: Option<FileId>,
     /// Distinguishes this file's operations within the service.
     serial: u32,
@@ -350,6 +364,8 @@ impl IndexFile {
             header,
             header_dirty: true,
             image: SparseImage::new(geometry.file_size()),
+            view: None,
+            view_failed: false,
             file: None,
             serial: 0,
             next_local_seq: 0,
@@ -372,9 +388,91 @@ impl IndexFile {
         self.header.index_count as u32 >= self.geometry.entry_count_max
     }
 
-    /// Pages of the image held in memory.
+    /// Pages of the image held in memory (none once the file is read
+    /// through a view).
     pub fn allocated_pages(&self) -> usize {
         self.image.allocated_pages()
+    }
+
+    /// Whether the file is read through a read-only view of it on disk.
+    pub fn is_on_view(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// `N` bytes at `position`, from the view or the image; bytes past the
+    /// end of a view (a file shorter than its geometry) read as zeros, as
+    /// unwritten pages of an image do.
+    fn read_bytes<const N: usize>(&self, position: usize) -> [u8; N] {
+        let mut out = [0u8; N];
+        match &self.view {
+            Some(view) => {
+                let available = view.len().saturating_sub(position).min(N);
+                out[..available].copy_from_slice(&view[position..position + available]);
+            }
+            None => self.image.read(position, &mut out),
+        }
+        out
+    }
+
+    fn read_i32(&self, position: usize) -> i32 {
+        i32::from_be_bytes(self.read_bytes(position))
+    }
+
+    fn read_i64(&self, position: usize) -> i64 {
+        i64::from_be_bytes(self.read_bytes(position))
+    }
+
+    /// Whether the image can give way to a view: the file is full, and
+    /// every page of it is written and fdatasynced.
+    fn can_leave_memory(&self) -> bool {
+        self.view.is_none()
+            && !self.view_failed
+            && self.is_full()
+            && self.is_clean()
+            && self.flush.durable_count == self.header.index_count
+    }
+
+    /// Maps the file and drops the image. The mapping's header must be the
+    /// one written; otherwise, or if mapping fails, the image stays and the
+    /// error is returned (and not tried again).
+    fn leave_memory<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+        dir: &Path,
+    ) -> Result<(), StorageError> {
+        let path = self.path(dir);
+        let view = match disk.map_read_only(&path) {
+            Ok(view) => view,
+            Err(error) => {
+                self.view_failed = true;
+                return Err(error.into());
+            }
+        };
+        if view.get(..INDEX_HEADER_SIZE) != Some(&self.header.encode()[..]) {
+            self.view_failed = true;
+            return Err(StorageError::Corrupt {
+                path,
+                file_offset: 0,
+                reason: "the header on disk is not the one written and synced".to_string(),
+            });
+        }
+        self.view = Some(view);
+        self.image = SparseImage::new(0);
+        Ok(())
+    }
+
+    /// Reads a file on a view back into an image (abnormal recovery cuts
+    /// and rewrites it).
+    fn back_into_memory(&mut self) {
+        let Some(view) = self.view.take() else {
+            return;
+        };
+        let mut image = SparseImage::new(self.geometry.file_size());
+        let page_count = self.geometry.file_size().div_ceil(PAGE_SIZE);
+        for (page, bytes) in view.chunks(PAGE_SIZE).take(page_count).enumerate() {
+            image.load_page(page, bytes);
+        }
+        self.image = image;
     }
 
     /// Adds one key (Java `IndexFile.putKey`). Returns false, changing
@@ -441,7 +539,7 @@ impl IndexFile {
     ) {
         let index_count = self.header.index_count;
         let slot = key_hash as usize % self.geometry.hash_slot_count as usize;
-        let slot_value = self.image.read_i32(self.geometry.slot_position(slot));
+        let slot_value = self.read_i32(self.geometry.slot_position(slot));
         if slot_value <= 0 || slot_value > index_count || index_count <= 1 {
             return;
         }
@@ -453,10 +551,10 @@ impl IndexFile {
                 break;
             }
             let position = self.geometry.entry_position(next as usize);
-            let hash_read = self.image.read_i32(position);
-            let phy_offset = self.image.read_i64(position + 4);
-            let time_diff_s = self.image.read_i32(position + 12);
-            let prev = self.image.read_i32(position + 16);
+            let hash_read = self.read_i32(position);
+            let phy_offset = self.read_i64(position + 4);
+            let time_diff_s = self.read_i32(position + 12);
+            let prev = self.read_i32(position + 16);
             if time_diff_s < 0 {
                 break;
             }
@@ -712,7 +810,7 @@ impl IndexFile {
     }
 
     /// Loads a file: header, then the slots and written entries, keeping only
-    /// non-zero pages.
+    /// non-zero pages; a full file is mapped instead (see the module doc).
     fn load<D: Disk + ?Sized>(
         disk: &mut D,
         dir: &Path,
@@ -746,6 +844,25 @@ impl IndexFile {
                 ),
             });
         }
+        let mut file = IndexFile::new(geometry, created_ms, None);
+        file.name = name.to_string();
+        file.header = header;
+        file.header_dirty = false;
+        file.file = Some(id);
+        // What a file holds when the store opens counts as durable: after a
+        // clean stop it was synced, and after an abnormal one recovery
+        // either cuts it back to its durable count (`recover_to`) or
+        // rebuilds the index.
+        file.flush.written_count = header.index_count;
+        file.flush.durable_count = header.index_count;
+        if file.is_full() {
+            match file.leave_memory(disk, dir) {
+                Ok(()) => return Ok(file),
+                Err(error) => {
+                    tracing::warn!(%error, "index file not mapped; it is read into memory");
+                }
+            }
+        }
         let used = (geometry.entry_position(header.index_count as usize) as u64).min(size);
         let mut pending: Vec<u8> = Vec::with_capacity(PAGE_SIZE);
         let mut page = 0usize;
@@ -772,24 +889,13 @@ impl IndexFile {
         if !pending.is_empty() {
             image.load_page(page, &pending);
         }
-        let mut file = IndexFile::new(geometry, created_ms, None);
-        file.name = name.to_string();
-        file.header = header;
-        file.header_dirty = false;
         file.image = image;
-        file.file = Some(id);
-        // What a file holds when the store opens counts as durable: after a
-        // clean stop it was synced, and after an abnormal one recovery
-        // either cuts it back to its durable count (`recover_to`) or
-        // rebuilds the index.
-        file.flush.written_count = header.index_count;
-        file.flush.durable_count = header.index_count;
         Ok(file)
     }
 
     /// The CommitLog offset of entry `n` (`1 <= n < index_count`).
     pub fn entry_phy_offset(&self, n: usize) -> u64 {
-        self.image.read_i64(self.geometry.entry_position(n) + 4) as u64
+        self.read_i64(self.geometry.entry_position(n) + 4) as u64
     }
 
     /// `index_count` up to which every entry is written and fdatasynced.
@@ -808,6 +914,7 @@ impl IndexFile {
         if count < 1 || count > loaded {
             return false;
         }
+        self.back_into_memory();
         let read_entry = |image: &SparseImage, n: usize| {
             let position = self.geometry.entry_position(n);
             (

@@ -487,6 +487,11 @@ impl IndexService {
                     record_error(&mut self.errors, &mut self.error_count, &file.name, error);
                 }
             }
+            if file.can_leave_memory()
+                && let Err(error) = file.leave_memory(disk, &self.dir)
+            {
+                tracing::warn!(file = %file.name, %error, "full index file not mapped; it stays in memory");
+            }
         }
         Ok(submitted)
     }
@@ -946,13 +951,17 @@ mod tests {
         assert_eq!(offsets(&loaded, "k7"), offsets(&index, "k7"));
         assert_eq!(offsets(&loaded, "U998"), vec![1998]);
         assert_eq!(offsets(&loaded, "U0"), vec![1000]);
+        // The full file is mapped, not loaded.
+        assert!(loaded.files()[0].is_on_view());
         for (a, b) in loaded.files().iter().zip(index.files()) {
             assert_eq!(a.header(), b.header());
-            assert_eq!(
-                a.allocated_pages(),
-                b.allocated_pages(),
-                "only non-zero pages are loaded"
-            );
+            if !a.is_on_view() {
+                assert_eq!(
+                    a.allocated_pages(),
+                    b.allocated_pages(),
+                    "only non-zero pages are loaded"
+                );
+            }
         }
     }
 
@@ -1133,13 +1142,14 @@ mod tests {
     }
 
     #[test]
-    fn a_full_file_gets_its_slot_pages_written_behind() {
+    fn a_full_file_gets_its_slot_pages_written_behind_then_leaves_memory() {
         let mut disk = SimDisk::new(SimConfig::new(34));
         let mut index = IndexService::new(Path::new(DIR), WIDE).unwrap();
         // 300 records, two keys each: the first file fills and a second
         // one is being filled.
         wide_keys(&mut index, 0..300);
         assert_eq!(index.files().len(), 2);
+        let expected = wide_answers(&index, 300);
         let point = write_behind(&mut disk, &mut index);
         assert_eq!(point.file_created_ms, index.files()[1].created_ms);
         assert!(
@@ -1147,12 +1157,36 @@ mod tests {
             "the full file keeps dirty pages"
         );
         assert!(index.files()[1].image.dirty_count() > 0);
-        let expected = wide_answers(&index, 300);
-        // Recovery keeps the full file as it is on disk.
+        // Written and synced, the full file leaves memory at the next flush
+        // for a view of the file; queries read it there.
+        index.flush(&mut disk).unwrap();
+        assert!(index.files()[0].is_on_view());
+        assert_eq!(index.files()[0].allocated_pages(), 0);
+        assert!(!index.files()[1].is_on_view());
+        assert_eq!(wide_answers(&index, 300), expected);
+        // Recovery keeps the full file as it is on disk, mapped when the
+        // store opens, not read.
         let mut disk = SimDisk::from_image(disk.durable_image(), SimConfig::new(35));
         let mut loaded = IndexService::load(&mut disk, Path::new(DIR), WIDE).unwrap();
+        assert!(loaded.files()[0].is_on_view());
+        assert!(!loaded.files()[1].is_on_view());
         assert!(loaded.recover_to(&mut disk, point).unwrap());
         assert_eq!(wide_answers(&loaded, 300), expected);
+        // Cut back into the full file (a CommitLog truncated below the
+        // second file): the file comes back into memory and keeps exactly
+        // the entries below the cut.
+        let end = 1000 + 250;
+        assert!(
+            loaded
+                .truncate_from_commit_log_offset(&mut disk, end)
+                .unwrap()
+        );
+        assert_eq!(loaded.files().len(), 1);
+        assert!(!loaded.files()[0].is_on_view());
+        for (i, found) in wide_answers(&loaded, 300).iter().take(300).enumerate() {
+            let offset = 1000 + i as u64;
+            assert_eq!(found.contains(&offset), offset < end, "U{i}: {found:?}");
+        }
     }
 
     /// Pages of `file`'s writes in flight.

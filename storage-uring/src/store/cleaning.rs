@@ -173,6 +173,12 @@ impl<D: Disk> Disk for BackgroundRemovals<'_, D> {
     ) -> Result<FileId, crate::disk::DiskError> {
         self.disk.open(path, options)
     }
+    fn map_read_only(
+        &mut self,
+        path: &std::path::Path,
+    ) -> Result<crate::disk::FileView, crate::disk::DiskError> {
+        self.disk.map_read_only(path)
+    }
     fn close(&mut self, file: FileId) -> Result<(), crate::disk::DiskError> {
         self.disk.close(file)
     }
