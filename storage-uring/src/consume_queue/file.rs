@@ -39,6 +39,8 @@ pub(super) struct CqFile {
     /// Bumped whenever the image shrinks, so an older write's completion no
     /// longer marks anything clean.
     pub(super) generation: u64,
+    /// Mapping this full file failed once (logged); it stays in memory.
+    pub(super) view_failed: bool,
 }
 
 impl CqFile {
@@ -53,6 +55,7 @@ impl CqFile {
             in_flight: None,
             sync_before_write: false,
             generation: 0,
+            view_failed: false,
         }
     }
 

@@ -9,13 +9,19 @@
 //! a few KiB); every later chunk is allocated at its final size and never
 //! reallocated, so no append copies more than one chunk.
 //!
+//! A full file that is written and fdatasynced can give its chunks up for a
+//! read-only view of the file on disk ([`CqImage::from_view`]); the image
+//! then reads from the view, and a change (a truncation) first copies the
+//! kept bytes back into chunks.
+//!
 //! # Invariants
 //! - Every chunk but the last is full ([`CHUNK_BYTES`]); `len` is the sum of
-//!   the chunks' lengths.
+//!   the chunks' lengths, or, with a view, no chunks and `len <= view.len()`.
 //! - [`CHUNK_BYTES`] is a whole number of entries, so no entry straddles two
 //!   chunks.
 
 use super::CQ_ENTRY_SIZE;
+use crate::disk::FileView;
 
 /// Entries per chunk.
 const CHUNK_ENTRIES: usize = 4096;
@@ -29,6 +35,8 @@ const FIRST_CHUNK_BYTES_MIN: usize = 4096;
 pub(super) struct CqImage {
     chunks: Vec<Vec<u8>>,
     len: usize,
+    /// The file's bytes on disk, read instead of chunks (see the module doc).
+    view: Option<FileView>,
 }
 
 impl CqImage {
@@ -42,6 +50,38 @@ impl CqImage {
         CqImage {
             chunks: bytes.chunks(CHUNK_BYTES).map(<[u8]>::to_vec).collect(),
             len: bytes.len(),
+            view: None,
+        }
+    }
+
+    /// An image reading the first `len` bytes (a whole number of entries)
+    /// of `view`, holding no chunks.
+    ///
+    /// # Panics
+    /// If the view is shorter than `len`.
+    pub(super) fn from_view(view: FileView, len: usize) -> Self {
+        assert!(
+            len <= view.len() && len.is_multiple_of(CQ_ENTRY_SIZE),
+            "{len} bytes of a {}-byte view",
+            view.len()
+        );
+        CqImage {
+            chunks: Vec::new(),
+            len,
+            view: Some(view),
+        }
+    }
+
+    /// Whether the image reads from a view of the file.
+    pub(super) fn is_on_view(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// Copies a view's bytes into chunks and drops the view (before a
+    /// change).
+    fn back_into_memory(&mut self) {
+        if let Some(view) = self.view.take() {
+            *self = CqImage::from_bytes(&view[..self.len]);
         }
     }
 
@@ -61,6 +101,11 @@ impl CqImage {
             "entry {index} past {} bytes",
             self.len
         );
+        if let Some(view) = &self.view {
+            return view[start..start + CQ_ENTRY_SIZE]
+                .try_into()
+                .expect("slice of CQ_ENTRY_SIZE");
+        }
         let chunk = &self.chunks[start / CHUNK_BYTES];
         let at = start % CHUNK_BYTES;
         chunk[at..at + CQ_ENTRY_SIZE]
@@ -71,6 +116,7 @@ impl CqImage {
     /// Appends one entry; the image never grows past `size_max` bytes (the
     /// file size), which only the first chunk's growth needs to know.
     pub(super) fn push(&mut self, entry: &[u8; CQ_ENTRY_SIZE], size_max: usize) {
+        self.back_into_memory();
         let last_full = self.chunks.last().is_none_or(|c| c.len() == CHUNK_BYTES);
         if last_full {
             let first = self.chunks.is_empty();
@@ -104,6 +150,10 @@ impl CqImage {
             "range {start}..{end} past {} bytes",
             self.len
         );
+        if let Some(view) = &self.view {
+            out.copy_from_slice(&view[start..end]);
+            return;
+        }
         let mut at = start;
         while at < end {
             let chunk = &self.chunks[at / CHUNK_BYTES];
@@ -122,6 +172,7 @@ impl CqImage {
             "truncate to {len} of {} bytes",
             self.len
         );
+        self.back_into_memory();
         let chunks = len.div_ceil(CHUNK_BYTES);
         self.chunks.truncate(chunks);
         if let Some(last) = self.chunks.last_mut() {
@@ -204,6 +255,25 @@ mod tests {
             let mut out = vec![0u8; end - start];
             image.copy_to(start, &mut out);
             prop_assert_eq!(&out[..], &flat[start..end]);
+            // A view of the same bytes (and more after them) reads alike,
+            // and a truncation of it comes back into chunks.
+            let mut padded = flat.clone();
+            padded.extend_from_slice(&[7u8; CQ_ENTRY_SIZE]);
+            let mut viewed = CqImage::from_view(FileView::owned(padded), flat.len());
+            prop_assert!(viewed.is_on_view());
+            for index in 0..flat.len() / CQ_ENTRY_SIZE {
+                let start = index * CQ_ENTRY_SIZE;
+                prop_assert_eq!(&viewed.entry(index)[..], &flat[start..start + CQ_ENTRY_SIZE]);
+            }
+            let mut out = vec![0u8; end - start];
+            viewed.copy_to(start, &mut out);
+            prop_assert_eq!(&out[..], &flat[start..end]);
+            viewed.truncate(keep.min(flat.len()));
+            prop_assert!(!viewed.is_on_view());
+            prop_assert_eq!(viewed.len(), keep.min(flat.len()));
+            let mut kept = vec![0u8; viewed.len()];
+            viewed.copy_to(0, &mut kept);
+            prop_assert_eq!(&kept[..], &flat[..viewed.len()]);
             let copy = CqImage::from_bytes(&flat);
             prop_assert_eq!(copy.len(), flat.len());
             let mut all = vec![0u8; flat.len()];

@@ -859,6 +859,7 @@ impl ConsumeQueue {
     /// not stop for it). The `Result` leaves room for fatal errors.
     pub fn flush<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
         self.created = false;
+        self.leave_memory_where_done(disk);
         let mut submitted = 0;
         for index in 0..self.files.len() {
             // Writes are ordered: a file's write starts only once every
@@ -965,6 +966,46 @@ impl ConsumeQueue {
             }
         }
         Ok(submitted)
+    }
+
+    /// Full files behind the last one that are written and fdatasynced give
+    /// their images up for read-only views of the files (see `image.rs`):
+    /// from the newest such file back to the first one already on a view
+    /// (files are written in order, so older ones went before). A failed
+    /// mapping is logged and the file stays in memory.
+    fn leave_memory_where_done<D: Disk + ?Sized>(&mut self, disk: &mut D) {
+        let size = self.file_size();
+        for at in (0..self.files.len().saturating_sub(1)).rev() {
+            let file = &self.files[at];
+            if file.image.is_on_view() || file.view_failed {
+                break;
+            }
+            let done = file.image.len() == size
+                && file.written_len == size
+                && file.synced_len == size
+                && file.dirty_end() == size
+                && !file.sync_before_write
+                && file.in_flight.is_none();
+            if !done {
+                continue;
+            }
+            let path = self.dir.join(file.name());
+            let last_entry = *file.image.entry(size / CQ_ENTRY_SIZE - 1);
+            let file = &mut self.files[at];
+            match disk.map_read_only(&path) {
+                Ok(view) if view.get(size - CQ_ENTRY_SIZE..size) == Some(&last_entry[..]) => {
+                    file.image = image::CqImage::from_view(view, size);
+                }
+                Ok(view) => {
+                    file.view_failed = true;
+                    tracing::warn!(path = %path.display(), len = view.len(), "consume queue file on disk does not end as written; it stays in memory");
+                }
+                Err(error) => {
+                    file.view_failed = true;
+                    tracing::warn!(%error, "consume queue file not mapped; it stays in memory");
+                }
+            }
+        }
     }
 
     /// Starts creating file `index` in the background (preallocated, then
@@ -1109,13 +1150,29 @@ impl ConsumeQueue {
             }
             let id = disk.open(&path, OpenOptions::buffered(None))?;
             let size = disk.file_size(id)?;
-            let bytes = read_blocking(
-                disk,
-                id,
-                &path,
-                (size as usize).min(queue.file_size()),
-                OpTag::ConsumeQueue,
-            )?;
+            // A mapping of the file is checked in place and kept if the file
+            // is full (see `image.rs`); otherwise the file is read.
+            let view = match disk.map_read_only(&path) {
+                Ok(view) => Some(view),
+                Err(error) => {
+                    tracing::warn!(%error, "consume queue file not mapped; it is read into memory");
+                    None
+                }
+            };
+            let read;
+            let bytes: &[u8] = match &view {
+                Some(view) => &view[..view.len().min(queue.file_size())],
+                None => {
+                    read = read_blocking(
+                        disk,
+                        id,
+                        &path,
+                        (size as usize).min(queue.file_size()),
+                        OpTag::ConsumeQueue,
+                    )?;
+                    &read
+                }
+            };
             let valid = bytes
                 .chunks_exact(CQ_ENTRY_SIZE)
                 .map(|c| CqEntry::decode(c.try_into().expect("exact chunk")))
@@ -1130,11 +1187,17 @@ impl ConsumeQueue {
             }
             let valid_len = valid * CQ_ENTRY_SIZE;
             let mut file = CqFile::new(base);
-            file.image = image::CqImage::from_bytes(&bytes[..valid_len]);
+            let tail_dirty = bytes[valid_len..].iter().any(|b| *b != 0);
+            file.image = match view {
+                Some(view) if valid == queue.file_entry_count => {
+                    image::CqImage::from_view(view, valid_len)
+                }
+                _ => image::CqImage::from_bytes(&bytes[..valid_len]),
+            };
             file.file = Some(id);
             file.written_len = valid_len;
             file.synced_len = valid_len;
-            if bytes[valid_len..].iter().any(|b| *b != 0) {
+            if tail_dirty {
                 // Zero what follows the last valid entry now (ftruncate down
                 // and back up), and fdatasync that before anything is
                 // written there: rewriting over leftovers that look valid
@@ -1831,6 +1894,39 @@ mod tests {
         let mut d = SimDisk::from_image(image, SimConfig::new(17));
         let q = ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3).unwrap();
         assert_eq!(q.max_offset(), 2);
+    }
+
+    #[test]
+    fn full_files_written_and_synced_are_read_through_views() {
+        let mut d = disk(40);
+        let mut q = queue().with_file_entry_count(MODEL_FILE_ENTRY_COUNT);
+        for i in 0..20 {
+            q.append(i, entry(i)).unwrap();
+        }
+        settle(&mut d, &mut q);
+        // The files behind the last leave memory at the next flush.
+        q.flush(&mut d).unwrap();
+        let on_view: Vec<bool> = q.files.iter().map(|f| f.image.is_on_view()).collect();
+        assert_eq!(on_view, [true, true, false]);
+        let all: Vec<CqEntry> = (0..20).map(entry).collect();
+        assert_eq!(q.entries(0, 64), all);
+        // A store opening maps its full files.
+        let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(41));
+        let mut q = load_small(&mut d);
+        let on_view: Vec<bool> = q.files.iter().map(|f| f.image.is_on_view()).collect();
+        assert_eq!(on_view, [true, true, false]);
+        assert_eq!(q.entries(0, 64), all);
+        // A cut inside a file on a view brings it back into memory, keeping
+        // the entries before the cut.
+        q.truncate_from_commit_log_offset(&mut d, entry(10).commit_log_offset)
+            .unwrap();
+        assert_eq!(q.files.len(), 2);
+        assert!(q.files[0].image.is_on_view());
+        assert!(!q.files[1].image.is_on_view());
+        assert_eq!(q.entries(0, 64), all[..10]);
+        settle(&mut d, &mut q);
+        let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(42));
+        assert_eq!(load_small(&mut d).entries(0, 64), all[..10]);
     }
 
     /// Entries per file in the model runs: small, so runs cross many files.
