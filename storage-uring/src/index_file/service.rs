@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use ringmq_protocol::message::index_key_hash;
 use ringmq_protocol::message::layout::{SYS_FLAG_TRANSACTION_ROLLBACK_TYPE, transaction_type};
 
+use super::image::SparseImage;
 use super::{
-    INDEX_ERRORS_KEPT_MAX, INDEX_QUERY_RESULT_MAX, IndexFile, IndexGeometry, LOCAL_SEQ_BITS,
-    parse_index_file_name,
+    INDEX_ERRORS_KEPT_MAX, INDEX_QUERY_RESULT_MAX, INDEX_RELEASE_PAGES_PER_FLUSH, IndexFile,
+    IndexGeometry, LOCAL_SEQ_BITS, parse_index_file_name,
 };
 use crate::disk::{Disk, DiskCompletion};
 use crate::error::StorageError;
@@ -60,6 +61,9 @@ pub struct IndexService {
     round: Option<IndexRound>,
     /// The latest durable point.
     durable: IndexDurablePoint,
+    /// Images of files now read through views, freed a few pages per flush
+    /// round.
+    releasing: Vec<SparseImage>,
 }
 
 /// How far the index is known durable: every entry of every record below
@@ -101,6 +105,7 @@ impl IndexService {
             error_count: 0,
             round: None,
             durable: IndexDurablePoint::default(),
+            releasing: Vec::new(),
         })
     }
 
@@ -487,11 +492,19 @@ impl IndexService {
                     record_error(&mut self.errors, &mut self.error_count, &file.name, error);
                 }
             }
-            if file.can_leave_memory()
-                && let Err(error) = file.leave_memory(disk, &self.dir)
-            {
-                tracing::warn!(file = %file.name, %error, "full index file not mapped; it stays in memory");
+            if file.can_leave_memory() {
+                match file.leave_memory(disk, &self.dir) {
+                    Ok(image) => self.releasing.push(image),
+                    Err(error) => {
+                        tracing::warn!(file = %file.name, %error, "full index file not mapped; it stays in memory");
+                    }
+                }
             }
+        }
+        if let Some(image) = self.releasing.last_mut()
+            && !image.release_pages(INDEX_RELEASE_PAGES_PER_FLUSH)
+        {
+            self.releasing.pop();
         }
         Ok(submitted)
     }
@@ -1162,6 +1175,8 @@ mod tests {
         index.flush(&mut disk).unwrap();
         assert!(index.files()[0].is_on_view());
         assert_eq!(index.files()[0].allocated_pages(), 0);
+        // Its image had fewer pages than one round frees: gone already.
+        assert!(index.releasing.is_empty());
         assert!(!index.files()[1].is_on_view());
         assert_eq!(wide_answers(&index, 300), expected);
         // Recovery keeps the full file as it is on disk, mapped when the
