@@ -5,8 +5,8 @@
 //! A mapping's pages are the page cache's: the kernel reads them on first
 //! touch and may drop them again under memory pressure, as RocketMQ's
 //! mapped files. A read of a page that is not cached blocks the thread on
-//! the disk, so views serve only lookups that tolerate that (an index
-//! query), never the append path.
+//! the disk, so views serve only reads that tolerate that (an index query,
+//! a pull from a cold part of a queue), never the append path.
 //!
 //! # Invariants
 //! - A mapped view covers exactly `len` bytes of the file from offset 0 and
@@ -38,9 +38,9 @@ impl FileView {
         }
     }
 
-    /// Maps the file at `path` read-only and shared, advised for random
-    /// access (no read-ahead around each touched page). An empty file is an
-    /// empty owned view (a mapping cannot be empty).
+    /// Maps the file at `path` read-only and shared, with the kernel's
+    /// default read-ahead. An empty file is an empty owned view (a mapping
+    /// cannot be empty).
     ///
     /// # Errors
     /// The errno of open, fstat or mmap, naming the path.
@@ -72,6 +72,17 @@ impl FileView {
         // reference to the file.
         unsafe { libc::close(fd) };
         mapped
+    }
+
+    /// Advises the kernel that the view is read at random places (an index
+    /// file's hash chains): no read-ahead around each page touched. Nothing
+    /// for a copy; a refused advice changes nothing else.
+    pub fn advise_random(&self) {
+        if let Inner::Mapped { ptr, len } = self.inner {
+            // SAFETY: `ptr..ptr + len` is this view's mapping; the advice
+            // only tunes read-ahead.
+            unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_RANDOM) };
+        }
     }
 
     /// Whether the view is a mapping (not a copy).
@@ -108,9 +119,6 @@ fn map_fd(fd: libc::c_int) -> Result<FileView, &'static str> {
     if ptr == libc::MAP_FAILED {
         return Err("mmap");
     }
-    // SAFETY: `ptr..ptr + len` is the mapping made above. The advice only
-    // tunes read-ahead; its failure changes nothing else.
-    unsafe { libc::madvise(ptr, len, libc::MADV_RANDOM) };
     let ptr = NonNull::new(ptr.cast::<u8>()).ok_or("mmap")?;
     Ok(FileView {
         inner: Inner::Mapped { ptr, len },
@@ -167,6 +175,7 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let view = FileView::map(&path).unwrap();
         assert!(view.is_mapped());
+        view.advise_random();
         assert_eq!(&view[..], &bytes[..]);
         // A shared mapping shows what is written to the file afterwards
         // (the page cache is the same).

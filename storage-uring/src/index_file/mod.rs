@@ -22,7 +22,8 @@
 //! allocated on first write, so an empty 420 MB file costs its page table
 //! (about 800 KiB) and a full one about 420 MB of RAM. Once a file is full
 //! and every page of it is written and fdatasynced, the image is dropped
-//! and the file is read through a read-only mapping ([`FileView`]), whose
+//! and the file is read through a read-only mapping ([`FileView`], advised
+//! for random access), whose
 //! pages are the page cache's, as RocketMQ's mapped index files: a shard
 //! keeps in its own memory only the file being filled (and a full one until
 //! it is durable), not every file retention keeps. A query of a full file
@@ -460,6 +461,8 @@ impl IndexFile {
                 reason: "the header on disk is not the one written and synced".to_string(),
             });
         }
+        // Lookups follow hash chains to scattered entries.
+        view.advise_random();
         self.view = Some(view);
         Ok(std::mem::replace(&mut self.image, SparseImage::new(0)))
     }
