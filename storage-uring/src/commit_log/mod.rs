@@ -1178,8 +1178,6 @@ pub(crate) fn run_sync(
     }
 }
 
-/// Adds `added` bytes, written after the record's properties, to its
-/// TOTALSIZE and PROPERTIESLENGTH (`properties_len` is the latter before).
 /// Finishes a record that `spec.encode_into` wrote as the first `encoded`
 /// bytes of `record` (the record's whole size, CRC property included):
 /// writes the CRC property's trailer, grows TOTALSIZE and the properties
@@ -1210,6 +1208,8 @@ pub fn finish_record(
     }
 }
 
+/// Adds `added` bytes, written after the record's properties, to its
+/// TOTALSIZE and PROPERTIESLENGTH (`properties_len` is the latter before).
 fn grow_last_field(record: &mut [u8], properties_len: usize, added: usize) {
     let total = record.len();
     record[..4].copy_from_slice(&(total as i32).to_be_bytes());
