@@ -1544,16 +1544,25 @@ fn a_full_index_file_is_read_through_a_mapping_of_it() {
     };
     let expected = answers(&index);
     assert!(expected.iter().all(|found| found.len() == 1));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !index.files()[0].is_on_view() {
-        assert!(Instant::now() < deadline, "the full file never left memory");
-        index.flush(&mut disk).unwrap();
+    // One turn of the store's loop: the flush (the write-behind, or
+    // everything as at shutdown), then the completions.
+    let turn = |index: &mut IndexService, disk: &mut UringDisk, everything: bool| {
+        if everything {
+            index.flush_everything(disk).unwrap();
+        } else {
+            index.flush(disk).unwrap();
+        }
         let mut out = Vec::new();
         disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::from_millis(10)))
             .unwrap();
         for completion in out {
-            index.on_completion(&mut disk, completion);
+            index.on_completion(disk, completion);
         }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !index.files()[0].is_on_view() {
+        assert!(Instant::now() < deadline, "the full file never left memory");
+        turn(&mut index, &mut disk, false);
         index.advance_durable_point(1000 + keys.len() as u64);
     }
     assert!(index.take_errors().is_empty());
@@ -1562,13 +1571,7 @@ fn a_full_index_file_is_read_through_a_mapping_of_it() {
     // Shut down as the store does, then open the directory again.
     while !index.is_clean() || !index.is_idle() {
         assert!(Instant::now() < deadline, "the index never became clean");
-        index.flush_everything(&mut disk).unwrap();
-        let mut out = Vec::new();
-        disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::from_millis(10)))
-            .unwrap();
-        for completion in out {
-            index.on_completion(&mut disk, completion);
-        }
+        turn(&mut index, &mut disk, true);
     }
     index.close_all(&mut disk).unwrap();
     drop(index);

@@ -665,17 +665,22 @@ mod tests {
         IndexService::new(Path::new(DIR), SMALL).unwrap()
     }
 
+    /// Hands the index the completions the disk has (all of them its own).
+    fn complete(disk: &mut SimDisk, index: &mut IndexService) {
+        let mut out = Vec::new();
+        disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+            .unwrap();
+        for c in out {
+            assert_eq!(c.op_id.tag(), Some(OpTag::IndexFile));
+            index.on_completion(disk, c);
+        }
+    }
+
     /// Flushes everything (as shutdown does) until clean.
     fn settle(disk: &mut SimDisk, index: &mut IndexService) {
         for _ in 0..1000 {
             index.flush_everything(disk).unwrap();
-            let mut out = Vec::new();
-            disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
-                .unwrap();
-            for c in out {
-                assert_eq!(c.op_id.tag(), Some(OpTag::IndexFile));
-                index.on_completion(disk, c);
-            }
+            complete(disk, index);
             if index.is_clean() {
                 return;
             }
@@ -1075,12 +1080,7 @@ mod tests {
         let dispatched_to = index.index_last_update_phy_offset() as u64 + 1;
         for _ in 0..1000 {
             index.flush(disk).unwrap();
-            let mut out = Vec::new();
-            disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
-                .unwrap();
-            for c in out {
-                index.on_completion(disk, c);
-            }
+            complete(disk, index);
             let point = index.advance_durable_point(dispatched_to);
             if index.is_idle() && point.offset == dispatched_to {
                 return point;
