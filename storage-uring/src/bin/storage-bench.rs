@@ -972,20 +972,18 @@ struct ClientProperties {
 
 impl ClientProperties {
     fn new(shard: u8) -> Self {
+        use ringmq_protocol::message::PropertiesBuilder;
         use ringmq_protocol::message::property_key::{TAGS, UNIQ_KEY, WAIT};
         let ids = UniqIdGenerator::new(IpAddr::from([127, 0, 0, 1]), u32::from(shard), 0);
         let mut bytes = Vec::new();
-        bytes.extend_from_slice(UNIQ_KEY.as_bytes());
-        bytes.push(0x01);
-        let id_at = bytes.len();
-        bytes.resize(id_at + ids.id_len(), b'0');
-        bytes.push(0x02);
-        for (key, value) in [(WAIT, "true"), (TAGS, "TagA")] {
-            bytes.extend_from_slice(key.as_bytes());
-            bytes.push(0x01);
-            bytes.extend_from_slice(value.as_bytes());
-            bytes.push(0x02);
-        }
+        // The id's room, first: `next` writes each record's id over it.
+        let room = "0".repeat(ids.id_len());
+        PropertiesBuilder::new(&mut bytes)
+            .push(UNIQ_KEY, &room)
+            .and_then(|pairs| pairs.push(WAIT, "true"))
+            .and_then(|pairs| pairs.push(TAGS, "TagA"))
+            .expect("invariant: fixed, valid pairs");
+        let id_at = UNIQ_KEY.len() + 1;
         ClientProperties { bytes, ids, id_at }
     }
 
