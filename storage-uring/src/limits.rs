@@ -83,8 +83,13 @@ pub const MESSAGE_SIZE_MAX_BYTES: usize = MESSAGE_SIZE_MAX as usize;
 /// `maxFilterMessageCount` 16000 bytes of entries / 20).
 pub const GET_MESSAGES_SCAN_ENTRIES_MAX: usize = 800;
 
-/// Poll rounds (of up to 100 ms) `shutdown` waits for the disk.
-pub const SHUTDOWN_POLL_ROUNDS_MAX: u32 = 600;
+/// Poll rounds of 100 ms in a row without a completion after which
+/// `shutdown` gives up on the disk (60 s of no progress). Only rounds that
+/// saw nothing count: a store with thousands of queues needs thousands of
+/// rounds to write and fdatasync them all, each ending at its first
+/// completion, and a bound on all rounds failed such a shutdown on a
+/// healthy disk.
+pub const SHUTDOWN_IDLE_POLL_ROUNDS_MAX: u32 = 600;
 
 /// Most completions reaped per poll turn (style.md section 2).
 pub const COMPLETIONS_PER_TURN_MAX: usize = 256;

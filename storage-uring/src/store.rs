@@ -84,7 +84,7 @@ use crate::error::StorageError;
 use crate::index_file::{IndexDurablePoint, IndexRecord, IndexService};
 use crate::limits::{
     CHECKPOINT_FILE_SIZE, COMPLETIONS_PER_TURN_MAX, DISK_SPACE_CHECK_INTERVAL_MS,
-    MESSAGE_SIZE_MAX_BYTES, SHUTDOWN_POLL_ROUNDS_MAX,
+    MESSAGE_SIZE_MAX_BYTES, SHUTDOWN_IDLE_POLL_ROUNDS_MAX,
 };
 
 mod cleaning;
@@ -926,10 +926,11 @@ impl<D: Disk> Store<D> {
     /// to `acks`.
     ///
     /// # Errors
-    /// Disk errors; [`StorageError::FlushTimeout`] if the disk does not
-    /// finish within [`SHUTDOWN_POLL_ROUNDS_MAX`] rounds.
+    /// Disk errors; [`StorageError::FlushTimeout`] if the disk completes
+    /// nothing for [`SHUTDOWN_IDLE_POLL_ROUNDS_MAX`] rounds of 100 ms in a
+    /// row.
     pub fn shutdown(mut self, now_ms: u64, acks: &mut Vec<AppendAck>) -> Result<D, StorageError> {
-        let mut rounds = 0;
+        let mut idle_rounds = 0;
         loop {
             self.commit_log.start_flush_now(&mut self.disk)?;
             self.queues.flush_all(&mut self.disk)?;
@@ -946,10 +947,9 @@ impl<D: Disk> Store<D> {
             {
                 break;
             }
-            rounds += 1;
-            if rounds > SHUTDOWN_POLL_ROUNDS_MAX {
+            if idle_rounds >= SHUTDOWN_IDLE_POLL_ROUNDS_MAX {
                 return Err(StorageError::FlushTimeout {
-                    timeout_ms: rounds as u64 * 100,
+                    timeout_ms: u64::from(idle_rounds) * 100,
                 });
             }
             let mut completions = std::mem::take(&mut self.completions);
@@ -959,6 +959,11 @@ impl<D: Disk> Store<D> {
                 COMPLETIONS_PER_TURN_MAX,
                 Wait::AtLeastOne(std::time::Duration::from_millis(100)),
             )?;
+            idle_rounds = if completions.is_empty() {
+                idle_rounds + 1
+            } else {
+                0
+            };
             for completion in completions.drain(..) {
                 self.route(completion);
             }

@@ -885,6 +885,34 @@ fn a_clean_restart_does_not_bring_back_a_deleted_topic_from_the_commit_log() {
 }
 
 #[test]
+fn shutdown_finishes_many_queues_on_a_disk_that_completes_one_operation_per_poll() {
+    // 400 queues each create, write and fdatasync a file: well over the 600
+    // rounds shutdown allows without a completion, and a bound on all
+    // rounds (as before) failed this shutdown although the disk never
+    // stopped.
+    const QUEUES: u32 = 400;
+    let mut sim = SimConfig::new(43);
+    sim.complete_percent = 0;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config(FlushMode::Async), 0).unwrap();
+    for queue_id in 0..QUEUES {
+        let mut m = message(b"x");
+        m.queue_id = queue_id;
+        store.append(&m, 1).unwrap();
+    }
+    let mut acks = Vec::new();
+    let disk = store.shutdown(2, &mut acks).unwrap();
+    assert_eq!(acks.len(), QUEUES as usize);
+    assert!(acks.iter().all(|a| a.status == AckStatus::Ok));
+    let (store, report) = Store::open(disk, config(FlushMode::Async), 3).unwrap();
+    assert!(!report.abnormal);
+    assert_eq!(report.redispatched, 0, "every queue was on disk");
+    for queue_id in 0..QUEUES {
+        let queue = store.consume_queues().get("T", queue_id).unwrap();
+        assert_eq!(queue.max_offset(), 1, "queue {queue_id}");
+    }
+}
+
+#[test]
 fn a_crash_after_the_durable_point_passed_a_deletion_does_not_bring_the_topic_back() {
     let mut store = two_topics(42);
     assert_eq!(store.delete_topic("T").unwrap(), 1);
