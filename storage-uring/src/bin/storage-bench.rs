@@ -71,6 +71,9 @@
 //!    their sum). With 1 the loop runs on the main thread, unpinned, so the
 //!    kernel's helpers (io-wq workers, the block layer's kworkers) may run
 //!    on the other CPUs.
+//!    With `--queues N` the records go to the bench topic's queues 0..N in
+//!    turn (default: all to queue 0). `rss_max_mb` is the process's largest
+//!    resident set (the stores' memory: ConsumeQueue and index images).
 //!    With `--warmup-seconds` the counters start after that many seconds of
 //!    appends. `--eager-retention` retires every segment behind the active
 //!    one as soon as it is durable, as a store at its disk budget does, so
@@ -222,6 +225,11 @@ struct Args {
     /// in a broker. Without it records carry no properties of their own.
     #[arg(long)]
     client_properties: bool,
+    /// Queues of the bench topic the records go to, one after another (a
+    /// broker's load spread over many queues: each queue's last
+    /// ConsumeQueue file is then long in filling).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    queues: u32,
     /// Spare pool of retired segments (the store's
     /// `commit_log_recycle_segments`).
     #[arg(long, default_value_t = COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT)]
@@ -351,6 +359,7 @@ fn main() -> anyhow::Result<()> {
     report.int("warmup_seconds", args.warmup_seconds);
     report.int("eager_retention", u64::from(args.eager_retention));
     report.int("client_properties", u64::from(args.client_properties));
+    report.int("queues", u64::from(args.queues));
     report.int("remove_step_bytes", args.remove_step_bytes);
     report.int("recycle_segments", args.recycle_segments as u64);
     report.int("cq_flush_ms", args.cq_flush_ms);
@@ -1200,6 +1209,7 @@ fn report_runs(runs: &[ShardRun], report: &mut Report) -> anyhow::Result<()> {
     report.int("segments_spared", segments.spared);
     report.int("segments_removed", segments.removed);
     report.int("segment_removal_steps", segments.removal_steps);
+    report.float("rss_max_mb", process_max_rss_mb()?);
     Ok(())
 }
 
@@ -1237,6 +1247,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
         (args.timeline_ms > 0).then(|| Timeline::new(Duration::from_millis(args.timeline_ms)));
     let end = start + Duration::from_secs(args.warmup_seconds + args.seconds);
     let mut running = true;
+    let mut queue_id = 0u32;
     loop {
         if let Some(until) = warmup_until
             && Instant::now() >= until
@@ -1268,7 +1279,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
             };
             let message = AppendMessage {
                 topic: BENCH_TOPIC,
-                queue_id: 0,
+                queue_id,
                 body: &body,
                 properties,
                 flag: 0,
@@ -1282,6 +1293,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
                 Ok(ticket) => {
                     outstanding.push_back((ticket.id, turn_started));
                     appended += 1;
+                    queue_id = (queue_id + 1) % args.queues;
                     if record_bytes == 0 {
                         // Calibrate once: the store may add fields (a CRC
                         // property) beyond the fixed overhead assumed above.
@@ -1455,6 +1467,19 @@ fn thread_cpu_time() -> anyhow::Result<(f64, f64)> {
     let usage = unsafe { usage.assume_init() };
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Ok((seconds(usage.ru_utime), seconds(usage.ru_stime)))
+}
+
+/// The process's resident set at its largest so far, in MB (the kernel's
+/// `ru_maxrss`, KiB): the stores' memory, which the floor phase before them
+/// barely adds to.
+fn process_max_rss_mb() -> anyhow::Result<f64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: as in `thread_cpu_time`.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    ensure!(rc == 0, "getrusage: {}", std::io::Error::last_os_error());
+    // SAFETY: a successful `getrusage` filled the whole struct.
+    let usage = unsafe { usage.assume_init() };
+    Ok(usage.ru_maxrss as f64 * 1024.0 / 1e6)
 }
 
 /// Times an abnormal recovery of the store under `--dir`: the abort file is
