@@ -1580,3 +1580,59 @@ fn a_full_index_file_is_read_through_a_mapping_of_it() {
     assert!(!loaded.files()[1].is_on_view());
     assert_eq!(answers(&loaded), expected);
 }
+
+#[test]
+fn consume_queue_files_on_disk_take_only_the_blocks_written() {
+    use ringmq_storage::consume_queue::CQ_FILE_SIZE;
+    use ringmq_storage::store::{AppendMessage, Store, StoreConfig};
+    use std::os::unix::fs::MetadataExt;
+    // A broker with thousands of queues must not reserve 6 MB of disk for
+    // each queue's first message (RocketMQ's mapped files are sparse too).
+    const QUEUES: u32 = 8;
+    let Some(disk) = disk_or_skip(UringDiskConfig {
+        allow_buffered_fallback: true,
+        ..small_disk_config()
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("cq-sparse");
+    let host = std::net::SocketAddr::from(([127, 0, 0, 1], 10911));
+    let mut config = StoreConfig::new(&dir.0, 0, host);
+    config.segment_size_bytes = 1 << 20;
+    config.retention.clean_file_forcibly_enable = false;
+    let queue_root = config.consume_queue_root.clone();
+    let (mut store, _) = Store::open(disk, config, 1).unwrap();
+    for queue_id in 0..QUEUES {
+        let message = AppendMessage {
+            topic: "T",
+            queue_id,
+            body: b"x",
+            properties: b"",
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms: 1,
+            born_host: host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        store.append(&message, 1).unwrap();
+    }
+    let mut acks = Vec::new();
+    store.shutdown(2, &mut acks).unwrap();
+    assert_eq!(acks.len(), QUEUES as usize);
+    let mut files = 0;
+    for queue_id in 0..QUEUES {
+        let queue_dir = ringmq_storage::consume_queue::queue_dir(&queue_root, "T", queue_id);
+        for entry in std::fs::read_dir(&queue_dir).unwrap() {
+            let meta = entry.unwrap().metadata().unwrap();
+            assert_eq!(meta.len(), CQ_FILE_SIZE as u64, "Java's file size");
+            assert!(
+                meta.blocks() * 512 <= 64 * 1024,
+                "queue {queue_id}: {} bytes allocated for one entry",
+                meta.blocks() * 512
+            );
+            files += 1;
+        }
+    }
+    assert_eq!(files, QUEUES);
+}

@@ -15,9 +15,10 @@
 //! with O_DIRECT, and written *behind*: [`ConsumeQueue::append`] only changes
 //! memory; [`ConsumeQueue::flush`] submits a write of a file's dirty range or,
 //! once that write has completed, its fdatasync; [`ConsumeQueue::on_completion`]
-//! marks ranges written or synced. A file is created (preallocated, then
-//! fsynced with its directory) in the background, through
-//! [`Disk::submit_create`], the first time a flush reaches it; its writes,
+//! marks ranges written or synced. A file is created in the background
+//! (sparse: its length set, nothing allocated, as RocketMQ's mapped files;
+//! then fsynced with its directory), through [`Disk::submit_create`], the
+//! first time a flush reaches it; its writes,
 //! and those of later files, wait for that create, and the queue flushes
 //! again as soon as it completes. The append path never waits for a file
 //! system call. Flush errors are kept
@@ -1008,8 +1009,8 @@ impl ConsumeQueue {
         }
     }
 
-    /// Starts creating file `index` in the background (preallocated, then
-    /// fsynced with its directory); false when the disk had no room (the
+    /// Starts creating file `index` in the background (sparse, then fsynced
+    /// with its directory); false when the disk had no room (the
     /// next flush tries again).
     fn start_create<D: Disk + ?Sized>(
         &mut self,
@@ -1024,7 +1025,7 @@ impl ConsumeQueue {
         let size = self.file_size() as u64;
         let local_seq = self.next_local_seq;
         let op_id = self.op_id(local_seq);
-        match disk.submit_create(op_id, &path, OpenOptions::buffered(Some(size))) {
+        match disk.submit_create(op_id, &path, OpenOptions::buffered_sparse(size)) {
             Ok(()) => {}
             Err(crate::disk::DiskError::QueueFull { .. }) => return Ok(false),
             Err(error) => return Err(error.into()),
