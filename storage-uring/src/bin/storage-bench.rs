@@ -73,7 +73,10 @@
 //!    on the other CPUs.
 //!    With `--queues N` the records go to the bench topic's queues 0..N in
 //!    turn (default: all to queue 0). `rss_max_mb` is the process's largest
-//!    resident set (the stores' memory: ConsumeQueue and index images).
+//!    resident set, which counts the page cache pages that the stores'
+//!    views of files have touched; `rss_anon_mb` the anonymous part of it
+//!    when the phase ends (the stores' own memory: ConsumeQueue and index
+//!    images, buffers).
 //!    With `--warmup-seconds` the counters start after that many seconds of
 //!    appends. `--eager-retention` retires every segment behind the active
 //!    one as soon as it is durable, as a store at its disk budget does, so
@@ -1072,6 +1075,8 @@ struct ShardRun {
     histogram: Histogram<u64>,
     timeline: Option<Timeline>,
     fixed_buffers: bool,
+    /// The process's anonymous resident memory when the phase ended.
+    rss_anon_mb: f64,
 }
 
 /// The append phase: `--shards` stores, each on its own thread, ring and
@@ -1210,6 +1215,10 @@ fn report_runs(runs: &[ShardRun], report: &mut Report) -> anyhow::Result<()> {
     report.int("segments_removed", segments.removed);
     report.int("segment_removal_steps", segments.removal_steps);
     report.float("rss_max_mb", process_max_rss_mb()?);
+    report.float(
+        "rss_anon_mb",
+        runs.iter().map(|run| run.rss_anon_mb).fold(0.0, f64::max),
+    );
     Ok(())
 }
 
@@ -1377,6 +1386,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
         histogram,
         timeline,
         fixed_buffers,
+        rss_anon_mb: process_rss_anon_mb()?,
     };
     if args.recover {
         drop(store);
@@ -1480,6 +1490,20 @@ fn process_max_rss_mb() -> anyhow::Result<f64> {
     // SAFETY: a successful `getrusage` filled the whole struct.
     let usage = unsafe { usage.assume_init() };
     Ok(usage.ru_maxrss as f64 * 1024.0 / 1e6)
+}
+
+/// The process's anonymous resident memory now, in MB (`RssAnon` of
+/// /proc/self/status): the stores' own memory, without the page cache
+/// pages their read-only views of files have touched, which `rss_max_mb`
+/// counts and the kernel can take back.
+fn process_rss_anon_mb() -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").context("/proc/self/status")?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("RssAnon:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no RssAnon in /proc/self/status")?;
+    Ok(kib * 1024.0 / 1e6)
 }
 
 /// Times an abnormal recovery of the store under `--dir`: the abort file is
