@@ -9,34 +9,42 @@
 //! a few KiB); every later chunk is allocated at its final size and never
 //! reallocated, so no append copies more than one chunk.
 //!
-//! A full file that is written and fdatasynced can give its chunks up for a
-//! read-only view of the file on disk ([`CqImage::from_view`]); the image
-//! then reads from the view, and a change (a truncation) first copies the
-//! kept bytes back into chunks.
+//! Written and fdatasynced bytes can leave memory for a read-only view of
+//! the file on disk: a whole full file at once ([`CqImage::from_view`]),
+//! or, in the file still being filled, whole chunks from its start
+//! ([`CqImage::leave_to_view`]). A queue whose file fills slowly, one of
+//! thousands sharing a shard's appends, then holds a chunk or two of its
+//! last file instead of up to the whole 6 MB. A change below the view's end
+//! (a truncation) first copies the viewed bytes back into chunks.
 //!
 //! # Invariants
-//! - Every chunk but the last is full ([`CHUNK_BYTES`]); `len` is the sum of
-//!   the chunks' lengths, or, with a view, no chunks and `len <= view.len()`.
-//! - [`CHUNK_BYTES`] is a whole number of entries, so no entry straddles two
-//!   chunks.
+//! - Bytes `..view_len` are read from the view (`view_len` is 0 without
+//!   one, and never past the view's length); the chunks hold bytes
+//!   `view_len..len`, every chunk but the last full ([`CHUNK_BYTES`]).
+//! - `view_len` and [`CHUNK_BYTES`] are whole numbers of entries, so no
+//!   entry straddles the view's end or two chunks.
 
 use super::CQ_ENTRY_SIZE;
 use crate::disk::FileView;
 
-/// Entries per chunk.
-const CHUNK_ENTRIES: usize = 4096;
-/// Bytes per full chunk (80 KiB).
+/// Entries per chunk. The crate's unit tests use chunks of 5 entries, so
+/// that their small files (the queue model's hold 7 entries) cross chunk
+/// ends and give chunks up to views.
+const CHUNK_ENTRIES: usize = if cfg!(test) { 5 } else { 1024 };
+/// Bytes per full chunk (20 KiB).
 const CHUNK_BYTES: usize = CHUNK_ENTRIES * CQ_ENTRY_SIZE;
-/// First allocation of the first chunk.
-const FIRST_CHUNK_BYTES_MIN: usize = 4096;
+/// First allocation of the first chunk (two entries in unit tests).
+const FIRST_CHUNK_BYTES_MIN: usize = if cfg!(test) { 40 } else { 4096 };
 
 /// The bytes of one ConsumeQueue file's entries.
 #[derive(Debug, Default)]
 pub(super) struct CqImage {
     chunks: Vec<Vec<u8>>,
     len: usize,
-    /// The file's bytes on disk, read instead of chunks (see the module doc).
+    /// The file's bytes on disk, read instead of chunks below `view_len`
+    /// (see the module doc).
     view: Option<FileView>,
+    view_len: usize,
 }
 
 impl CqImage {
@@ -51,11 +59,12 @@ impl CqImage {
             chunks: bytes.chunks(CHUNK_BYTES).map(<[u8]>::to_vec).collect(),
             len: bytes.len(),
             view: None,
+            view_len: 0,
         }
     }
 
     /// An image reading the first `len` bytes (a whole number of entries)
-    /// of `view`, holding no chunks.
+    /// of `view`, holding no chunks; later pushes go to chunks.
     ///
     /// # Panics
     /// If the view is shorter than `len`.
@@ -69,20 +78,92 @@ impl CqImage {
             chunks: Vec::new(),
             len,
             view: Some(view),
+            view_len: len,
         }
     }
 
-    /// Whether the image reads from a view of the file.
-    pub(super) fn is_on_view(&self) -> bool {
-        self.view.is_some()
+    /// Whether every byte is read from a view (none held in memory).
+    pub(super) fn is_wholly_on_view(&self) -> bool {
+        self.view.is_some() && self.view_len == self.len
     }
 
-    /// Copies a view's bytes into chunks and drops the view (before a
-    /// change).
+    /// Bytes read from the view (0 without one).
+    pub(super) fn view_len(&self) -> usize {
+        self.view_len
+    }
+
+    /// Copies the viewed bytes into chunks and drops the view (before a
+    /// change below its end).
     fn back_into_memory(&mut self) {
         if let Some(view) = self.view.take() {
-            *self = CqImage::from_bytes(&view[..self.len]);
+            let mut bytes = Vec::with_capacity(self.len);
+            bytes.extend_from_slice(&view[..self.view_len]);
+            for chunk in &self.chunks {
+                bytes.extend_from_slice(chunk);
+            }
+            *self = CqImage::from_bytes(&bytes);
         }
+    }
+
+    /// The end of the whole chunks below `durable` (bytes written and
+    /// fdatasynced): how far [`CqImage::leave_to_view`] may go. The view's
+    /// end when no whole chunk lies between.
+    pub(super) fn chunk_end_below(&self, durable: usize) -> usize {
+        let whole = durable.min(self.len).saturating_sub(self.view_len) / CHUNK_BYTES;
+        self.view_len + whole * CHUNK_BYTES
+    }
+
+    /// Reads bytes `..end` (from [`CqImage::chunk_end_below`]) from the view
+    /// the image already has, dropping the chunks that held them, if that
+    /// view shows them as held (a shared mapping shows what was written
+    /// since it was made). False, and nothing changed, otherwise.
+    pub(super) fn leave_to_current_view(&mut self, end: usize) -> bool {
+        let shows = self
+            .view
+            .as_ref()
+            .is_some_and(|view| self.chunks_match(view, end));
+        if shows {
+            self.drop_chunks_to(end);
+        }
+        shows
+    }
+
+    /// As [`CqImage::leave_to_current_view`] with a new view of the file,
+    /// which must show every byte up to `end` as the image holds it; the
+    /// old view, if any, is dropped. False, and nothing changed (the new
+    /// view dropped), otherwise.
+    pub(super) fn leave_to_view(&mut self, view: FileView, end: usize) -> bool {
+        let old_matches = match &self.view {
+            Some(old) => view.get(..self.view_len) == Some(&old[..self.view_len]),
+            None => true,
+        };
+        if !old_matches || !self.chunks_match(&view, end) {
+            return false;
+        }
+        self.view = Some(view);
+        self.drop_chunks_to(end);
+        true
+    }
+
+    /// Whether `view` holds the chunks' bytes from `view_len` to `end`.
+    fn chunks_match(&self, view: &[u8], end: usize) -> bool {
+        assert!(
+            end >= self.view_len && (end - self.view_len).is_multiple_of(CHUNK_BYTES),
+            "{end} is not a chunk end past {}",
+            self.view_len
+        );
+        let count = (end - self.view_len) / CHUNK_BYTES;
+        assert!(count <= self.chunks.len(), "{end} past the chunks held");
+        self.chunks[..count].iter().enumerate().all(|(i, chunk)| {
+            let at = self.view_len + i * CHUNK_BYTES;
+            chunk.len() == CHUNK_BYTES && view.get(at..at + CHUNK_BYTES) == Some(&chunk[..])
+        })
+    }
+
+    fn drop_chunks_to(&mut self, end: usize) {
+        let count = (end - self.view_len) / CHUNK_BYTES;
+        self.chunks.drain(..count);
+        self.view_len = end;
     }
 
     /// Bytes held.
@@ -101,25 +182,25 @@ impl CqImage {
             "entry {index} past {} bytes",
             self.len
         );
-        if let Some(view) = &self.view {
-            return view[start..start + CQ_ENTRY_SIZE]
-                .try_into()
-                .expect("slice of CQ_ENTRY_SIZE");
-        }
-        let chunk = &self.chunks[start / CHUNK_BYTES];
-        let at = start % CHUNK_BYTES;
-        chunk[at..at + CQ_ENTRY_SIZE]
-            .try_into()
-            .expect("slice of CQ_ENTRY_SIZE")
+        let bytes = match &self.view {
+            Some(view) if start < self.view_len => &view[start..start + CQ_ENTRY_SIZE],
+            _ => {
+                let at = start - self.view_len;
+                let chunk = &self.chunks[at / CHUNK_BYTES];
+                &chunk[at % CHUNK_BYTES..at % CHUNK_BYTES + CQ_ENTRY_SIZE]
+            }
+        };
+        bytes.try_into().expect("slice of CQ_ENTRY_SIZE")
     }
 
     /// Appends one entry; the image never grows past `size_max` bytes (the
     /// file size), which only the first chunk's growth needs to know.
     pub(super) fn push(&mut self, entry: &[u8; CQ_ENTRY_SIZE], size_max: usize) {
-        self.back_into_memory();
         let last_full = self.chunks.last().is_none_or(|c| c.len() == CHUNK_BYTES);
         if last_full {
-            let first = self.chunks.is_empty();
+            // A queue's first chunk starts small; one after a view is as
+            // busy as the chunks that left for it.
+            let first = self.chunks.is_empty() && self.view.is_none();
             let capacity = if first {
                 FIRST_CHUNK_BYTES_MIN
             } else {
@@ -150,14 +231,18 @@ impl CqImage {
             "range {start}..{end} past {} bytes",
             self.len
         );
-        if let Some(view) = &self.view {
-            out.copy_from_slice(&view[start..end]);
-            return;
-        }
         let mut at = start;
+        if let Some(view) = &self.view
+            && at < self.view_len
+        {
+            let n = end.min(self.view_len) - at;
+            out[..n].copy_from_slice(&view[at..at + n]);
+            at += n;
+        }
         while at < end {
-            let chunk = &self.chunks[at / CHUNK_BYTES];
-            let from = at % CHUNK_BYTES;
+            let in_chunks = at - self.view_len;
+            let chunk = &self.chunks[in_chunks / CHUNK_BYTES];
+            let from = in_chunks % CHUNK_BYTES;
             let n = (chunk.len() - from).min(end - at);
             out[at - start..at - start + n].copy_from_slice(&chunk[from..from + n]);
             at += n;
@@ -172,11 +257,14 @@ impl CqImage {
             "truncate to {len} of {} bytes",
             self.len
         );
-        self.back_into_memory();
-        let chunks = len.div_ceil(CHUNK_BYTES);
+        if len < self.view_len {
+            self.back_into_memory();
+        }
+        let kept = len - self.view_len;
+        let chunks = kept.div_ceil(CHUNK_BYTES);
         self.chunks.truncate(chunks);
         if let Some(last) = self.chunks.last_mut() {
-            last.truncate(len - (chunks - 1) * CHUNK_BYTES);
+            last.truncate(kept - (chunks - 1) * CHUNK_BYTES);
         }
         self.len = len;
     }
@@ -212,13 +300,59 @@ mod tests {
     #[test]
     fn the_last_chunk_is_no_larger_than_the_file_needs() {
         // 1.5 chunks of entries in the file.
-        let size_max = CHUNK_BYTES + CHUNK_BYTES / 2;
+        let half = CHUNK_ENTRIES / 2 * CQ_ENTRY_SIZE;
+        let size_max = CHUNK_BYTES + half;
         let mut image = CqImage::default();
         for n in 0..(size_max / CQ_ENTRY_SIZE) as u32 {
             image.push(&entry(n), size_max);
         }
         assert_eq!(image.len(), size_max);
-        assert_eq!(image.chunks[1].capacity(), CHUNK_BYTES / 2);
+        assert_eq!(image.chunks[1].capacity(), half);
+    }
+
+    #[test]
+    fn whole_chunks_leave_for_a_view_that_shows_them_and_stay_otherwise() {
+        let size_max = 300_000 * CQ_ENTRY_SIZE;
+        let total = 3 * CHUNK_ENTRIES + 3;
+        let flat: Vec<u8> = (0..total as u32).flat_map(entry).collect();
+        // A live mapping shows later writes: a view holding every entry
+        // that will be written stands for one.
+        let mut file = flat.clone();
+        file.resize(size_max, 0);
+        let mut image = CqImage::default();
+        for n in 0..(2 * CHUNK_ENTRIES + 2) as u32 {
+            image.push(&entry(n), size_max);
+        }
+        let end = image.chunk_end_below(2 * CHUNK_BYTES + CQ_ENTRY_SIZE);
+        assert_eq!(end, 2 * CHUNK_BYTES);
+        assert!(!image.leave_to_current_view(end), "no view yet");
+        let mut wrong = file.clone();
+        wrong[CHUNK_BYTES + 3] ^= 1;
+        assert!(!image.leave_to_view(FileView::owned(wrong), end));
+        assert_eq!((image.view_len(), image.chunks.len()), (0, 3));
+        assert!(image.leave_to_view(FileView::owned(file), end));
+        assert_eq!((image.view_len(), image.chunks.len()), (end, 1));
+        assert!(!image.is_wholly_on_view());
+        for n in (2 * CHUNK_ENTRIES + 2) as u32..total as u32 {
+            image.push(&entry(n), size_max);
+        }
+        assert_eq!(
+            image.chunks[0].capacity(),
+            CHUNK_BYTES,
+            "a chunk after a view is allocated whole"
+        );
+        let end = image.chunk_end_below(image.len());
+        assert_eq!(end, 3 * CHUNK_BYTES);
+        assert!(image.leave_to_current_view(end));
+        assert_eq!(image.chunks.len(), 1, "only the last 3 entries held");
+        let mut all = vec![0u8; flat.len()];
+        image.copy_to(0, &mut all);
+        assert_eq!(all, flat);
+        image.truncate(CHUNK_BYTES);
+        assert_eq!((image.view_len(), image.len()), (0, CHUNK_BYTES));
+        let mut kept = vec![0u8; CHUNK_BYTES];
+        image.copy_to(0, &mut kept);
+        assert_eq!(kept, flat[..CHUNK_BYTES]);
     }
 
     proptest! {
@@ -230,6 +364,9 @@ mod tests {
             truncate_to in 0usize..(3 * CHUNK_ENTRIES),
             more in 0usize..(CHUNK_ENTRIES + 7),
             range in (0usize..(4 * CHUNK_BYTES), 0usize..(4 * CHUNK_BYTES)),
+            durable in 0usize..(4 * CHUNK_BYTES),
+            tail in 0usize..(CHUNK_ENTRIES + 7),
+            cut_at in 0usize..(4 * CHUNK_ENTRIES),
         ) {
             let size_max = 300_000 * CQ_ENTRY_SIZE;
             let mut image = CqImage::default();
@@ -259,8 +396,8 @@ mod tests {
             // and a truncation of it comes back into chunks.
             let mut padded = flat.clone();
             padded.extend_from_slice(&[7u8; CQ_ENTRY_SIZE]);
-            let mut viewed = CqImage::from_view(FileView::owned(padded), flat.len());
-            prop_assert!(viewed.is_on_view());
+            let mut viewed = CqImage::from_view(FileView::owned(padded.clone()), flat.len());
+            prop_assert!(viewed.is_wholly_on_view());
             for index in 0..flat.len() / CQ_ENTRY_SIZE {
                 let start = index * CQ_ENTRY_SIZE;
                 prop_assert_eq!(&viewed.entry(index)[..], &flat[start..start + CQ_ENTRY_SIZE]);
@@ -268,12 +405,38 @@ mod tests {
             let mut out = vec![0u8; end - start];
             viewed.copy_to(start, &mut out);
             prop_assert_eq!(&out[..], &flat[start..end]);
+            // Kept on the view when the cut is not below its end.
             viewed.truncate(keep.min(flat.len()));
-            prop_assert!(!viewed.is_on_view());
+            prop_assert_eq!(viewed.is_wholly_on_view(), keep >= flat.len());
             prop_assert_eq!(viewed.len(), keep.min(flat.len()));
             let mut kept = vec![0u8; viewed.len()];
             viewed.copy_to(0, &mut kept);
             prop_assert_eq!(&kept[..], &flat[..viewed.len()]);
+            // Whole chunks below a durable end on a view of the file, the
+            // rest in chunks: reads alike, takes pushes, truncates anywhere.
+            let mut partial = CqImage::from_bytes(&flat);
+            let end = partial.chunk_end_below(durable);
+            prop_assert!(end <= durable.min(flat.len()) && durable.min(flat.len()) - end < CHUNK_BYTES);
+            prop_assert!(partial.leave_to_view(FileView::owned(padded), end));
+            prop_assert_eq!(partial.view_len(), end);
+            let mut grown = flat.clone();
+            for n in 0..tail as u32 {
+                partial.push(&entry(n + 2_000_000), size_max);
+                grown.extend_from_slice(&entry(n + 2_000_000));
+            }
+            let mut all = vec![0u8; grown.len()];
+            partial.copy_to(0, &mut all);
+            prop_assert_eq!(&all[..], &grown[..]);
+            for index in 0..grown.len() / CQ_ENTRY_SIZE {
+                let start = index * CQ_ENTRY_SIZE;
+                prop_assert_eq!(&partial.entry(index)[..], &grown[start..start + CQ_ENTRY_SIZE]);
+            }
+            let cut = (cut_at.min(grown.len() / CQ_ENTRY_SIZE)) * CQ_ENTRY_SIZE;
+            partial.truncate(cut);
+            prop_assert_eq!(partial.view_len() > 0, cut >= end && end > 0);
+            let mut kept = vec![0u8; cut];
+            partial.copy_to(0, &mut kept);
+            prop_assert_eq!(&kept[..], &grown[..cut]);
             let copy = CqImage::from_bytes(&flat);
             prop_assert_eq!(copy.len(), flat.len());
             let mut all = vec![0u8; flat.len()];

@@ -35,10 +35,12 @@
 //! [`ConsumeQueue::append`] repairs that entry. A seeded model test checks
 //! this through the simulated disk's crashes.
 //!
-//! Memory: every entry of every loaded file lives in memory, 20 bytes per
-//! entry (the file's image in 80 KiB chunks that never move, `image.rs`). One GiB of RAM thus holds about 53.7 million entries:
-//! a shard that keeps `N` messages in its queues needs `20 * N` bytes, which
-//! bounds the retained message count by RAM (retention keeps it bounded).
+//! Memory: a file's entries are built in memory (20 bytes each, in 20 KiB
+//! chunks that never move, `image.rs`) and leave it once written and
+//! fdatasynced: a full file's all at once, the last file's a whole chunk at
+//! a time, for a read-only mapping of the file. A queue then holds the
+//! entries not yet durable and at most a chunk besides, whatever it
+//! retains.
 //!
 //! # Invariants
 //! - Queue offsets are dense: the entry at queue offset `q` is the `q`-th of
@@ -696,7 +698,7 @@ impl ConsumeQueue {
 
     /// As [`ConsumeQueue::delete_below_commit_log_offset`], removing at most
     /// `max_files` files (the rest go at the next call). Freeing a file's
-    /// image is one free per 80 KiB chunk; a shard that dropped every
+    /// image is one free per 20 KiB chunk; a shard that dropped every
     /// expired file of its queues in one turn spent 27 ms in the allocator.
     ///
     /// # Errors
@@ -972,13 +974,15 @@ impl ConsumeQueue {
     /// Full files behind the last one that are written and fdatasynced give
     /// their images up for read-only views of the files (see `image.rs`):
     /// from the newest such file back to the first one already on a view
-    /// (files are written in order, so older ones went before). A failed
-    /// mapping is logged and the file stays in memory.
+    /// (files are written in order, so older ones went before). The last
+    /// file gives up its whole chunks that are written and fdatasynced. A
+    /// failed mapping is logged and the file stays in memory.
     fn leave_memory_where_done<D: Disk + ?Sized>(&mut self, disk: &mut D) {
+        self.leave_memory_in_last(disk);
         let size = self.file_size();
         for at in (0..self.files.len().saturating_sub(1)).rev() {
             let file = &self.files[at];
-            if file.image.is_on_view() || file.view_failed {
+            if file.image.is_wholly_on_view() || file.view_failed {
                 break;
             }
             let done = file.image.len() == size
@@ -1005,6 +1009,36 @@ impl ConsumeQueue {
                     file.view_failed = true;
                     tracing::warn!(%error, "consume queue file not mapped; it stays in memory");
                 }
+            }
+        }
+    }
+
+    /// The last file's whole chunks below its fdatasynced end leave memory
+    /// for a view of the file: the view it has when that shows them (a
+    /// mapping shows what was written since it was made), else a new one.
+    fn leave_memory_in_last<D: Disk + ?Sized>(&mut self, disk: &mut D) {
+        let Some(file) = self.files.last_mut() else {
+            return;
+        };
+        let end = file.image.chunk_end_below(file.synced_len);
+        if file.view_failed
+            || file.file.is_none()
+            || end == file.image.view_len()
+            || file.image.leave_to_current_view(end)
+        {
+            return;
+        }
+        let path = self.dir.join(file.name());
+        match disk.map_read_only(&path) {
+            Ok(view) => {
+                if !file.image.leave_to_view(view, end) {
+                    file.view_failed = true;
+                    tracing::warn!(path = %path.display(), "consume queue file on disk differs from what was written; it stays in memory");
+                }
+            }
+            Err(error) => {
+                file.view_failed = true;
+                tracing::warn!(%error, "consume queue file not mapped; it stays in memory");
             }
         }
     }
@@ -1151,8 +1185,8 @@ impl ConsumeQueue {
             }
             let id = disk.open(&path, OpenOptions::buffered(None))?;
             let size = disk.file_size(id)?;
-            // A mapping of the file is checked in place and kept if the file
-            // is full (see `image.rs`); otherwise the file is read.
+            // A mapping of the file is checked in place and kept (see
+            // `image.rs`); without one the file is read.
             let view = match disk.map_read_only(&path) {
                 Ok(view) => Some(view),
                 Err(error) => {
@@ -1190,10 +1224,8 @@ impl ConsumeQueue {
             let mut file = CqFile::new(base);
             let tail_dirty = bytes[valid_len..].iter().any(|b| *b != 0);
             file.image = match view {
-                Some(view) if valid == queue.file_entry_count => {
-                    image::CqImage::from_view(view, valid_len)
-                }
-                _ => image::CqImage::from_bytes(&bytes[..valid_len]),
+                Some(view) => image::CqImage::from_view(view, valid_len),
+                None => image::CqImage::from_bytes(&bytes[..valid_len]),
             };
             file.file = Some(id);
             file.written_len = valid_len;
@@ -1907,23 +1939,34 @@ mod tests {
         settle(&mut d, &mut q);
         // The files behind the last leave memory at the next flush.
         q.flush(&mut d).unwrap();
-        let on_view: Vec<bool> = q.files.iter().map(|f| f.image.is_on_view()).collect();
+        let on_view: Vec<bool> = q
+            .files
+            .iter()
+            .map(|f| f.image.is_wholly_on_view())
+            .collect();
         assert_eq!(on_view, [true, true, false]);
+        // The last file (6 entries) gave up its one whole chunk (5 entries
+        // in unit tests).
+        assert_eq!(q.files[2].image.view_len(), 5 * CQ_ENTRY_SIZE);
         let all: Vec<CqEntry> = (0..20).map(entry).collect();
         assert_eq!(q.entries(0, 64), all);
-        // A store opening maps its full files.
+        // A store opening maps every file, the last one's entries too.
         let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(41));
         let mut q = load_small(&mut d);
-        let on_view: Vec<bool> = q.files.iter().map(|f| f.image.is_on_view()).collect();
-        assert_eq!(on_view, [true, true, false]);
+        let on_view: Vec<bool> = q
+            .files
+            .iter()
+            .map(|f| f.image.is_wholly_on_view())
+            .collect();
+        assert_eq!(on_view, [true, true, true]);
         assert_eq!(q.entries(0, 64), all);
         // A cut inside a file on a view brings it back into memory, keeping
         // the entries before the cut.
         q.truncate_from_commit_log_offset(&mut d, entry(10).commit_log_offset)
             .unwrap();
         assert_eq!(q.files.len(), 2);
-        assert!(q.files[0].image.is_on_view());
-        assert!(!q.files[1].image.is_on_view());
+        assert!(q.files[0].image.is_wholly_on_view());
+        assert!(!q.files[1].image.is_wholly_on_view());
         assert_eq!(q.entries(0, 64), all[..10]);
         settle(&mut d, &mut q);
         let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(42));
