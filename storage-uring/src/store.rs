@@ -674,6 +674,8 @@ impl<D: Disk> Store<D> {
                 tracing::warn!(%error, "index file flush failed; it is retried");
             }
             self.index.flush(&mut self.disk)?;
+        } else if self.queues.flush_pass_in_progress() {
+            self.queues.continue_flush(&mut self.disk)?;
         }
         // When a durability round completes, the checkpoint goes out at once
         // rather than at the next interval: the durable points it carries are

@@ -52,10 +52,14 @@ pub struct ConsumeQueueSet {
     round: Option<DurableRound>,
     /// The latest durable point (0 until a round completes).
     durable_point: u64,
-    /// Where the next [`ConsumeQueueSet::flush_all`] starts, so that a
-    /// flush cut short by [`CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX`] goes on
-    /// with the queues it did not reach.
+    /// The queue a flush pass visits next.
     flush_cursor: usize,
+    /// Queues the pass in progress has still to visit (0: none in
+    /// progress). A pass cut short by
+    /// [`CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX`] goes on as operations
+    /// complete ([`ConsumeQueueSet::continue_flush`]), not a whole flush
+    /// interval later.
+    pass_left: usize,
 }
 
 /// A round of [`ConsumeQueueSet::advance_durable_point`]: once every queue
@@ -80,6 +84,7 @@ impl ConsumeQueueSet {
             round: None,
             durable_point: 0,
             flush_cursor: 0,
+            pass_left: 0,
         }
     }
 
@@ -418,24 +423,52 @@ impl ConsumeQueueSet {
             .unwrap_or(0)
     }
 
-    /// [`ConsumeQueue::flush`] of every queue, round-robin from where the
-    /// previous call stopped, until the disk has
-    /// [`CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX`] operations in flight (the
-    /// rest of its ring stays free for commits and reads); returns the
-    /// operations submitted.
+    /// Starts a pass of [`ConsumeQueue::flush`] over every queue (unless
+    /// one is in progress) and goes on with it: see
+    /// [`ConsumeQueueSet::continue_flush`].
     ///
     /// # Errors
-    /// The first queue's flush error (queues after it are not flushed this
-    /// time).
+    /// As [`ConsumeQueueSet::continue_flush`].
     pub fn flush_all<D: Disk + ?Sized>(&mut self, disk: &mut D) -> Result<usize, StorageError> {
+        if self.pass_left == 0 {
+            self.pass_left = self.queues.len();
+        }
+        self.continue_flush(disk)
+    }
+
+    /// Whether a flush pass has queues left to visit.
+    pub fn flush_pass_in_progress(&self) -> bool {
+        self.pass_left > 0
+    }
+
+    /// Goes on with the flush pass in progress, round-robin, until every
+    /// queue was visited or the disk has
+    /// [`CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX`] operations in flight (the
+    /// rest of its ring stays free for commits and reads; the pass goes on
+    /// at a later call, once some complete). Returns the operations
+    /// submitted. A shard with more queues than that cap had visited only
+    /// the first 512 per flush interval, so each queue waited several
+    /// intervals for its turn, holding its entries in memory meanwhile.
+    ///
+    /// # Errors
+    /// The first queue's flush error (the queues after it wait for the next
+    /// call).
+    pub fn continue_flush<D: Disk + ?Sized>(
+        &mut self,
+        disk: &mut D,
+    ) -> Result<usize, StorageError> {
         let count = self.queues.len();
+        if count == 0 {
+            self.pass_left = 0;
+        }
         let mut submitted = 0;
-        for step in 0..count {
-            let index = (self.flush_cursor + step) % count;
+        while self.pass_left > 0 {
             if disk.in_flight() >= CONSUME_QUEUE_FLUSH_DISK_IN_FLIGHT_MAX {
-                self.flush_cursor = index;
                 return Ok(submitted);
             }
+            let index = self.flush_cursor % count;
+            self.flush_cursor = (index + 1) % count;
+            self.pass_left -= 1;
             let Some(queue) = self.queues[index].as_mut() else {
                 continue;
             };
@@ -666,8 +699,17 @@ mod tests {
             "{in_flight} operations in flight after one flush"
         );
         assert!(!set.is_clean(), "the flush stopped short");
-        // Later rounds reach the queues the first one did not.
-        settle(&mut disk, &mut set);
+        assert!(set.flush_pass_in_progress());
+        // The pass goes on as operations complete, within the same flush
+        // interval: no second flush_all.
+        for _ in 0..1000 {
+            io_turn(&mut disk, &mut set);
+            set.continue_flush(&mut disk).unwrap();
+            if set.is_idle() && set.is_clean() {
+                break;
+            }
+        }
+        assert!(!set.flush_pass_in_progress());
         assert!(set.iter().all(|q| q.synced_offset() == q.max_offset()));
     }
 
