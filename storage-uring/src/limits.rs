@@ -31,14 +31,17 @@ pub const TAIL_CACHE_SIZE: usize = 64 * 1024 * 1024;
 /// it with the thorough ConsumeQueue flush, every 60 s; ours is cheap).
 pub const CHECKPOINT_INTERVAL_MS_DEFAULT: u64 = 1_000;
 
-/// Default ConsumeQueue write-behind period (`flushIntervalConsumeQueue`;
-/// RocketMQ's is 1 s). Each flush writes the queues' new entries through the
-/// page cache and fdatasyncs them: at 1 s, SYNC_FLUSH at ~1 M appends/s met
-/// a 20 MB burst with its journal commit every second and lost 20–70 % of
-/// its throughput in some runs (docs/BENCHMARKS.md, fourth session); at
-/// 100 ms the bursts are a tenth of that, and the durable points recovery
-/// starts from trail the log by a tenth as much.
-pub const CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT: u64 = 100;
+/// Default ConsumeQueue (and index) write-behind period
+/// (`flushIntervalConsumeQueue`, RocketMQ's 1 s). Each flush writes every
+/// queue's new entries through the page cache and fdatasyncs them, a
+/// write and an fdatasync per queue: at 100 ms (the default from the
+/// fourth session to the twenty-second) 4,000 queues asked for 80,000
+/// operations a second and storage-bench's appends over them ran at half
+/// the rate with a p99 of 15 ms. A hot queue does not wait for the
+/// interval ([`CONSUME_QUEUE_FLUSH_EARLY_BYTES_DEFAULT`]), so the 20 MB
+/// bursts that a 1 s period once meant for one queue at ~1 M appends/s
+/// (docs/BENCHMARKS.md, fourth session) do not come back.
+pub const CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT: u64 = 1000;
 
 /// Unwritten ConsumeQueue bytes at which a queue is flushed at once rather
 /// than at the next interval, so one hot queue never meets the disk with more

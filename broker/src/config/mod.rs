@@ -237,7 +237,7 @@ pub struct BrokerConfig {
     /// `flushIntervalCommitLog`: ASYNC_FLUSH fdatasync interval.
     pub flush_interval_commit_log_ms: u64,
     /// `flushIntervalConsumeQueue`: ConsumeQueue and index write-behind
-    /// interval (ringmq's default is 100 ms, RocketMQ's 1 s).
+    /// interval (1 s, as RocketMQ's).
     pub flush_interval_consume_queue_ms: u64,
     /// `commitLogRecycleSegments` (ringmq): CommitLog segments retention
     /// retires that are kept as spares and renamed into later segments.
@@ -1062,15 +1062,15 @@ mod tests {
     #[test]
     fn store_flush_and_recycling_keys_are_read() {
         let defaults = load("").unwrap();
-        assert_eq!(defaults.flush_interval_consume_queue_ms, 100);
+        assert_eq!(defaults.flush_interval_consume_queue_ms, 1000);
         assert_eq!(defaults.commit_log_recycle_segments, 2);
         assert_eq!(defaults.commit_log_remove_step_bytes, 0);
         let config = load(
-            "flushIntervalConsumeQueue=1000\ncommitLogRecycleSegments=0\n\
+            "flushIntervalConsumeQueue=100\ncommitLogRecycleSegments=0\n\
              commitLogRemoveStepBytes=67108864",
         )
         .unwrap();
-        assert_eq!(config.flush_interval_consume_queue_ms, 1000);
+        assert_eq!(config.flush_interval_consume_queue_ms, 100);
         assert_eq!(config.commit_log_recycle_segments, 0);
         assert_eq!(config.commit_log_remove_step_bytes, 64 << 20);
         assert!(load("commitLogRemoveStepBytes=-1").is_err());
