@@ -1943,6 +1943,13 @@ mod tests {
         assert_eq!(q.max_offset(), 2);
     }
 
+    fn wholly_on_view(q: &ConsumeQueue) -> Vec<bool> {
+        q.files
+            .iter()
+            .map(|f| f.image.is_wholly_on_view())
+            .collect()
+    }
+
     #[test]
     fn full_files_written_and_synced_are_read_through_views() {
         let mut d = disk(40);
@@ -1953,12 +1960,7 @@ mod tests {
         settle(&mut d, &mut q);
         // The files behind the last leave memory at the next flush.
         q.flush(&mut d).unwrap();
-        let on_view: Vec<bool> = q
-            .files
-            .iter()
-            .map(|f| f.image.is_wholly_on_view())
-            .collect();
-        assert_eq!(on_view, [true, true, false]);
+        assert_eq!(wholly_on_view(&q), [true, true, false]);
         // The last file (6 entries) gave up its one whole chunk (5 entries
         // in unit tests).
         assert_eq!(q.files[2].image.view_len(), 5 * CQ_ENTRY_SIZE);
@@ -1967,12 +1969,7 @@ mod tests {
         // A store opening maps every file, the last one's entries too.
         let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(41));
         let mut q = load_small(&mut d);
-        let on_view: Vec<bool> = q
-            .files
-            .iter()
-            .map(|f| f.image.is_wholly_on_view())
-            .collect();
-        assert_eq!(on_view, [true, true, true]);
+        assert_eq!(wholly_on_view(&q), [true, true, true]);
         assert_eq!(q.entries(0, 64), all);
         // A cut inside a file on a view brings it back into memory, keeping
         // the entries before the cut.
