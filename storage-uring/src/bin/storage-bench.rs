@@ -1468,13 +1468,7 @@ impl Timeline {
 
 /// User and system CPU seconds of the calling thread so far.
 fn thread_cpu_time() -> anyhow::Result<(f64, f64)> {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: `getrusage` only writes the `rusage` it is given, which lives
-    // on this stack frame for the whole call.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) };
-    ensure!(rc == 0, "getrusage: {}", std::io::Error::last_os_error());
-    // SAFETY: a successful `getrusage` filled the whole struct.
-    let usage = unsafe { usage.assume_init() };
+    let usage = rusage(libc::RUSAGE_THREAD)?;
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Ok((seconds(usage.ru_utime), seconds(usage.ru_stime)))
 }
@@ -1483,13 +1477,18 @@ fn thread_cpu_time() -> anyhow::Result<(f64, f64)> {
 /// `ru_maxrss`, KiB): the stores' memory, which the floor phase before them
 /// barely adds to.
 fn process_max_rss_mb() -> anyhow::Result<f64> {
+    Ok(rusage(libc::RUSAGE_SELF)?.ru_maxrss as f64 * 1024.0 / 1e6)
+}
+
+/// `getrusage(who)`: of the calling thread or of the whole process.
+fn rusage(who: libc::c_int) -> anyhow::Result<libc::rusage> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: as in `thread_cpu_time`.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    // SAFETY: `getrusage` only writes the `rusage` it is given, which lives
+    // on this stack frame for the whole call.
+    let rc = unsafe { libc::getrusage(who, usage.as_mut_ptr()) };
     ensure!(rc == 0, "getrusage: {}", std::io::Error::last_os_error());
     // SAFETY: a successful `getrusage` filled the whole struct.
-    let usage = unsafe { usage.assume_init() };
-    Ok(usage.ru_maxrss as f64 * 1024.0 / 1e6)
+    Ok(unsafe { usage.assume_init() })
 }
 
 /// The process's anonymous resident memory now, in MB (`RssAnon` of
