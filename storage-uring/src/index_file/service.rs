@@ -468,13 +468,15 @@ impl IndexService {
             return Ok(0);
         }
         let slots = writes_slots(last, last, file);
-        match file.flush(disk, &self.dir, slots) {
-            Ok(n) => Ok(n),
+        let submitted = match file.flush(disk, &self.dir, slots) {
+            Ok(n) => n,
             Err(error) => {
                 record_error(&mut self.errors, &mut self.error_count, &file.name, error);
-                Ok(0)
+                0
             }
-        }
+        };
+        self.release_given_up();
+        Ok(submitted)
     }
 
     fn flush_files<D: Disk + ?Sized>(
@@ -501,12 +503,23 @@ impl IndexService {
                 }
             }
         }
+        self.release_given_up();
+        Ok(submitted)
+    }
+
+    /// Frees up to [`INDEX_RELEASE_PAGES_PER_FLUSH`] pages of the images
+    /// given up for views. Each flush does, periodic or early: early
+    /// flushes come with the keys, so images given up every few seconds
+    /// under a steady stream of keys are freed as fast as they come, while
+    /// the periodic flush (once a second since the twenty-second session)
+    /// alone freed 8 MiB a second against 40 MB of images a second at two
+    /// million keys a second.
+    fn release_given_up(&mut self) {
         if let Some(image) = self.releasing.last_mut()
             && !image.release_pages(INDEX_RELEASE_PAGES_PER_FLUSH)
         {
             self.releasing.pop();
         }
-        Ok(submitted)
     }
 
     /// Handles a completion tagged [`crate::disk::OpTag::IndexFile`]; gives
@@ -1176,6 +1189,21 @@ mod tests {
         assert!(index.files()[0].is_on_view());
         assert_eq!(index.files()[0].allocated_pages(), 0);
         // Its image had fewer pages than one round frees: gone already.
+        assert!(index.releasing.is_empty());
+        // A larger one goes a bounded number of pages at each flush, early
+        // ones too.
+        let mut big = SparseImage::new((2 * INDEX_RELEASE_PAGES_PER_FLUSH + 1) * image::PAGE_SIZE);
+        for page in 0..2 * INDEX_RELEASE_PAGES_PER_FLUSH + 1 {
+            big.write(page * image::PAGE_SIZE, &[1]);
+        }
+        index.releasing.push(big);
+        index.flush_early(&mut disk, 0).unwrap();
+        assert_eq!(
+            index.releasing[0].allocated_pages(),
+            INDEX_RELEASE_PAGES_PER_FLUSH + 1
+        );
+        index.flush_early(&mut disk, 0).unwrap();
+        index.flush_early(&mut disk, 0).unwrap();
         assert!(index.releasing.is_empty());
         assert!(!index.files()[1].is_on_view());
         assert_eq!(wide_answers(&index, 300), expected);
