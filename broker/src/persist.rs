@@ -24,6 +24,10 @@
 //! `consumerOffset.json`. Neither blocks on I/O: content goes into a slot (one
 //! per file, one per shard for offsets) guarded by a mutex that the thread
 //! holds only to swap slots, never while writing.
+//! [`PersisterHandle::write`] returns a [`WriteTicket`]; its
+//! [`TicketState`] says when that content (or newer content of the file) is
+//! on disk, and [`PersisterHandle::on_batch_done`] wakes whoever waits for it
+//! (shard 0 holds the answers of topic and group changes until then).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -435,10 +439,54 @@ pub struct PersisterStatus {
     pub last_error: Option<String>,
 }
 
+/// One [`PersisterHandle::write`]: which file, and the hand-in's
+/// generation. Ask [`PersisterHandle::ticket_state`] whether that content
+/// (or newer content of the same file) is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteTicket {
+    file: ConfigFile,
+    generation: u64,
+}
+
+impl WriteTicket {
+    /// The file the ticket's content goes to.
+    pub fn file(&self) -> ConfigFile {
+        self.file
+    }
+}
+
+/// Where a [`WriteTicket`]'s content is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TicketState {
+    /// Not written yet.
+    Pending,
+    /// On disk (fsynced and renamed into place): that content or newer.
+    Written,
+    /// The latest attempt failed; the content stays pending and is retried.
+    /// The error names the step, path and errno.
+    Failed(String),
+}
+
+/// What a file's slot knows about its writes, by generation.
+#[derive(Debug, Default, Clone)]
+struct FileProgress {
+    /// Newest generation on disk.
+    written: u64,
+    /// Newest generation whose write failed, and why.
+    failed: Option<(u64, String)>,
+}
+
+/// Called by the persist thread after each batch it tried; see
+/// [`PersisterHandle::on_batch_done`].
+type BatchDone = Arc<dyn Fn() + Send + Sync>;
+
 /// Everything waiting for the thread, behind one mutex.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Pending {
-    files: [Option<Vec<u8>>; ConfigFile::ALL.len()],
+    /// Content waiting per file, with the generation it was handed in at.
+    files: [Option<(u64, Vec<u8>)>; ConfigFile::ALL.len()],
+    progress: [FileProgress; ConfigFile::ALL.len()],
+    batch_done: Option<BatchDone>,
     /// Latest offsets per shard; kept after writing, since every write of
     /// `consumerOffset.json` merges all shards.
     shard_offsets: BTreeMap<u16, Arc<ConsumerOffsetFile>>,
@@ -448,6 +496,25 @@ struct Pending {
     generation: u64,
     stopping: bool,
     status: PersisterStatus,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field(
+                "files",
+                &self
+                    .files
+                    .each_ref()
+                    .map(|slot| slot.as_ref().map(|(g, c)| (*g, c.len()))),
+            )
+            .field("progress", &self.progress)
+            .field("offsets_dirty", &self.offsets_dirty)
+            .field("generation", &self.generation)
+            .field("stopping", &self.stopping)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Pending {
@@ -477,9 +544,10 @@ pub struct Persister {
     shared: Arc<Shared>,
 }
 
-/// A batch taken from the slots: file contents, and shard offsets to merge.
+/// A batch taken from the slots: file contents with their generations, and
+/// shard offsets to merge.
 type Batch = (
-    Vec<(ConfigFile, Vec<u8>)>,
+    Vec<(ConfigFile, u64, Vec<u8>)>,
     Option<Vec<Arc<ConsumerOffsetFile>>>,
 );
 
@@ -544,6 +612,10 @@ impl Persister {
                 (take_batch(&mut pending), pending.stopping)
             };
             let result = self.write_batch(batch);
+            let batch_done = self.shared.lock().batch_done.clone();
+            if let Some(batch_done) = batch_done {
+                batch_done();
+            }
             if stopping {
                 return result;
             }
@@ -554,9 +626,9 @@ impl Persister {
     /// content arrived. Returns the first error.
     fn write_batch(&self, (files, offsets): Batch) -> Result<(), PersistError> {
         let mut outcomes = Vec::with_capacity(files.len() + 1);
-        for (file, content) in files {
+        for (file, generation, content) in files {
             let result = self.dir.write_atomic(file, &content);
-            outcomes.push((file, content, result));
+            outcomes.push((file, generation, content, result));
         }
         let offsets_result = offsets.map(|shards| {
             let merged = merge_offset_files(shards.iter().map(Arc::as_ref));
@@ -568,14 +640,19 @@ impl Persister {
         let mut first_error = None;
         let mut failures = 0;
         let mut pending = self.shared.lock();
-        for (file, content, result) in outcomes {
+        for (file, generation, content, result) in outcomes {
             match result {
-                Ok(()) => pending.status.writes_completed += 1,
+                Ok(()) => {
+                    pending.status.writes_completed += 1;
+                    let progress = &mut pending.progress[file.slot()];
+                    progress.written = progress.written.max(generation);
+                }
                 Err(error) => {
                     let slot = &mut pending.files[file.slot()];
                     if slot.is_none() {
-                        *slot = Some(content);
+                        *slot = Some((generation, content));
                     }
+                    pending.progress[file.slot()].failed = Some((generation, error.to_string()));
                     record_failure(&mut pending.status, &error);
                     failures += 1;
                     first_error.get_or_insert(error);
@@ -606,7 +683,7 @@ fn take_batch(pending: &mut Pending) -> Batch {
         .filter_map(|&file| {
             pending.files[file.slot()]
                 .take()
-                .map(|content| (file, content))
+                .map(|(generation, content)| (file, generation, content))
         })
         .collect();
     let offsets = if std::mem::take(&mut pending.offsets_dirty) {
@@ -652,24 +729,60 @@ impl PersisterHandle {
     /// For [`ConfigFile::ConsumerOffsets`] use either this (one table for
     /// the whole broker) or [`PersisterHandle::offsets`], not both: the
     /// latest call decides the next write.
-    pub fn write(&self, file: ConfigFile, content: Vec<u8>) {
+    ///
+    /// The ticket tells when this content (or newer content of `file`) is
+    /// on disk: a change acknowledged to a client is answered only then, as
+    /// Java's managers persist before they answer. Content handed in after
+    /// the thread stopped is not written; its ticket fails.
+    pub fn write(&self, file: ConfigFile, content: Vec<u8>) -> WriteTicket {
         let mut pending = self.inner.shared.lock();
+        pending.generation += 1;
+        let generation = pending.generation;
+        let ticket = WriteTicket { file, generation };
         if pending.stopping {
             pending.status.writes_after_stop += 1;
+            pending.progress[file.slot()].failed =
+                Some((generation, format!("{PERSIST_THREAD_NAME} has stopped")));
             tracing::warn!(
                 file = file.file_name(),
                 "config write after the persister stopped"
             );
-            return;
+            return ticket;
         }
         if file == ConfigFile::ConsumerOffsets {
             pending.offsets_dirty = false;
         }
-        if pending.files[file.slot()].replace(content).is_some() {
+        if pending.files[file.slot()]
+            .replace((generation, content))
+            .is_some()
+        {
             pending.status.writes_coalesced += 1;
         }
-        pending.generation += 1;
         self.inner.shared.wake.notify_one();
+        ticket
+    }
+
+    /// Whether `ticket`'s content is on disk yet.
+    pub fn ticket_state(&self, ticket: WriteTicket) -> TicketState {
+        let pending = self.inner.shared.lock();
+        let progress = &pending.progress[ticket.file.slot()];
+        if progress.written >= ticket.generation {
+            return TicketState::Written;
+        }
+        match &progress.failed {
+            Some((generation, error)) if *generation >= ticket.generation => {
+                TicketState::Failed(error.clone())
+            }
+            _ => TicketState::Pending,
+        }
+    }
+
+    /// Has the thread call `batch_done` after each batch it tried to write
+    /// (from the thread, without the lock held): a shard holding answers
+    /// for [`PersisterHandle::ticket_state`] wakes its ring with it.
+    /// Replaces an earlier callback.
+    pub fn on_batch_done(&self, batch_done: impl Fn() + Send + Sync + 'static) {
+        self.inner.shared.lock().batch_done = Some(Arc::new(batch_done));
     }
 
     /// Queues shard `shard`'s consumer offsets; `consumerOffset.json` is
@@ -1166,6 +1279,65 @@ mod tests {
         );
         assert_eq!(handle.status().files_failing, 0);
         assert!(!persister.shared.lock().has_work());
+    }
+
+    #[test]
+    fn a_ticket_is_written_once_its_content_or_newer_is_on_disk_and_failed_while_it_fails() {
+        let temp = TempDir::new("tickets");
+        let blocker = temp.0.join("config");
+        fs::write(&blocker, b"a file where the directory belongs").unwrap();
+        let dir = temp.config();
+        let (handle, persister) = unthreaded(&dir);
+        let first = handle.write(ConfigFile::Topics, b"first".to_vec());
+        let groups = handle.write(ConfigFile::SubscriptionGroups, b"g".to_vec());
+        assert_eq!(handle.ticket_state(first), TicketState::Pending);
+        assert!(step(&persister).is_err());
+        let TicketState::Failed(error) = handle.ticket_state(first) else {
+            panic!("{:?}", handle.ticket_state(first));
+        };
+        assert!(error.contains("config"), "{error}");
+        assert!(matches!(
+            handle.ticket_state(groups),
+            TicketState::Failed(_)
+        ));
+
+        // Newer content written covers the older ticket too; the other
+        // file's ticket waits for its own write.
+        fs::remove_file(&blocker).unwrap();
+        let second = handle.write(ConfigFile::Topics, b"second".to_vec());
+        assert_eq!(handle.ticket_state(second), TicketState::Pending);
+        step(&persister).unwrap();
+        assert_eq!(handle.ticket_state(first), TicketState::Written);
+        assert_eq!(handle.ticket_state(second), TicketState::Written);
+        assert_eq!(handle.ticket_state(groups), TicketState::Written);
+        assert_eq!(
+            fs::read(dir.file_path(ConfigFile::Topics)).unwrap(),
+            b"second"
+        );
+        assert_eq!(
+            fs::read(dir.file_path(ConfigFile::SubscriptionGroups)).unwrap(),
+            b"g"
+        );
+        let third = handle.write(ConfigFile::Topics, b"third".to_vec());
+        assert_eq!(handle.ticket_state(third), TicketState::Pending);
+    }
+
+    #[test]
+    fn the_thread_calls_back_after_each_batch_and_a_write_after_stop_fails_its_ticket() {
+        let temp = TempDir::new("callback");
+        let handle = Persister::spawn(temp.config()).unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        handle.on_batch_done(move || {
+            let _ = done_tx.send(());
+        });
+        let ticket = handle.write(ConfigFile::Topics, b"{}".to_vec());
+        done_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        assert_eq!(handle.ticket_state(ticket), TicketState::Written);
+        let other = handle.clone();
+        handle.flush_and_stop().unwrap();
+        let late = other.write(ConfigFile::Topics, b"late".to_vec());
+        assert!(matches!(other.ticket_state(late), TicketState::Failed(_)));
+        assert_eq!(other.status().writes_after_stop, 1);
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use bytes::Bytes;
 use common::{Broker, Client, fresh_store, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
@@ -23,7 +24,10 @@ use ringmq_protocol::header::{
     QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader,
     SendMessageResponseHeader,
 };
-use ringmq_protocol::json::KvTable;
+use ringmq_protocol::json::{
+    JsonStyle, KvTable, SubscriptionGroupConfig, SubscriptionGroupWrapper,
+    TopicConfigSerializeWrapper,
+};
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
 /// Starts the broker on `store` with `shards` shards; None (skip) when
@@ -316,6 +320,92 @@ fn a_deleted_topic_created_again_serves_only_its_new_messages_also_after_a_resta
     };
     let mut client = broker.connect();
     only_new(&mut client);
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn acknowledged_topic_and_group_changes_and_auto_created_topics_survive_a_kill_9() {
+    let store = fresh_store("config-kill9");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    // Two connections: one likely on each shard, so answers also cross
+    // from shard 0 (the control plane) to the connection's shard.
+    let mut clients = [broker.connect(), broker.connect()];
+    for index in 0..16 {
+        let client = &mut clients[index % 2];
+        client.create_topic(&format!("Kept{index}"), 2);
+        if index % 4 == 0 {
+            let mut body = Vec::new();
+            SubscriptionGroupConfig::new(&format!("kept-group-{index}"))
+                .to_json(&mut body, JsonStyle::Java);
+            client.call_ok(
+                RemotingCommand::new_request(
+                    request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                    ExtFields::new(),
+                )
+                .with_body(Bytes::from(body)),
+            );
+        }
+    }
+    clients[1].call_ok(RemotingCommand::new_request(
+        request_code::DELETE_TOPIC_IN_BROKER,
+        DeleteTopicRequestHeader {
+            topic: "Kept15".to_owned(),
+        }
+        .to_ext_fields(),
+    ));
+    // Sends that create their topics (from TBW102) are acknowledged too.
+    for index in 0..8 {
+        clients[index % 2].send(&format!("AutoMade{index}"), 0, b"auto");
+    }
+    // At once: the answers above promised the changes are on disk.
+    drop(clients);
+    broker.kill_nine();
+
+    let broker = start(&store, 2).unwrap();
+    let mut client = broker.connect();
+    let topics = client.call_ok(RemotingCommand::new_request(
+        request_code::GET_ALL_TOPIC_CONFIG,
+        ExtFields::new(),
+    ));
+    let topics = TopicConfigSerializeWrapper::from_json(topics.body_bytes()).unwrap();
+    let kept: Vec<String> = (0..15).map(|index| format!("Kept{index}")).collect();
+    for topic in &kept {
+        let config = topics.topic_config_table.get(topic);
+        assert_eq!(
+            config.map(|config| config.write_queue_nums),
+            Some(2),
+            "{topic} after the kill -9"
+        );
+    }
+    assert!(
+        !topics.topic_config_table.contains_key("Kept15"),
+        "the deleted topic came back"
+    );
+    for index in 0..8 {
+        let topic = format!("AutoMade{index}");
+        assert!(
+            topics.topic_config_table.contains_key(&topic),
+            "{topic}, created by a send, after the kill -9"
+        );
+        let (code, _, bodies) = client.pull(&topic, 0, 0, None);
+        assert_eq!(code, response_code::SUCCESS, "{topic}, created by a send");
+        assert_eq!(bodies, vec![b"auto".to_vec()]);
+    }
+    let groups = client.call_ok(RemotingCommand::new_request(
+        request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        ExtFields::new(),
+    ));
+    let groups = SubscriptionGroupWrapper::from_json(groups.body_bytes()).unwrap();
+    for index in (0..16).step_by(4) {
+        let group = format!("kept-group-{index}");
+        assert!(
+            groups.subscription_group_table.contains_key(&group),
+            "{group} after the kill -9"
+        );
+    }
     drop(client);
     assert!(broker.stop().success());
 }

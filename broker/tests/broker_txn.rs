@@ -163,11 +163,14 @@ impl Client {
     fn pull_until(&mut self, topic: &str, queue_id: i32, want: usize) -> Vec<(String, Vec<u8>)> {
         let start = Instant::now();
         loop {
-            let (_, records) = self.pull(topic, queue_id, "TAG", "*");
+            let (code, records) = self.pull(topic, queue_id, "TAG", "*");
             if records.len() >= want {
                 return records;
             }
-            assert!(start.elapsed() < DEADLINE, "only {records:?} arrived");
+            assert!(
+                start.elapsed() < DEADLINE,
+                "only {records:?} arrived (last pull answered {code})"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -16,6 +16,16 @@
 //! # Invariants
 //! - Shard 0's own snapshots are replaced in the same call that changes a
 //!   table, so a request shard 0 executes next sees the change.
+//! - A request that changed `topics.json` or `subscriptionGroup.json` is
+//!   answered only once the persister has written the change (or failed to:
+//!   then with SYSTEM_ERROR naming the error), as Java's managers persist
+//!   before they answer; an acknowledged topic survives a kill -9 that
+//!   follows the answer. A send that created its topic is stored only once
+//!   `topics.json` is written (after a failed write too: the topic exists
+//!   and the write is retried), so its acknowledged message is not left in
+//!   a topic a crash forgets. File I/O stays off the shard: the answer or
+//!   the send waits in [`ControlPlane`]'s list, and the persister wakes the
+//!   ring after each batch.
 //! - A subscription snapshot is published only when it differs from the
 //!   last one published.
 
@@ -33,7 +43,7 @@ use super::{ShardHandler, response};
 use crate::client_registry::{
     CHANNEL_SCAN_INTERVAL_MS, ChannelId, ClientRegistry, ControlView, Notification, Peer,
 };
-use crate::persist::{ConfigFile, PersisterHandle};
+use crate::persist::{ConfigFile, PersisterHandle, TicketState, WriteTicket};
 use crate::queue_lock::QueueLockTable;
 use crate::runtime_info::{RuntimeStats, runtime_info_body};
 use crate::server::ConnectionId;
@@ -46,6 +56,25 @@ pub(crate) struct RuntimeQuery {
     reply: super::link::ReplyTo,
     merged: RuntimeStats,
     missing: u16,
+}
+
+/// Work held until the config files a request changed are on disk.
+#[derive(Debug)]
+pub(crate) struct AwaitingPersist {
+    tickets: Vec<WriteTicket>,
+    then: AfterPersist,
+}
+
+/// What is done once an [`AwaitingPersist`]'s tickets are settled.
+#[derive(Debug)]
+pub(crate) enum AfterPersist {
+    /// Answer a control request.
+    Answer {
+        reply: super::link::ReplyTo,
+        answer: RemotingCommand,
+    },
+    /// Go on with a send whose topic was just created.
+    Dispatch(Box<Request>),
 }
 
 /// How often expired queue locks are dropped.
@@ -67,6 +96,8 @@ pub struct ControlPlane {
     pub(crate) txn: Option<super::transaction::TxnState>,
     last_client_scan_ms: i64,
     last_lock_scan_ms: i64,
+    /// Answers waiting for the persister (see the module invariants).
+    awaiting_persist: Vec<AwaitingPersist>,
 }
 
 impl ControlPlane {
@@ -88,6 +119,7 @@ impl ControlPlane {
             txn: None,
             last_client_scan_ms: now_ms,
             last_lock_scan_ms: now_ms,
+            awaiting_persist: Vec::new(),
         }
     }
 
@@ -145,10 +177,11 @@ impl ShardHandler {
             .expect("control requests are routed to shard 0")
     }
 
-    /// Publishes the tables after a change.
-    pub(crate) fn publish_topics(&mut self, change: &TopicTableChange) {
+    /// Publishes the tables after a change; the ticket of the
+    /// `topics.json` write (None when nothing changed or nothing persists).
+    pub(crate) fn publish_topics(&mut self, change: &TopicTableChange) -> Option<WriteTicket> {
         if change.is_empty() {
-            return;
+            return None;
         }
         let snapshot = self.control().topics.snapshot();
         self.topics = snapshot.clone();
@@ -165,9 +198,9 @@ impl ShardHandler {
         if let Some(registrar) = &control.registrar {
             let _ = registrar.send(snapshot);
         }
-        if let Some(persister) = &self.persister {
-            persister.write(ConfigFile::Topics, control.topics.encode_file());
-        }
+        self.persister
+            .as_ref()
+            .map(|persister| persister.write(ConfigFile::Topics, control.topics.encode_file()))
     }
 
     /// A deleted topic's consumer offsets and ConsumeQueues on this shard
@@ -196,12 +229,13 @@ impl ShardHandler {
         }
     }
 
-    fn publish_groups(&mut self, change: &GroupTableChange) {
+    /// As [`ShardHandler::publish_topics`], for `subscriptionGroup.json`.
+    fn publish_groups(&mut self, change: &GroupTableChange) -> Option<WriteTicket> {
         if change.updated.is_empty()
             && change.deleted.is_empty()
             && change.clean_offsets_of.is_empty()
         {
-            return;
+            return None;
         }
         let snapshot = self.control().groups.snapshot();
         self.groups = snapshot.clone();
@@ -215,9 +249,9 @@ impl ShardHandler {
             self.offsets.remove_group(group);
         }
         let control = self.control.as_ref().expect("shard 0");
-        if let Some(persister) = &self.persister {
-            persister.write(ConfigFile::SubscriptionGroups, control.groups.encode_file());
-        }
+        self.persister.as_ref().map(|persister| {
+            persister.write(ConfigFile::SubscriptionGroups, control.groups.encode_file())
+        })
     }
 
     fn publish_subscriptions(&mut self, now_ms: i64) {
@@ -243,6 +277,7 @@ impl ShardHandler {
     /// A client or admin command on shard 0.
     pub(crate) fn control_request(&mut self, request: Box<Request>, now_ms: i64) {
         let cmd = &request.cmd;
+        let mut tickets = Vec::new();
         let answer = match cmd.code {
             request_code::HEART_BEAT
             | request_code::UNREGISTER_CLIENT
@@ -268,8 +303,8 @@ impl ShardHandler {
                     group_change.updated.extend(change.groups.updated);
                     group_change.deleted.extend(change.groups.deleted);
                 }
-                self.publish_topics(&topic_change);
-                self.publish_groups(&group_change);
+                tickets.extend(self.publish_topics(&topic_change));
+                tickets.extend(self.publish_groups(&group_change));
                 self.notify(outcome.notifications);
                 self.publish_subscriptions(now_ms);
                 outcome.response
@@ -288,7 +323,7 @@ impl ShardHandler {
                 let Some(outcome) = self.control().topics.handle(cmd, now_ms) else {
                     unreachable!("the topic table serves the codes routed to it");
                 };
-                self.publish_topics(&outcome.change);
+                tickets.extend(self.publish_topics(&outcome.change));
                 outcome.response
             }
             request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
@@ -297,7 +332,7 @@ impl ShardHandler {
                 let Some(outcome) = self.control().groups.handle(cmd, now_ms) else {
                     unreachable!("the group table serves the codes routed to it");
                 };
-                self.publish_groups(&outcome.change);
+                tickets.extend(self.publish_groups(&outcome.change));
                 outcome.response
             }
             request_code::GET_BROKER_RUNTIME_INFO => return self.runtime_info(request, now_ms),
@@ -314,7 +349,79 @@ impl ShardHandler {
             ),
         };
         let reply = request.reply;
-        self.reply(reply, answer);
+        if tickets.is_empty() || answer.code != response_code::SUCCESS {
+            return self.reply(reply, answer);
+        }
+        self.await_persist(tickets, AfterPersist::Answer { reply, answer }, now_ms);
+    }
+
+    /// Holds `then` until `tickets` are settled (done at once if they are).
+    pub(crate) fn await_persist(
+        &mut self,
+        tickets: Vec<WriteTicket>,
+        then: AfterPersist,
+        now_ms: i64,
+    ) {
+        self.control()
+            .awaiting_persist
+            .push(AwaitingPersist { tickets, then });
+        self.release_persisted(now_ms);
+    }
+
+    /// Whether answers are waiting for the persister.
+    pub(crate) fn awaits_persist(&self) -> bool {
+        self.control
+            .as_ref()
+            .is_some_and(|control| !control.awaiting_persist.is_empty())
+    }
+
+    /// Goes on with the held work whose config files are now on disk. A
+    /// failed write turns a held answer into SYSTEM_ERROR (the change is in
+    /// effect in memory and its write is retried, but a crash would undo
+    /// it); a held send goes on all the same.
+    pub(crate) fn release_persisted(&mut self, now_ms: i64) {
+        if !self.awaits_persist() {
+            return;
+        }
+        let Some(persister) = self.persister.clone() else {
+            return;
+        };
+        let awaiting = std::mem::take(&mut self.control().awaiting_persist);
+        let mut still = Vec::new();
+        for held in awaiting {
+            let mut failure = None;
+            let mut pending = false;
+            for &ticket in &held.tickets {
+                match persister.ticket_state(ticket) {
+                    TicketState::Written => {}
+                    TicketState::Pending => pending = true,
+                    TicketState::Failed(error) => {
+                        failure = Some(format!("{}: {error}", ticket.file().file_name()));
+                    }
+                }
+            }
+            if pending && failure.is_none() {
+                still.push(held);
+                continue;
+            }
+            match held.then {
+                AfterPersist::Answer { reply, answer } => {
+                    let answer = match failure {
+                        Some(failure) => response(
+                            response_code::SYSTEM_ERROR,
+                            format!(
+                                "the change is in effect but not on disk (it is retried; a \
+                                 restart before that undoes it): {failure}"
+                            ),
+                        ),
+                        None => answer,
+                    };
+                    self.reply(reply, answer);
+                }
+                AfterPersist::Dispatch(request) => self.dispatch(request, now_ms),
+            }
+        }
+        self.control().awaiting_persist = still;
     }
 
     /// GET_BROKER_RUNTIME_INFO: this shard's counters now, the others'
@@ -369,7 +476,7 @@ impl ShardHandler {
         &mut self,
         header: &SendMessageRequestHeader,
         now_ms: i64,
-    ) -> Result<(), (i32, String)> {
+    ) -> Result<Option<WriteTicket>, (i32, String)> {
         let control = self.control();
         let change = if super::send::is_dlq_topic(&header.topic) {
             let group = &header.topic[crate::topic_config::DLQ_GROUP_TOPIC_PREFIX.len()..];
@@ -394,8 +501,7 @@ impl ShardHandler {
         if !change.is_empty() {
             tracing::info!(topic = %header.topic, "topic created by a send");
         }
-        self.publish_topics(&change);
-        Ok(())
+        Ok(self.publish_topics(&change))
     }
 
     /// A connection closed (on any shard).

@@ -75,6 +75,9 @@ pub const PENDING_ACK_POLL: Duration = Duration::from_millis(10);
 /// Wait bound otherwise: the store's periodic work (flush interval,
 /// ConsumeQueue write-behind, checkpoint) runs at least this often.
 pub const STORE_IDLE_POLL: Duration = Duration::from_millis(100);
+/// Wait bound while answers wait for the persister, in case its wake-up
+/// (after each batch) is lost.
+pub const PERSIST_ANSWER_POLL: Duration = Duration::from_millis(10);
 
 /// Wait bound while messages for a full inbox wait in a backlog.
 pub const BACKLOG_RETRY: Duration = Duration::from_millis(1);
@@ -665,6 +668,7 @@ impl RequestHandler for ShardHandler {
         self.run_delay(now_ms); // wired by schedule
         self.run_timer(now_ms); // wired by schedule
         self.expire_held(now_ms);
+        self.release_persisted(now_ms);
         if let Some(links) = &mut self.links {
             links.flush();
         }
@@ -691,6 +695,10 @@ impl RequestHandler for ShardHandler {
         }
         if let Some(until) = self.timer_wait_bound(crate::shard::runtime::wall_clock_ms()) {
             bound = bound.min(until); // wired by schedule
+        }
+        if self.awaits_persist() {
+            // The persister wakes the ring; this only bounds a lost wake-up.
+            bound = bound.min(PERSIST_ANSWER_POLL);
         }
         if let Some(deadline) = self.held.iter().map(|held| held.deadline_ms).min() {
             let now = crate::shard::runtime::wall_clock_ms();

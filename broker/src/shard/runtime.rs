@@ -328,6 +328,13 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
     let mut server = Server::bind_on(server_lane, server_config, handler)
         .map_err(|error| format!("{error:#}"))?;
     let waker = server.waker();
+    if id == 0 {
+        // Shard 0 holds control answers until their config files are written.
+        let wake = waker.clone();
+        start.persister.on_batch_done(move || {
+            let _ = wake.wake();
+        });
+    }
     let ready = Ready {
         port: server.local_addr().port(),
         waker,

@@ -96,7 +96,7 @@ impl DelayOffsetBoard {
     /// persister, under the board's lock (see the module invariants).
     pub fn publish(&self, levels: &[(i32, i64)], persister: &PersisterHandle) {
         self.publish_with(levels, |content| {
-            persister.write(ConfigFile::DelayOffsets, content)
+            persister.write(ConfigFile::DelayOffsets, content);
         });
     }
 

@@ -44,6 +44,7 @@ use ringmq_protocol::message::{
 use ringmq_storage::error::StorageError;
 use ringmq_storage::store::{AckStatus, AppendAck, AppendMessage};
 
+use super::control::AfterPersist;
 use super::link::{ReplyTo, Request};
 use super::{ShardHandler, response};
 use crate::features::timer::TimerConfig;
@@ -170,10 +171,17 @@ impl ShardHandler {
                 return self.forward(0, request);
             }
             match self.control_resolve_send_topic(&header, now_ms) {
-                Ok(()) if self.topics.contains(&header.topic) => {
-                    return self.dispatch(request, now_ms);
+                Ok(ticket) if self.topics.contains(&header.topic) => {
+                    return match ticket {
+                        Some(ticket) => self.await_persist(
+                            vec![ticket],
+                            AfterPersist::Dispatch(request),
+                            now_ms,
+                        ),
+                        None => self.dispatch(request, now_ms),
+                    };
                 }
-                Ok(()) => {
+                Ok(_) => {
                     let remark = format!("topic[{}] not exist, apply first please!", header.topic);
                     return self.reply(
                         request.reply,
