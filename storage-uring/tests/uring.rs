@@ -1581,6 +1581,83 @@ fn a_full_index_file_is_read_through_a_mapping_of_it() {
     assert_eq!(answers(&loaded), expected);
 }
 
+/// A ConsumeQueue on a real disk leaves memory for mappings of its files:
+/// a full file wholly, the file being filled in whole chunks, both once
+/// written and fdatasynced; reads answer the same, and so does a reload.
+#[test]
+fn consume_queue_entries_leave_memory_for_mappings_once_synced() {
+    use ringmq_storage::consume_queue::{CQ_FILE_ENTRY_COUNT, ConsumeQueue, CqEntry};
+    let Some(mut disk) = disk_or_skip(UringDiskConfig {
+        allow_buffered_fallback: true,
+        ..small_disk_config()
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("cq-views");
+    let root = dir.path("consumequeue");
+    // A full file and 3,000 entries: two whole 1,024-entry chunks and a
+    // partial one.
+    let total = CQ_FILE_ENTRY_COUNT as u64 + 3_000;
+    let entry = |n: u64| CqEntry {
+        commit_log_offset: 1_000 + n * 100,
+        size: 100,
+        tags_code: n as i64,
+    };
+    let mut queue = ConsumeQueue::new(&root, "T", 0).unwrap();
+    for n in 0..total {
+        queue.append(n, entry(n)).unwrap();
+    }
+    let held_at_first = queue.memory_bytes();
+    assert_eq!(held_at_first, total as usize * 20);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Flushes until everything is written and synced, then one more: the
+    // flush after a sync completes hands the synced bytes to the mappings.
+    let mut settled_flushes = 0;
+    while settled_flushes < 2 {
+        assert!(Instant::now() < deadline, "the queue never settled");
+        queue.flush(&mut disk).unwrap();
+        let mut out = Vec::new();
+        disk.poll(&mut out, 64, Wait::AtLeastOne(Duration::from_millis(10)))
+            .unwrap();
+        for completion in out {
+            queue.on_completion(&mut disk, completion);
+        }
+        if queue.is_clean() && queue.is_idle() {
+            settled_flushes += 1;
+        }
+    }
+    assert!(queue.take_errors().is_empty());
+    assert_eq!(queue.file_count(), 2);
+    let held = queue.memory_bytes();
+    assert!(
+        held < 1_024 * 20,
+        "{held} of {held_at_first} bytes still in memory: more than one partial chunk"
+    );
+    let check = |queue: &ConsumeQueue| {
+        for n in [
+            0,
+            1,
+            CQ_FILE_ENTRY_COUNT as u64 - 1,
+            CQ_FILE_ENTRY_COUNT as u64,
+            total - 1,
+        ] {
+            assert_eq!(queue.entry(n), Some(entry(n)), "entry {n}");
+        }
+        let across = queue.entries(CQ_FILE_ENTRY_COUNT as u64 - 2, 4);
+        let want: Vec<CqEntry> = (CQ_FILE_ENTRY_COUNT as u64 - 2..CQ_FILE_ENTRY_COUNT as u64 + 2)
+            .map(entry)
+            .collect();
+        assert_eq!(across, want);
+    };
+    check(&queue);
+    queue.close_files(&mut disk).unwrap();
+    drop(queue);
+    let loaded = ConsumeQueue::load(&mut disk, &root, "T", 0).unwrap();
+    assert_eq!(loaded.max_offset(), total);
+    assert_eq!(loaded.memory_bytes(), 0, "a loaded queue maps every file");
+    check(&loaded);
+}
+
 #[test]
 fn consume_queue_files_on_disk_take_only_the_blocks_written() {
     use ringmq_storage::consume_queue::CQ_FILE_SIZE;

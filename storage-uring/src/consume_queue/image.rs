@@ -9,13 +9,15 @@
 //! a few KiB); every later chunk is allocated at its final size and never
 //! reallocated, so no append copies more than one chunk.
 //!
-//! Written and fdatasynced bytes can leave memory for a read-only view of
-//! the file on disk: a whole full file at once ([`CqImage::from_view`]),
-//! or, in the file still being filled, whole chunks from its start
-//! ([`CqImage::leave_to_view`]). A queue whose file fills slowly, one of
-//! thousands sharing a shard's appends, then holds a chunk or two of its
-//! last file instead of up to the whole 6 MB. A change below the view's end
-//! (a truncation) first copies the viewed bytes back into chunks.
+//! Written and fdatasynced bytes leave memory for a read-only view of the
+//! file on disk in one way, from the file's start: whole chunks while the
+//! file is being filled, and the last, partial chunk too once the file is
+//! full ([`CqImage::leave_end`], [`CqImage::leave_to_view`]); a file loaded
+//! from disk starts wholly on its view ([`CqImage::from_view`]). A queue
+//! whose file fills slowly, one of thousands sharing a shard's appends, then
+//! holds a chunk or two of its last file instead of up to the whole 6 MB,
+//! and a file that fills up keeps the view it had. A change below the view's
+//! end (a truncation) first copies the viewed bytes back into chunks.
 //!
 //! # Invariants
 //! - Bytes `..view_len` are read from the view (`view_len` is 0 without
@@ -105,15 +107,20 @@ impl CqImage {
         }
     }
 
-    /// The end of the whole chunks below `durable` (bytes written and
-    /// fdatasynced): how far [`CqImage::leave_to_view`] may go. The view's
-    /// end when no whole chunk lies between.
-    pub(super) fn chunk_end_below(&self, durable: usize) -> usize {
+    /// How far [`CqImage::leave_to_view`] may go when bytes `..durable`
+    /// are written and fdatasynced: to the end of the whole chunks below
+    /// `durable`, or to the end of the image when it is complete (`len` is
+    /// the file's `size`, so nothing is pushed after it) and all durable.
+    /// The view's end when nothing may leave.
+    pub(super) fn leave_end(&self, durable: usize, size: usize) -> usize {
+        if self.len == size && durable >= size {
+            return self.len;
+        }
         let whole = durable.min(self.len).saturating_sub(self.view_len) / CHUNK_BYTES;
         self.view_len + whole * CHUNK_BYTES
     }
 
-    /// Reads bytes `..end` (from [`CqImage::chunk_end_below`]) from the view
+    /// Reads bytes `..end` (from [`CqImage::leave_end`]) from the view
     /// the image already has, dropping the chunks that held them, if that
     /// view shows them as held (a shared mapping shows what was written
     /// since it was made). False, and nothing changed, otherwise.
@@ -145,23 +152,31 @@ impl CqImage {
         true
     }
 
-    /// Whether `view` holds the chunks' bytes from `view_len` to `end`.
+    /// Whether `view` holds the chunks' bytes from `view_len` to `end` (a
+    /// whole chunk's end, or the image's end).
     fn chunks_match(&self, view: &[u8], end: usize) -> bool {
-        assert!(
-            end >= self.view_len && (end - self.view_len).is_multiple_of(CHUNK_BYTES),
-            "{end} is not a chunk end past {}",
-            self.view_len
-        );
-        let count = (end - self.view_len) / CHUNK_BYTES;
-        assert!(count <= self.chunks.len(), "{end} past the chunks held");
+        let count = self.chunks_to(end);
         self.chunks[..count].iter().enumerate().all(|(i, chunk)| {
             let at = self.view_len + i * CHUNK_BYTES;
-            chunk.len() == CHUNK_BYTES && view.get(at..at + CHUNK_BYTES) == Some(&chunk[..])
+            view.get(at..at + chunk.len()) == Some(&chunk[..])
         })
     }
 
+    /// How many chunks hold the bytes from `view_len` to `end`.
+    fn chunks_to(&self, end: usize) -> usize {
+        assert!(
+            end >= self.view_len
+                && end <= self.len
+                && (end == self.len || (end - self.view_len).is_multiple_of(CHUNK_BYTES)),
+            "{end} is neither a chunk end past {} nor the end ({})",
+            self.view_len,
+            self.len
+        );
+        (end - self.view_len).div_ceil(CHUNK_BYTES)
+    }
+
     fn drop_chunks_to(&mut self, end: usize) {
-        let count = (end - self.view_len) / CHUNK_BYTES;
+        let count = self.chunks_to(end);
         self.chunks.drain(..count);
         self.view_len = end;
     }
@@ -323,7 +338,7 @@ mod tests {
         for n in 0..(2 * CHUNK_ENTRIES + 2) as u32 {
             image.push(&entry(n), size_max);
         }
-        let end = image.chunk_end_below(2 * CHUNK_BYTES + CQ_ENTRY_SIZE);
+        let end = image.leave_end(2 * CHUNK_BYTES + CQ_ENTRY_SIZE, size_max);
         assert_eq!(end, 2 * CHUNK_BYTES);
         assert!(!image.leave_to_current_view(end), "no view yet");
         let mut wrong = file.clone();
@@ -341,7 +356,7 @@ mod tests {
             CHUNK_BYTES,
             "a chunk after a view is allocated whole"
         );
-        let end = image.chunk_end_below(image.len());
+        let end = image.leave_end(image.len(), size_max);
         assert_eq!(end, 3 * CHUNK_BYTES);
         assert!(image.leave_to_current_view(end));
         assert_eq!(image.chunks.len(), 1, "only the last 3 entries held");
@@ -353,6 +368,45 @@ mod tests {
         let mut kept = vec![0u8; CHUNK_BYTES];
         image.copy_to(0, &mut kept);
         assert_eq!(kept, flat[..CHUNK_BYTES]);
+    }
+
+    #[test]
+    fn a_full_file_leaves_wholly_for_the_view_it_has_and_its_last_partial_chunk_too() {
+        // 2.4 chunks of entries in the file.
+        let entries = 2 * CHUNK_ENTRIES + 2;
+        let size_max = entries * CQ_ENTRY_SIZE;
+        let flat: Vec<u8> = (0..entries as u32).flat_map(entry).collect();
+        let mut image = CqImage::default();
+        for n in 0..entries as u32 - 1 {
+            image.push(&entry(n), size_max);
+        }
+        // Not full: only whole chunks may leave, even with all durable.
+        let end = image.leave_end(image.len(), size_max);
+        assert_eq!(end, 2 * CHUNK_BYTES);
+        assert!(image.leave_to_view(FileView::owned(flat.clone()), end));
+        image.push(&entry(entries as u32 - 1), size_max);
+        assert_eq!(
+            image.leave_end(size_max - 1, size_max),
+            end,
+            "not all durable"
+        );
+        assert_eq!(image.leave_end(size_max, size_max), size_max);
+        let mut wrong = flat.clone();
+        wrong[size_max - 1] ^= 1;
+        assert!(!image.leave_to_view(FileView::owned(wrong), size_max));
+        assert!(!image.is_wholly_on_view());
+        assert!(image.leave_to_current_view(size_max));
+        assert!(image.is_wholly_on_view());
+        assert!(image.chunks.is_empty());
+        let mut all = vec![0u8; size_max];
+        image.copy_to(0, &mut all);
+        assert_eq!(all, flat);
+        // A cut below the view's end comes back into chunks.
+        image.truncate(size_max - CQ_ENTRY_SIZE);
+        assert_eq!(image.view_len(), 0);
+        let mut kept = vec![0u8; image.len()];
+        image.copy_to(0, &mut kept);
+        assert_eq!(kept, flat[..size_max - CQ_ENTRY_SIZE]);
     }
 
     proptest! {
@@ -415,7 +469,7 @@ mod tests {
             // Whole chunks below a durable end on a view of the file, the
             // rest in chunks: reads alike, takes pushes, truncates anywhere.
             let mut partial = CqImage::from_bytes(&flat);
-            let end = partial.chunk_end_below(durable);
+            let end = partial.leave_end(durable, size_max);
             prop_assert!(end <= durable.min(flat.len()) && durable.min(flat.len()) - end < CHUNK_BYTES);
             prop_assert!(partial.leave_to_view(FileView::owned(padded), end));
             prop_assert_eq!(partial.view_len(), end);

@@ -804,6 +804,15 @@ impl ConsumeQueue {
             .sum()
     }
 
+    /// Entry bytes held in memory rather than read through a view of their
+    /// file (see `image.rs`); walks every file.
+    pub fn memory_bytes(&self) -> usize {
+        self.files
+            .iter()
+            .map(|f| f.image.len() - f.image.view_len())
+            .sum()
+    }
+
     /// Whether at least `min` bytes in memory are not yet written: as
     /// [`ConsumeQueue::dirty_bytes`` >= min`](ConsumeQueue::dirty_bytes), in
     /// time that does not grow with the queue's files. Unwritten bytes lie in
@@ -971,74 +980,51 @@ impl ConsumeQueue {
         Ok(submitted)
     }
 
-    /// Full files behind the last one that are written and fdatasynced give
-    /// their images up for read-only views of the files (see `image.rs`):
-    /// from the newest such file back to the first one already on a view
-    /// (files are written in order, so older ones went before). The last
-    /// file gives up its whole chunks that are written and fdatasynced. A
-    /// failed mapping is logged and the file stays in memory.
+    /// Written and fdatasynced bytes leave memory for a read-only view of
+    /// their file (see `image.rs`): the last file's whole chunks, and all of
+    /// a full file once it is written and fdatasynced, from the last file
+    /// back to the first one already wholly on a view (files are written in
+    /// order, so older ones went before). A file keeps the view it has when
+    /// that shows the bytes (a shared mapping shows what was written since
+    /// it was made), else gets a new one, compared byte for byte with the
+    /// chunks that leave. A failed or differing mapping is logged and the
+    /// file stays in memory.
     fn leave_memory_where_done<D: Disk + ?Sized>(&mut self, disk: &mut D) {
-        self.leave_memory_in_last(disk);
         let size = self.file_size();
-        for at in (0..self.files.len().saturating_sub(1)).rev() {
+        let last = self.files.len().saturating_sub(1);
+        for at in (0..self.files.len()).rev() {
             let file = &self.files[at];
-            if file.image.is_wholly_on_view() || file.view_failed {
+            if at < last && (file.image.is_wholly_on_view() || file.view_failed) {
                 break;
             }
-            let done = file.image.len() == size
-                && file.written_len == size
-                && file.synced_len == size
-                && file.dirty_end() == size
+            let settled = file.written_len == file.image.len()
+                && file.dirty_end() == file.image.len()
                 && !file.sync_before_write
                 && file.in_flight.is_none();
-            if !done {
+            let end = if at == last || settled {
+                file.image.leave_end(file.synced_len, size)
+            } else {
+                file.image.view_len()
+            };
+            if file.view_failed || file.file.is_none() || end == file.image.view_len() {
                 continue;
             }
             let path = self.dir.join(file.name());
-            let last_entry = *file.image.entry(size / CQ_ENTRY_SIZE - 1);
             let file = &mut self.files[at];
+            if file.image.leave_to_current_view(end) {
+                continue;
+            }
             match disk.map_read_only(&path) {
-                Ok(view) if view.get(size - CQ_ENTRY_SIZE..size) == Some(&last_entry[..]) => {
-                    file.image = image::CqImage::from_view(view, size);
-                }
                 Ok(view) => {
-                    file.view_failed = true;
-                    tracing::warn!(path = %path.display(), len = view.len(), "consume queue file on disk does not end as written; it stays in memory");
+                    if !file.image.leave_to_view(view, end) {
+                        file.view_failed = true;
+                        tracing::warn!(path = %path.display(), "consume queue file on disk differs from what was written; it stays in memory");
+                    }
                 }
                 Err(error) => {
                     file.view_failed = true;
                     tracing::warn!(%error, "consume queue file not mapped; it stays in memory");
                 }
-            }
-        }
-    }
-
-    /// The last file's whole chunks below its fdatasynced end leave memory
-    /// for a view of the file: the view it has when that shows them (a
-    /// mapping shows what was written since it was made), else a new one.
-    fn leave_memory_in_last<D: Disk + ?Sized>(&mut self, disk: &mut D) {
-        let Some(file) = self.files.last_mut() else {
-            return;
-        };
-        let end = file.image.chunk_end_below(file.synced_len);
-        if file.view_failed
-            || file.file.is_none()
-            || end == file.image.view_len()
-            || file.image.leave_to_current_view(end)
-        {
-            return;
-        }
-        let path = self.dir.join(file.name());
-        match disk.map_read_only(&path) {
-            Ok(view) => {
-                if !file.image.leave_to_view(view, end) {
-                    file.view_failed = true;
-                    tracing::warn!(path = %path.display(), "consume queue file on disk differs from what was written; it stays in memory");
-                }
-            }
-            Err(error) => {
-                file.view_failed = true;
-                tracing::warn!(%error, "consume queue file not mapped; it stays in memory");
             }
         }
     }
