@@ -1238,12 +1238,19 @@ mod tests {
         persister.write_batch(batch)
     }
 
-    #[test]
-    fn a_failed_write_is_counted_kept_and_retried_with_the_newest_content() {
-        let temp = TempDir::new("retry");
+    /// A store root whose `config` is a file, so every write fails until
+    /// the returned blocker path is removed.
+    fn blocked(name: &str) -> (TempDir, PathBuf, ConfigDir) {
+        let temp = TempDir::new(name);
         let blocker = temp.0.join("config");
         fs::write(&blocker, b"a file where the directory belongs").unwrap();
         let dir = temp.config();
+        (temp, blocker, dir)
+    }
+
+    #[test]
+    fn a_failed_write_is_counted_kept_and_retried_with_the_newest_content() {
+        let (_temp, blocker, dir) = blocked("retry");
         let (handle, persister) = unthreaded(&dir);
         handle.write(ConfigFile::Topics, b"first".to_vec());
         handle.offsets(0, offsets(&[("T@g", 0, 1)], 1));
@@ -1283,10 +1290,7 @@ mod tests {
 
     #[test]
     fn a_ticket_is_written_once_its_content_or_newer_is_on_disk_and_failed_while_it_fails() {
-        let temp = TempDir::new("tickets");
-        let blocker = temp.0.join("config");
-        fs::write(&blocker, b"a file where the directory belongs").unwrap();
-        let dir = temp.config();
+        let (_temp, blocker, dir) = blocked("tickets");
         let (handle, persister) = unthreaded(&dir);
         let first = handle.write(ConfigFile::Topics, b"first".to_vec());
         let groups = handle.write(ConfigFile::SubscriptionGroups, b"g".to_vec());
