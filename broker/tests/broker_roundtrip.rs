@@ -410,6 +410,53 @@ fn acknowledged_topic_and_group_changes_and_auto_created_topics_survive_a_kill_9
     assert!(broker.stop().success());
 }
 
+#[test]
+fn a_send_racing_with_its_topics_creation_survives_a_kill_9_right_after_its_answer() {
+    // Rounds, each on a new store: the first send creates the topic, the
+    // others race with that creation through whichever shard accepted
+    // their connection; the broker is killed as soon as the last one is
+    // answered, without waiting for the others' answers.
+    for round in 0..4 {
+        let store = fresh_store("race-kill9");
+        let Some(broker) = start(&store, 2) else {
+            return;
+        };
+        let mut clients: Vec<Client> = (0..4).map(|_| broker.connect()).collect();
+        let topic = format!("Race{round}");
+        for (queue_id, client) in clients.iter_mut().enumerate() {
+            client.send_request(common::send_message_request(
+                "pg",
+                &topic,
+                queue_id as i32,
+                1_700_000_000_000,
+                String::new(),
+                format!("{topic}-{queue_id}").as_bytes(),
+            ));
+        }
+        let answer = clients[3].read();
+        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+        broker.kill_nine();
+        drop(clients);
+
+        let broker = start(&store, 2).unwrap();
+        let mut client = broker.connect();
+        let topics = client.call_ok(RemotingCommand::new_request(
+            request_code::GET_ALL_TOPIC_CONFIG,
+            ExtFields::new(),
+        ));
+        let topics = TopicConfigSerializeWrapper::from_json(topics.body_bytes()).unwrap();
+        assert!(
+            topics.topic_config_table.contains_key(&topic),
+            "{topic}: a send to it was acknowledged before the kill -9"
+        );
+        let (code, _, bodies) = client.pull(&topic, 3, 0, None);
+        assert_eq!(code, response_code::SUCCESS);
+        assert_eq!(bodies, vec![format!("{topic}-3").into_bytes()]);
+        drop(client);
+        assert!(broker.stop().success());
+    }
+}
+
 /// io_uring instances the process `pid` holds open.
 fn io_uring_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

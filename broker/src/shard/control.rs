@@ -20,15 +20,21 @@
 //!   answered only once the persister has written the change (or failed to:
 //!   then with SYSTEM_ERROR naming the error), as Java's managers persist
 //!   before they answer; an acknowledged topic survives a kill -9 that
-//!   follows the answer. A send that created its topic is stored only once
-//!   `topics.json` is written (after a failed write too: the topic exists
-//!   and the write is retried), so its acknowledged message is not left in
-//!   a topic a crash forgets. File I/O stays off the shard: the answer or
-//!   the send waits in [`ControlPlane`]'s list, and the persister wakes the
-//!   ring after each batch.
+//!   follows the answer. File I/O stays off the shard: the answer waits in
+//!   [`ControlPlane`]'s list, and the persister wakes the ring after each
+//!   batch.
+//! - The other shards and the name servers see a topic change only once
+//!   `topics.json` holds it (or its write failed: then the topic exists and
+//!   the write is retried). Until then they do not know a new topic and
+//!   forward its sends to shard 0, which holds every send of a topic not
+//!   yet shown (the one that created it too) and goes on with them after
+//!   the snapshot went out, so no message is acknowledged in a topic a crash
+//!   would forget, and the snapshot still reaches a queue's owner ahead of
+//!   the sends forwarded to it.
 //! - A subscription snapshot is published only when it differs from the
 //!   last one published.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
@@ -75,6 +81,12 @@ pub(crate) enum AfterPersist {
     },
     /// Go on with a send whose topic was just created.
     Dispatch(Box<Request>),
+    /// Show a topic change to the other shards and the registrar.
+    ShowTopics {
+        snapshot: Arc<TopicConfigSnapshot>,
+        deleted: Vec<String>,
+        registered: Vec<String>,
+    },
 }
 
 /// How often expired queue locks are dropped.
@@ -96,8 +108,12 @@ pub struct ControlPlane {
     pub(crate) txn: Option<super::transaction::TxnState>,
     last_client_scan_ms: i64,
     last_lock_scan_ms: i64,
-    /// Answers waiting for the persister (see the module invariants).
+    /// Answers, sends and topic snapshots waiting for the persister, in
+    /// the order they came (see the module invariants).
     awaiting_persist: Vec<AwaitingPersist>,
+    /// Topics created or updated whose snapshot is not shown yet, with the
+    /// ticket it waits for.
+    unshown_topics: HashMap<String, WriteTicket>,
 }
 
 impl ControlPlane {
@@ -120,6 +136,7 @@ impl ControlPlane {
             last_client_scan_ms: now_ms,
             last_lock_scan_ms: now_ms,
             awaiting_persist: Vec::new(),
+            unshown_topics: HashMap::new(),
         }
     }
 
@@ -177,30 +194,66 @@ impl ShardHandler {
             .expect("control requests are routed to shard 0")
     }
 
-    /// Publishes the tables after a change; the ticket of the
-    /// `topics.json` write (None when nothing changed or nothing persists).
+    /// Publishes the tables after a change: shard 0 uses the new snapshot
+    /// at once, the other shards and the registrar once `topics.json` is
+    /// written (see the module invariants). Returns the write's ticket
+    /// (None when nothing changed or nothing persists).
     pub(crate) fn publish_topics(&mut self, change: &TopicTableChange) -> Option<WriteTicket> {
         if change.is_empty() {
             return None;
         }
         let snapshot = self.control().topics.snapshot();
         self.topics = snapshot.clone();
-        if let Some(links) = &mut self.links {
-            links.broadcast(|| ShardMsg::Topics(snapshot.clone()));
-            for topic in &change.deleted {
-                links.broadcast(|| ShardMsg::TopicDeleted(topic.clone()));
-            }
-        }
         for topic in &change.deleted {
             self.forget_deleted_topic(topic);
         }
-        let control = self.control.as_ref().expect("shard 0");
-        if let Some(registrar) = &control.registrar {
+        let registered: Vec<String> = change
+            .registered
+            .iter()
+            .map(|config| config.topic_name.clone())
+            .collect();
+        let Some(persister) = self.persister.clone() else {
+            self.show_topics(snapshot, &change.deleted);
+            return None;
+        };
+        let ticket = persister.write(ConfigFile::Topics, self.control().topics.encode_file());
+        let control = self.control();
+        for topic in &registered {
+            control.unshown_topics.insert(topic.clone(), ticket);
+        }
+        control.awaiting_persist.push(AwaitingPersist {
+            tickets: vec![ticket],
+            then: AfterPersist::ShowTopics {
+                snapshot,
+                deleted: change.deleted.clone(),
+                registered,
+            },
+        });
+        Some(ticket)
+    }
+
+    /// Sends a topic snapshot (and the deletions) to the other shards and
+    /// the registrar.
+    fn show_topics(&mut self, snapshot: Arc<TopicConfigSnapshot>, deleted: &[String]) {
+        if let Some(links) = &mut self.links {
+            links.broadcast(|| ShardMsg::Topics(snapshot.clone()));
+            for topic in deleted {
+                links.broadcast(|| ShardMsg::TopicDeleted(topic.clone()));
+            }
+        }
+        if let Some(registrar) = &self.control().registrar {
             let _ = registrar.send(snapshot);
         }
-        self.persister
-            .as_ref()
-            .map(|persister| persister.write(ConfigFile::Topics, control.topics.encode_file()))
+    }
+
+    /// The ticket a send of `topic` waits for on shard 0: the topic's
+    /// snapshot is not shown to the other shards yet.
+    pub(crate) fn unshown_topic(&self, topic: &str) -> Option<WriteTicket> {
+        let control = self.control.as_ref()?;
+        if control.unshown_topics.is_empty() {
+            return None;
+        }
+        control.unshown_topics.get(topic).copied()
     }
 
     /// A deleted topic's consumer offsets and ConsumeQueues on this shard
@@ -352,20 +405,15 @@ impl ShardHandler {
         if tickets.is_empty() || answer.code != response_code::SUCCESS {
             return self.reply(reply, answer);
         }
-        self.await_persist(tickets, AfterPersist::Answer { reply, answer }, now_ms);
+        self.await_persist(tickets, AfterPersist::Answer { reply, answer });
     }
 
-    /// Holds `then` until `tickets` are settled (done at once if they are).
-    pub(crate) fn await_persist(
-        &mut self,
-        tickets: Vec<WriteTicket>,
-        then: AfterPersist,
-        now_ms: i64,
-    ) {
+    /// Holds `then` until `tickets` are settled; the ring's next turns
+    /// check ([`ShardHandler::release_persisted`]).
+    pub(crate) fn await_persist(&mut self, tickets: Vec<WriteTicket>, then: AfterPersist) {
         self.control()
             .awaiting_persist
             .push(AwaitingPersist { tickets, then });
-        self.release_persisted(now_ms);
     }
 
     /// Whether answers are waiting for the persister.
@@ -419,9 +467,26 @@ impl ShardHandler {
                     self.reply(reply, answer);
                 }
                 AfterPersist::Dispatch(request) => self.dispatch(request, now_ms),
+                AfterPersist::ShowTopics {
+                    snapshot,
+                    deleted,
+                    registered,
+                } => {
+                    let ticket = held.tickets[0];
+                    let control = self.control();
+                    for topic in registered {
+                        if control.unshown_topics.get(&topic) == Some(&ticket) {
+                            control.unshown_topics.remove(&topic);
+                        }
+                    }
+                    self.show_topics(snapshot, &deleted);
+                }
             }
         }
-        self.control().awaiting_persist = still;
+        // Work held while these went on comes after what still waits.
+        let control = self.control();
+        still.append(&mut control.awaiting_persist);
+        control.awaiting_persist = still;
     }
 
     /// GET_BROKER_RUNTIME_INFO: this shard's counters now, the others'

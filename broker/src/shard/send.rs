@@ -173,11 +173,9 @@ impl ShardHandler {
             match self.control_resolve_send_topic(&header, now_ms) {
                 Ok(ticket) if self.topics.contains(&header.topic) => {
                     return match ticket {
-                        Some(ticket) => self.await_persist(
-                            vec![ticket],
-                            AfterPersist::Dispatch(request),
-                            now_ms,
-                        ),
+                        Some(ticket) => {
+                            self.await_persist(vec![ticket], AfterPersist::Dispatch(request));
+                        }
                         None => self.dispatch(request, now_ms),
                     };
                 }
@@ -191,6 +189,11 @@ impl ShardHandler {
                 Err((code, remark)) => return self.reply(request.reply, response(code, remark)),
             }
         };
+        if let Some(ticket) = self.unshown_topic(&header.topic) {
+            // Shard 0: the topic's snapshot waits for topics.json (see
+            // control.rs); so does its send.
+            return self.await_persist(vec![ticket], AfterPersist::Dispatch(request));
+        }
         if !perm::is_writeable(config.perm) {
             let remark = format!("the topic[{}] sending message is forbidden", header.topic);
             return self.reply(

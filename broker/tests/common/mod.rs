@@ -266,19 +266,38 @@ impl Client {
         properties: String,
         body: &[u8],
     ) -> SendMessageResponseHeader {
-        let header = SendMessageRequestHeaderV2 {
-            producer_group: producer_group.to_owned(),
-            topic: topic.to_owned(),
-            default_topic: "TBW102".to_owned(),
-            default_topic_queue_nums: 4,
+        let request = send_message_request(
+            producer_group,
+            topic,
             queue_id,
             born_timestamp,
-            properties: Some(properties),
-            ..SendMessageRequestHeaderV2::default()
-        };
-        let request =
-            RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
-                .with_body(Bytes::copy_from_slice(body));
+            properties,
+            body,
+        );
         self.call_ok(request).decode_custom_header().unwrap()
     }
+}
+
+/// The SEND_MESSAGE_V2 request of [`Client::send_message`], for tests that
+/// send several before reading the answers.
+pub fn send_message_request(
+    producer_group: &str,
+    topic: &str,
+    queue_id: i32,
+    born_timestamp: i64,
+    properties: String,
+    body: &[u8],
+) -> RemotingCommand {
+    let header = SendMessageRequestHeaderV2 {
+        producer_group: producer_group.to_owned(),
+        topic: topic.to_owned(),
+        default_topic: "TBW102".to_owned(),
+        default_topic_queue_nums: 4,
+        queue_id,
+        born_timestamp,
+        properties: Some(properties),
+        ..SendMessageRequestHeaderV2::default()
+    };
+    RemotingCommand::new_request(request_code::SEND_MESSAGE_V2, header.to_ext_fields())
+        .with_body(Bytes::copy_from_slice(body))
 }
