@@ -43,6 +43,15 @@ fn start(store: &Path, shards: u32) -> Option<Broker> {
 }
 
 impl Client {
+    /// GET_ALL_TOPIC_CONFIG's table.
+    fn all_topics(&mut self) -> TopicConfigSerializeWrapper {
+        let answer = self.call_ok(RemotingCommand::new_request(
+            request_code::GET_ALL_TOPIC_CONFIG,
+            ExtFields::new(),
+        ));
+        TopicConfigSerializeWrapper::from_json(answer.body_bytes()).unwrap()
+    }
+
     fn send(&mut self, topic: &str, queue_id: i32, body: &[u8]) -> SendMessageResponseHeader {
         self.send_message(
             "pg",
@@ -366,11 +375,7 @@ fn acknowledged_topic_and_group_changes_and_auto_created_topics_survive_a_kill_9
 
     let broker = start(&store, 2).unwrap();
     let mut client = broker.connect();
-    let topics = client.call_ok(RemotingCommand::new_request(
-        request_code::GET_ALL_TOPIC_CONFIG,
-        ExtFields::new(),
-    ));
-    let topics = TopicConfigSerializeWrapper::from_json(topics.body_bytes()).unwrap();
+    let topics = client.all_topics();
     let kept: Vec<String> = (0..15).map(|index| format!("Kept{index}")).collect();
     for topic in &kept {
         let config = topics.topic_config_table.get(topic);
@@ -440,11 +445,7 @@ fn a_send_racing_with_its_topics_creation_survives_a_kill_9_right_after_its_answ
 
         let broker = start(&store, 2).unwrap();
         let mut client = broker.connect();
-        let topics = client.call_ok(RemotingCommand::new_request(
-            request_code::GET_ALL_TOPIC_CONFIG,
-            ExtFields::new(),
-        ));
-        let topics = TopicConfigSerializeWrapper::from_json(topics.body_bytes()).unwrap();
+        let topics = client.all_topics();
         assert!(
             topics.topic_config_table.contains_key(&topic),
             "{topic}: a send to it was acknowledged before the kill -9"
