@@ -632,7 +632,7 @@ fn a_held_pull_is_answered_by_the_next_append_to_its_queue() {
 }
 
 #[test]
-fn a_message_sent_back_with_delay_level_minus_one_goes_straight_to_the_dlq() {
+fn a_message_sent_back_with_delay_level_minus_one_goes_straight_to_the_dlq_across_a_kill_9() {
     // Retries through the delay ladder (level 3 + reconsume times) are
     // covered with a short ladder in broker_schedule.rs; here the direct
     // path, which needs no waiting.
@@ -649,6 +649,12 @@ fn a_message_sent_back_with_delay_level_minus_one_goes_straight_to_the_dlq() {
     let (offset, times, _, _) = records[0].clone();
     assert_eq!(times, 0);
     assert_eq!(client.send_back(offset, -1), response_code::SUCCESS);
+    // The answer promised the DLQ topic it created, and the message in it,
+    // are on disk: a kill -9 at once loses neither.
+    drop(client);
+    broker.kill_nine();
+    let broker = start(&store, 2).unwrap();
+    let mut client = broker.connect();
     let dead = client.pull_records("%DLQ%cg", 0);
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].1, 1);
