@@ -218,9 +218,46 @@ fn recover_with_several_shards_is_refused_with_a_reason() {
         "--recover --shards 2 ran: {stderr}"
     );
     assert!(
-        stderr.contains("--recover times one shard"),
+        stderr.contains("--recover and --reopen time one shard's open"),
         "no reason given: {stderr}"
     );
+}
+
+#[test]
+fn reopen_times_a_clean_open_of_what_the_run_appended() {
+    let Some(dir) = bench_dir("reopen") else {
+        return;
+    };
+    let stdout = run_bench(
+        &dir,
+        &[
+            "--flush",
+            "async",
+            "--record-size",
+            "1024",
+            "--inflight",
+            "64",
+            "--seconds",
+            "1",
+            "--floor-seconds",
+            "0",
+            "--queues",
+            "20",
+            "--segment-size",
+            "67108864",
+            "--allow-buffered",
+            "--reopen",
+            "--json",
+        ],
+    );
+    assert_eq!(number(&stdout, "reopen_abnormal"), 0.0, "{stdout}");
+    assert!(number(&stdout, "reopen_log_bytes") > 0.0, "{stdout}");
+    for key in ["reopen_ms", "reopen_shutdown_ms", "reopen_scan_bytes"] {
+        number(&stdout, key);
+    }
+    assert!(json_value(&stdout, "recover_ms").is_none(), "{stdout}");
+    let both = bench_output(&dir, &["--seconds", "0", "--recover", "--reopen"]);
+    assert!(!both.status.success(), "--recover --reopen ran");
 }
 
 /// The number under `key` in a flat JSON object.

@@ -5,7 +5,7 @@
 //! ```text
 //! storage-bench --dir PATH --flush sync|async --record-size BYTES \
 //!               --inflight N --seconds S [--appends-per-turn N] [--shards N] \
-//!               [--recover] [--json]
+//!               [--recover | --reopen] [--json]
 //! ```
 //!
 //! Phases, in order:
@@ -89,6 +89,10 @@
 //!    is the CommitLog recovered, `recover_scan_bytes` what the scan read
 //!    (from the checkpointed segment on; all of the log when
 //!    `recover_derived_rebuilt=1`).
+//!    Reopen (`--reopen`): times `Store::open` of the store the append phase
+//!    shut down cleanly (no abort file), with the same keys under `reopen_`:
+//!    what a broker restart costs, ConsumeQueue loading included. Both also
+//!    time the shutdown right after the open (`*_shutdown_ms`).
 //!
 //! Output: one line of `key=value` pairs, or a JSON object (`--json`).
 //! MB are 10^6 bytes; latencies are microseconds.
@@ -187,8 +191,12 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     seconds: u64,
     /// Time an abnormal recovery of the store under --dir.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "reopen")]
     recover: bool,
+    /// Time a normal open (after the append phase's clean shutdown) of the
+    /// store under --dir, and its shutdown.
+    #[arg(long)]
+    reopen: bool,
     /// Print a JSON object instead of key=value pairs.
     #[arg(long)]
     json: bool,
@@ -343,8 +351,8 @@ fn main() -> anyhow::Result<()> {
         "--shards must be between 1 and 256"
     );
     ensure!(
-        args.shards == 1 || !args.recover,
-        "--recover times one shard's recovery: use it with --shards 1"
+        args.shards == 1 || !(args.recover || args.reopen),
+        "--recover and --reopen time one shard's open: use them with --shards 1"
     );
     ensure!(
         args.appends_per_turn > 0,
@@ -376,7 +384,10 @@ fn main() -> anyhow::Result<()> {
     }
     report_targets(args.flush, &mut report);
     if args.recover {
-        recover_phase(&args, &mut report).context("recovery phase")?;
+        open_phase(&args, &mut report, OpenKind::Abnormal).context("recovery phase")?;
+    }
+    if args.reopen {
+        open_phase(&args, &mut report, OpenKind::Clean).context("reopen phase")?;
     }
     println!("{}", report.render(args.json));
     Ok(())
@@ -1505,20 +1516,35 @@ fn process_rss_anon_mb() -> anyhow::Result<f64> {
     Ok(kib * 1024.0 / 1e6)
 }
 
-/// Times an abnormal recovery of the store under `--dir`: the abort file is
-/// created if a clean shutdown removed it, then `Store::open` is timed.
-fn recover_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+/// Which open [`open_phase`] times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenKind {
+    /// As after a crash (`--recover`; keys `recover_*`).
+    Abnormal,
+    /// After a clean shutdown (`--reopen`; keys `reopen_*`).
+    Clean,
+}
+
+/// Times `Store::open` of the store under `--dir`, and the shutdown after
+/// it. Abnormal: the abort file is created if a clean shutdown removed it.
+/// Clean: the abort file must be gone (the append phase's shutdown
+/// succeeded).
+fn open_phase(args: &Args, report: &mut Report, kind: OpenKind) -> anyhow::Result<()> {
     let root = store_root(args);
-    ensure!(
-        root.exists(),
-        "no store under {} to recover",
-        root.display()
-    );
+    ensure!(root.exists(), "no store under {} to open", root.display());
     let abort = ShardFiles::new(&root, 0).abort;
-    if !abort.exists() {
-        let dir = abort.parent().context("the abort path has a parent")?;
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(&abort, b"").with_context(|| format!("creating {}", abort.display()))?;
+    match kind {
+        OpenKind::Abnormal if !abort.exists() => {
+            let dir = abort.parent().context("the abort path has a parent")?;
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::write(&abort, b"").with_context(|| format!("creating {}", abort.display()))?;
+        }
+        OpenKind::Abnormal => {}
+        OpenKind::Clean => ensure!(
+            !abort.exists(),
+            "{} exists: the store was not shut down cleanly",
+            abort.display()
+        ),
     }
     let disk = UringDisk::new(disk_config(
         args,
@@ -1528,7 +1554,7 @@ fn recover_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     .context("setting up io_uring")?;
     let start = Instant::now();
     let (store, open) =
-        Store::open(disk, store_config(args, 0), now_ms()).context("recovering the store")?;
+        Store::open(disk, store_config(args, 0), now_ms()).context("opening the store")?;
     let elapsed = start.elapsed();
     // The CommitLog recovered (up to the end of the last valid record), and
     // the part of it the scan read (from the checkpointed segment on, or
@@ -1540,18 +1566,55 @@ fn recover_phase(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     } else {
         end.saturating_sub(open.recovery.scanned_from)
     };
-    report.int("recover_abnormal", u64::from(open.abnormal));
-    report.int("recover_derived_rebuilt", u64::from(open.derived_rebuilt));
-    report.int("recover_ms", elapsed.as_millis() as u64);
-    report.int("recover_log_bytes", log_bytes);
-    report.int("recover_scan_bytes", scan_bytes);
-    report.int("recover_records", open.recovery.scan.record_count);
-    report.int("recover_redispatched", open.redispatched);
-    report.float("recover_scan_mb_per_s", mb_per_s(scan_bytes, elapsed));
+    // Report keys are static strings: one set per kind.
+    let [
+        abnormal,
+        rebuilt,
+        ms,
+        log,
+        scan,
+        records,
+        redispatched,
+        scan_rate,
+        shutdown_ms,
+    ] = match kind {
+        OpenKind::Abnormal => [
+            "recover_abnormal",
+            "recover_derived_rebuilt",
+            "recover_ms",
+            "recover_log_bytes",
+            "recover_scan_bytes",
+            "recover_records",
+            "recover_redispatched",
+            "recover_scan_mb_per_s",
+            "recover_shutdown_ms",
+        ],
+        OpenKind::Clean => [
+            "reopen_abnormal",
+            "reopen_derived_rebuilt",
+            "reopen_ms",
+            "reopen_log_bytes",
+            "reopen_scan_bytes",
+            "reopen_records",
+            "reopen_redispatched",
+            "reopen_scan_mb_per_s",
+            "reopen_shutdown_ms",
+        ],
+    };
+    report.int(abnormal, u64::from(open.abnormal));
+    report.int(rebuilt, u64::from(open.derived_rebuilt));
+    report.int(ms, elapsed.as_millis() as u64);
+    report.int(log, log_bytes);
+    report.int(scan, scan_bytes);
+    report.int(records, open.recovery.scan.record_count);
+    report.int(redispatched, open.redispatched);
+    report.float(scan_rate, mb_per_s(scan_bytes, elapsed));
     let mut acks = Vec::new();
+    let start = Instant::now();
     store
         .shutdown(now_ms(), &mut acks)
-        .context("store shutdown after recovery")?;
+        .context("store shutdown after the open")?;
+    report.int(shutdown_ms, start.elapsed().as_millis() as u64);
     Ok(())
 }
 
