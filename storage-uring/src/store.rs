@@ -33,8 +33,11 @@
 //!
 //! Recovery (RocketMQ 6.9, adapted): ConsumeQueues and index are loaded;
 //! after a clean stop the CommitLog is scanned from the smallest of the
-//! checkpoint's confirmed offset, the least advanced queue's last entry and
-//! the newest indexed record; after an abnormal stop (abort file present) the
+//! checkpoint's confirmed offset and durable points (the end of the log at
+//! the stop, so the scan reads next to nothing), or, for a checkpoint
+//! without durable points, from the smallest of the confirmed offset, the
+//! least advanced queue's last entry and the newest indexed record; after
+//! an abnormal stop (abort file present) the
 //! queues and the index are first cut back to the checkpoint's durable points
 //! (what was fdatasynced; their write-behind tail may hold torn entries that
 //! look valid, which RocketMQ trusts) and the scan starts at the smallest of

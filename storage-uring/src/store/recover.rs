@@ -249,12 +249,28 @@ pub(super) fn open_derived<D: Disk>(
         .map(|q| commit_log::split_shard_offset(q.resume_offset()).1)
         .min();
     let index = IndexService::load(disk, &config.index_dir(), config.index_geometry)?;
-    // Index entries resume after the newest indexed record.
-    let indexed_local =
-        commit_log::split_shard_offset(index.index_last_update_phy_offset() as u64).1;
-    let scan_from = match resume_local {
-        Some(resume) => resume.min(confirm_local).min(indexed_local),
-        None => 0,
+    let scan_from = match (durable_points, resume_local) {
+        // The checkpoint written at the clean stop says the queues and the
+        // index are durable to its points (the end of what was dispatched,
+        // since the stop flushed them): the scan starts there. The least
+        // advanced queue's last entry (a quiet queue's is days back) and
+        // the newest indexed record (none when no record had keys) made
+        // every clean open read most or all of the log until the
+        // twenty-third session.
+        (Some(points), _) => {
+            let (queues_offset, index_point) = split_points(points);
+            commit_log::split_shard_offset(queues_offset.min(index_point.offset))
+                .1
+                .min(confirm_local)
+        }
+        // A checkpoint without durable points (older stores): index entries
+        // resume after the newest indexed record, queues after their last.
+        (None, Some(resume)) => {
+            let indexed_local =
+                commit_log::split_shard_offset(index.index_last_update_phy_offset() as u64).1;
+            resume.min(confirm_local).min(indexed_local)
+        }
+        (None, None) => 0,
     };
     Ok(Derived {
         queues,

@@ -848,9 +848,10 @@ fn a_deleted_topic_is_gone_and_starts_again_at_queue_offset_zero_across_a_restar
 
 #[test]
 fn a_clean_restart_does_not_bring_back_a_deleted_topic_from_the_commit_log() {
-    // Without an older topic no queue is left and the restart scans the
-    // whole CommitLog; with one, the scan starts at its last record,
-    // before T's. Either way T's records must not re-create its queue.
+    // With or without an older topic left, T's records must not re-create
+    // its queue (the restart scans from the checkpoint's durable points,
+    // at the end; before the twenty-third session from the older topic's
+    // last record, or from the start without one).
     for older_topic in [false, true] {
         let (mut store, _) = Store::open(
             SimDisk::new(SimConfig::new(41)),
@@ -882,6 +883,44 @@ fn a_clean_restart_does_not_bring_back_a_deleted_topic_from_the_commit_log() {
             assert_eq!(bodies(&mut store, "U", 0), [b"u-0".to_vec()]);
         }
     }
+}
+
+#[test]
+fn a_clean_restart_scans_from_the_checkpoint_not_from_a_quiet_queue_or_an_empty_index() {
+    let (mut store, _) = Store::open(
+        SimDisk::new(SimConfig::new(43)),
+        config(FlushMode::Async),
+        0,
+    )
+    .unwrap();
+    // A quiet queue's only record comes first; no record has keys, so the
+    // index holds nothing.
+    let mut quiet = message(b"quiet");
+    quiet.topic = "U";
+    store.append(&quiet, 1).unwrap();
+    for i in 0..50 {
+        store
+            .append(&message(format!("m-{i}").as_bytes()), 1)
+            .unwrap();
+    }
+    run_until(&mut store, 10, 2_000);
+    let mut acks = Vec::new();
+    let disk = store.shutdown(2_000, &mut acks).unwrap();
+    let (mut store, report) = Store::open(disk, config(FlushMode::Async), 3_000).unwrap();
+    assert!(!report.abnormal);
+    assert_eq!(
+        report.recovery.scan.record_count, 0,
+        "a clean restart read records back from {}",
+        report.recovery.scanned_from
+    );
+    assert_eq!(bodies(&mut store, "U", 0), [b"quiet".to_vec()]);
+    assert_eq!(store.consume_queues().get("T", 0).unwrap().max_offset(), 50);
+    assert_eq!(bodies(&mut store, "T", 0)[0], b"m-0");
+    // Appends go on after the last record.
+    let ticket = store.append(&message(b"after"), 3_000).unwrap();
+    assert_eq!(ticket.queue_offset, 50);
+    run_until(&mut store, 3_010, 5_000);
+    assert_eq!(bodies_from(&mut store, "T", 0, 50), [b"after".to_vec()]);
 }
 
 #[test]
