@@ -149,32 +149,31 @@ fn run_bench(dir: &TempDir, args: &[&str]) -> String {
     stdout
 }
 
+/// One second of ASYNC_FLUSH appends, no floor, as JSON: the options the
+/// runs below add to.
+const SHORT_ASYNC_RUN: &[&str] = &[
+    "--flush",
+    "async",
+    "--record-size",
+    "1024",
+    "--inflight",
+    "64",
+    "--seconds",
+    "1",
+    "--floor-seconds",
+    "0",
+    "--segment-size",
+    "67108864",
+    "--allow-buffered",
+    "--json",
+];
+
 #[test]
 fn a_two_shard_run_appends_on_both_shards_and_sums_them() {
     let Some(dir) = bench_dir("shards") else {
         return;
     };
-    let stdout = run_bench(
-        &dir,
-        &[
-            "--flush",
-            "async",
-            "--record-size",
-            "1024",
-            "--inflight",
-            "64",
-            "--seconds",
-            "1",
-            "--floor-seconds",
-            "0",
-            "--shards",
-            "2",
-            "--segment-size",
-            "67108864",
-            "--allow-buffered",
-            "--json",
-        ],
-    );
+    let stdout = run_bench(&dir, &[SHORT_ASYNC_RUN, &["--shards", "2"]].concat());
     assert_eq!(number(&stdout, "shards"), 2.0, "{stdout}");
     let slowest = number(&stdout, "shard_mb_per_s_min");
     let fastest = number(&stdout, "shard_mb_per_s_max");
@@ -230,25 +229,7 @@ fn reopen_times_a_clean_open_of_what_the_run_appended() {
     };
     let stdout = run_bench(
         &dir,
-        &[
-            "--flush",
-            "async",
-            "--record-size",
-            "1024",
-            "--inflight",
-            "64",
-            "--seconds",
-            "1",
-            "--floor-seconds",
-            "0",
-            "--queues",
-            "20",
-            "--segment-size",
-            "67108864",
-            "--allow-buffered",
-            "--reopen",
-            "--json",
-        ],
+        &[SHORT_ASYNC_RUN, &["--queues", "20", "--reopen"]].concat(),
     );
     assert_eq!(number(&stdout, "reopen_abnormal"), 0.0, "{stdout}");
     assert!(number(&stdout, "reopen_log_bytes") > 0.0, "{stdout}");
