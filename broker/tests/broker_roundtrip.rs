@@ -416,6 +416,66 @@ fn acknowledged_topic_and_group_changes_and_auto_created_topics_survive_a_kill_9
 }
 
 #[test]
+fn a_topic_change_whose_file_cannot_be_written_is_answered_with_the_error() {
+    let store = fresh_store("config-fails");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Before", 1);
+    // A file where the config directory was: every write fails (root
+    // ignores permissions, not the file type).
+    let config = store.join("config");
+    let moved = store.join("config.moved");
+    std::fs::rename(&config, &moved).unwrap();
+    std::fs::write(&config, b"not a directory").unwrap();
+    let header = ringmq_protocol::header::CreateTopicRequestHeader {
+        topic: "Unwritten".to_owned(),
+        default_topic: "TBW102".to_owned(),
+        read_queue_nums: 1,
+        write_queue_nums: 1,
+        perm: 6,
+        topic_filter_type: "SINGLE_TAG".to_owned(),
+        ..Default::default()
+    };
+    let answer = client.call(RemotingCommand::new_request(
+        request_code::UPDATE_AND_CREATE_TOPIC,
+        header.to_ext_fields(),
+    ));
+    assert_eq!(
+        answer.code,
+        response_code::SYSTEM_ERROR,
+        "{:?}",
+        answer.remark
+    );
+    let remark = answer.remark.unwrap_or_default();
+    assert!(
+        remark.contains("topics.json") && remark.contains("not on disk"),
+        "{remark}"
+    );
+    // A send that creates its topic is not refused for it: the topic
+    // exists, and its file is retried.
+    client.send("AutoUnwritten", 0, b"kept");
+    // Space for the files again: the retry writes both topics.
+    std::fs::remove_file(&config).unwrap();
+    std::fs::rename(&moved, &config).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let written = std::fs::read_to_string(config.join("topics.json")).unwrap_or_default();
+        if written.contains("\"Unwritten\"") && written.contains("\"AutoUnwritten\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "topics.json never got the topics: {written}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
 fn a_send_racing_with_its_topics_creation_survives_a_kill_9_right_after_its_answer() {
     // Rounds, each on a new store: the first send creates the topic, the
     // others race with that creation through whichever shard accepted
