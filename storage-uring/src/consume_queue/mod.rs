@@ -1009,11 +1009,11 @@ impl ConsumeQueue {
             if file.view_failed || file.file.is_none() || end == file.image.view_len() {
                 continue;
             }
-            let path = self.dir.join(file.name());
-            let file = &mut self.files[at];
-            if file.image.leave_to_current_view(end) {
+            if self.files[at].image.leave_to_current_view(end) {
                 continue;
             }
+            let path = self.dir.join(self.files[at].name());
+            let file = &mut self.files[at];
             match disk.map_read_only(&path) {
                 Ok(view) => {
                     if !file.image.leave_to_view(view, end) {
