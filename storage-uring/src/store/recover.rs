@@ -244,12 +244,8 @@ pub(super) fn open_derived<D: Disk>(
         });
     }
     let queues = ConsumeQueueSet::load_all(disk, &config.consume_queue_root)?;
-    let resume_local = queues
-        .iter()
-        .map(|q| commit_log::split_shard_offset(q.resume_offset()).1)
-        .min();
     let index = IndexService::load(disk, &config.index_dir(), config.index_geometry)?;
-    let scan_from = match (durable_points, resume_local) {
+    let scan_from = match durable_points {
         // The checkpoint written at the clean stop says the queues and the
         // index are durable to its points (the end of what was dispatched,
         // since the stop flushed them): the scan starts there. The least
@@ -257,20 +253,24 @@ pub(super) fn open_derived<D: Disk>(
         // the newest indexed record (none when no record had keys) made
         // every clean open read most or all of the log until the
         // twenty-third session.
-        (Some(points), _) => {
+        Some(points) => {
             let (queues_offset, index_point) = split_points(points);
             commit_log::split_shard_offset(queues_offset.min(index_point.offset))
                 .1
                 .min(confirm_local)
         }
         // A checkpoint without durable points (older stores): index entries
-        // resume after the newest indexed record, queues after their last.
-        (None, Some(resume)) => {
+        // resume after the newest indexed record, queues after their last;
+        // no queue at all, from the start.
+        None => {
+            let resume_local = queues
+                .iter()
+                .map(|q| commit_log::split_shard_offset(q.resume_offset()).1)
+                .min();
             let indexed_local =
                 commit_log::split_shard_offset(index.index_last_update_phy_offset() as u64).1;
-            resume.min(confirm_local).min(indexed_local)
+            resume_local.map_or(0, |resume| resume.min(confirm_local).min(indexed_local))
         }
-        (None, None) => 0,
     };
     Ok(Derived {
         queues,
