@@ -478,10 +478,17 @@ struct FileProgress {
 
 /// Called by the persist thread after each batch it tried; see
 /// [`PersisterHandle::on_batch_done`].
-type BatchDone = Arc<dyn Fn() + Send + Sync>;
+#[derive(Clone)]
+struct BatchDone(Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for BatchDone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchDone")
+    }
+}
 
 /// Everything waiting for the thread, behind one mutex.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Pending {
     /// Content waiting per file, with the generation it was handed in at.
     files: [Option<(u64, Vec<u8>)>; ConfigFile::ALL.len()],
@@ -496,25 +503,6 @@ struct Pending {
     generation: u64,
     stopping: bool,
     status: PersisterStatus,
-}
-
-impl std::fmt::Debug for Pending {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending")
-            .field(
-                "files",
-                &self
-                    .files
-                    .each_ref()
-                    .map(|slot| slot.as_ref().map(|(g, c)| (*g, c.len()))),
-            )
-            .field("progress", &self.progress)
-            .field("offsets_dirty", &self.offsets_dirty)
-            .field("generation", &self.generation)
-            .field("stopping", &self.stopping)
-            .field("status", &self.status)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Pending {
@@ -613,7 +601,7 @@ impl Persister {
             };
             let result = self.write_batch(batch);
             let batch_done = self.shared.lock().batch_done.clone();
-            if let Some(batch_done) = batch_done {
+            if let Some(BatchDone(batch_done)) = batch_done {
                 batch_done();
             }
             if stopping {
@@ -782,7 +770,7 @@ impl PersisterHandle {
     /// for [`PersisterHandle::ticket_state`] wakes its ring with it.
     /// Replaces an earlier callback.
     pub fn on_batch_done(&self, batch_done: impl Fn() + Send + Sync + 'static) {
-        self.inner.shared.lock().batch_done = Some(Arc::new(batch_done));
+        self.inner.shared.lock().batch_done = Some(BatchDone(Arc::new(batch_done)));
     }
 
     /// Queues shard `shard`'s consumer offsets; `consumerOffset.json` is

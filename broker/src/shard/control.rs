@@ -85,7 +85,6 @@ pub(crate) enum AfterPersist {
     ShowTopics {
         snapshot: Arc<TopicConfigSnapshot>,
         deleted: Vec<String>,
-        registered: Vec<String>,
     },
 }
 
@@ -207,26 +206,22 @@ impl ShardHandler {
         for topic in &change.deleted {
             self.forget_deleted_topic(topic);
         }
-        let registered: Vec<String> = change
-            .registered
-            .iter()
-            .map(|config| config.topic_name.clone())
-            .collect();
         let Some(persister) = self.persister.clone() else {
             self.show_topics(snapshot, &change.deleted);
             return None;
         };
         let ticket = persister.write(ConfigFile::Topics, self.control().topics.encode_file());
         let control = self.control();
-        for topic in &registered {
-            control.unshown_topics.insert(topic.clone(), ticket);
+        for config in &change.registered {
+            control
+                .unshown_topics
+                .insert(config.topic_name.clone(), ticket);
         }
         control.awaiting_persist.push(AwaitingPersist {
             tickets: vec![ticket],
             then: AfterPersist::ShowTopics {
                 snapshot,
                 deleted: change.deleted.clone(),
-                registered,
             },
         });
         Some(ticket)
@@ -467,18 +462,12 @@ impl ShardHandler {
                     self.reply(reply, answer);
                 }
                 AfterPersist::Dispatch(request) => self.dispatch(request, now_ms),
-                AfterPersist::ShowTopics {
-                    snapshot,
-                    deleted,
-                    registered,
-                } => {
+                AfterPersist::ShowTopics { snapshot, deleted } => {
+                    // Topics a later change holds again wait for its ticket.
                     let ticket = held.tickets[0];
-                    let control = self.control();
-                    for topic in registered {
-                        if control.unshown_topics.get(&topic) == Some(&ticket) {
-                            control.unshown_topics.remove(&topic);
-                        }
-                    }
+                    self.control()
+                        .unshown_topics
+                        .retain(|_, waits_for| *waits_for != ticket);
                     self.show_topics(snapshot, &deleted);
                 }
             }
