@@ -429,19 +429,7 @@ fn a_topic_change_whose_file_cannot_be_written_is_answered_with_the_error() {
     let moved = store.join("config.moved");
     std::fs::rename(&config, &moved).unwrap();
     std::fs::write(&config, b"not a directory").unwrap();
-    let header = ringmq_protocol::header::CreateTopicRequestHeader {
-        topic: "Unwritten".to_owned(),
-        default_topic: "TBW102".to_owned(),
-        read_queue_nums: 1,
-        write_queue_nums: 1,
-        perm: 6,
-        topic_filter_type: "SINGLE_TAG".to_owned(),
-        ..Default::default()
-    };
-    let answer = client.call(RemotingCommand::new_request(
-        request_code::UPDATE_AND_CREATE_TOPIC,
-        header.to_ext_fields(),
-    ));
+    let answer = client.call(common::create_topic_request("Unwritten", 1));
     assert_eq!(
         answer.code,
         response_code::SYSTEM_ERROR,

@@ -238,20 +238,7 @@ impl Client {
     /// UPDATE_AND_CREATE_TOPIC with `queues` read and write queues; asserts
     /// success.
     pub fn create_topic(&mut self, topic: &str, queues: i32) {
-        let header = CreateTopicRequestHeader {
-            topic: topic.to_owned(),
-            default_topic: "TBW102".to_owned(),
-            read_queue_nums: queues,
-            write_queue_nums: queues,
-            perm: 6,
-            topic_filter_type: "SINGLE_TAG".to_owned(),
-            order: false,
-            ..CreateTopicRequestHeader::default()
-        };
-        self.call_ok(RemotingCommand::new_request(
-            request_code::UPDATE_AND_CREATE_TOPIC,
-            header.to_ext_fields(),
-        ));
+        self.call_ok(create_topic_request(topic, queues));
     }
 
     /// SEND_MESSAGE_V2 of `body` with `properties` to `topic`/`queue_id`
@@ -276,6 +263,25 @@ impl Client {
         );
         self.call_ok(request).decode_custom_header().unwrap()
     }
+}
+
+/// The UPDATE_AND_CREATE_TOPIC request of [`Client::create_topic`], for
+/// tests that look at a refused answer.
+pub fn create_topic_request(topic: &str, queues: i32) -> RemotingCommand {
+    let header = CreateTopicRequestHeader {
+        topic: topic.to_owned(),
+        default_topic: "TBW102".to_owned(),
+        read_queue_nums: queues,
+        write_queue_nums: queues,
+        perm: 6,
+        topic_filter_type: "SINGLE_TAG".to_owned(),
+        order: false,
+        ..CreateTopicRequestHeader::default()
+    };
+    RemotingCommand::new_request(
+        request_code::UPDATE_AND_CREATE_TOPIC,
+        header.to_ext_fields(),
+    )
 }
 
 /// The SEND_MESSAGE_V2 request of [`Client::send_message`], for tests that
