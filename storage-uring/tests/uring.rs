@@ -1586,7 +1586,7 @@ fn a_full_index_file_is_read_through_a_mapping_of_it() {
 /// written and fdatasynced; reads answer the same, and so does a reload.
 #[test]
 fn consume_queue_entries_leave_memory_for_mappings_once_synced() {
-    use ringmq_storage::consume_queue::{CQ_FILE_ENTRY_COUNT, ConsumeQueue, CqEntry};
+    use ringmq_storage::consume_queue::{CQ_FILE_ENTRY_COUNT, ConsumeQueue, CqEntry, LastStop};
     let Some(mut disk) = disk_or_skip(UringDiskConfig {
         allow_buffered_fallback: true,
         ..small_disk_config()
@@ -1652,7 +1652,7 @@ fn consume_queue_entries_leave_memory_for_mappings_once_synced() {
     check(&queue);
     queue.close_files(&mut disk).unwrap();
     drop(queue);
-    let loaded = ConsumeQueue::load(&mut disk, &root, "T", 0).unwrap();
+    let loaded = ConsumeQueue::load(&mut disk, &root, "T", 0, LastStop::Clean).unwrap();
     assert_eq!(loaded.max_offset(), total);
     assert_eq!(loaded.memory_bytes(), 0, "a loaded queue maps every file");
     check(&loaded);

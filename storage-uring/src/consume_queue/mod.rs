@@ -182,6 +182,18 @@ pub enum BoundaryType {
     Upper,
 }
 
+/// How the store stopped before a [`ConsumeQueue::load`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastStop {
+    /// The stop flushed every queue until clean: each last file holds zeros
+    /// after its last entry, so load keeps it as it is.
+    Clean,
+    /// A crash, or a set of files whose state is not known: load zeroes each
+    /// last file after its last valid entry and fdatasyncs that before the
+    /// next write there.
+    Abnormal,
+}
+
 /// One queue of one topic.
 #[derive(Debug)]
 pub struct ConsumeQueue {
@@ -1119,7 +1131,9 @@ impl ConsumeQueue {
 
     /// Loads the queue's files from disk (recovery rule of 6.9: entries are
     /// read while `offset >= 0 && size > 0`; the first invalid or zero entry
-    /// ends the queue and later files are removed).
+    /// ends the queue and later files are removed). After a
+    /// [`LastStop::Abnormal`] stop, or when the bytes after the last valid
+    /// entry are not zero, the last file is cut back there.
     ///
     /// # Errors
     /// The disk's errors listing, opening, reading or removing files.
@@ -1131,11 +1145,16 @@ impl ConsumeQueue {
         root: &Path,
         topic: &str,
         queue_id: u32,
+        last_stop: LastStop,
     ) -> Result<Self, StorageError> {
-        ConsumeQueue::new(root, topic, queue_id)?.load_files(disk)
+        ConsumeQueue::new(root, topic, queue_id)?.load_files(disk, last_stop)
     }
 
-    fn load_files<D: Disk + ?Sized>(mut self, disk: &mut D) -> Result<Self, StorageError> {
+    fn load_files<D: Disk + ?Sized>(
+        mut self,
+        disk: &mut D,
+        last_stop: LastStop,
+    ) -> Result<Self, StorageError> {
         let queue = &mut self;
         let mut names: Vec<(u64, String)> = disk
             .list_dir(&queue.dir)?
@@ -1219,17 +1238,22 @@ impl ConsumeQueue {
             file.file = Some(id);
             file.written_len = valid_len;
             file.synced_len = valid_len;
-            if has_room {
+            if has_room && (leftovers || last_stop == LastStop::Abnormal) {
                 // Zero what follows the last valid entry now (ftruncate down
                 // and back up), and fdatasync that before anything is
                 // written there: rewriting over leftovers that look valid
                 // could otherwise tie them back to the queue after a crash.
-                // Done whatever the next entry holds, since a crash can
-                // leave bytes anywhere within its last write: looking for
-                // them read all 6 MB of every queue's last file (holes
-                // faulted in as zeros), 20 s for a store of 1,000 queues.
+                // After a crash this is done whatever the next entry holds,
+                // since a crash can leave bytes anywhere within its last
+                // write: looking for them read all 6 MB of every queue's
+                // last file (holes faulted in as zeros), 20 s for a store of
+                // 1,000 queues. A clean stop flushed every queue until its
+                // file held zeros after the end, so a clean open cuts back
+                // only a file whose next entry says otherwise; until the
+                // twenty-fourth session it cut back every queue's last file
+                // and its first flush (or the stop) fdatasynced each one.
                 if leftovers {
-                    tracing::warn!(path = %path.display(), valid, "zeroing a consume queue tail after the last valid entry");
+                    tracing::warn!(path = %path.display(), valid, ?last_stop, "zeroing a consume queue tail after the last valid entry");
                 }
                 disk.set_len(id, valid_len as u64)?;
                 disk.set_len(id, queue.file_size() as u64)?;
@@ -1645,7 +1669,9 @@ mod tests {
         settle(&mut d, &mut q);
         drop(q);
         let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(9));
-        let mut loaded = ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3).unwrap();
+        let mut loaded =
+            ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Abnormal)
+                .unwrap();
         assert_eq!(
             (loaded.min_offset(), loaded.max_offset()),
             (0, CQ_FILE_ENTRY_COUNT as u64 + 7)
@@ -1664,6 +1690,63 @@ mod tests {
         settle(&mut d, &mut loaded);
         assert!(loaded.is_clean());
         assert_eq!(loaded.max_offset(), CQ_FILE_ENTRY_COUNT as u64 + 7);
+    }
+
+    #[test]
+    fn a_load_after_a_clean_stop_keeps_the_last_file_and_syncs_nothing() {
+        let mut d = disk(8);
+        let mut q = filled(CQ_FILE_ENTRY_COUNT as u64 + 7);
+        settle(&mut d, &mut q);
+        drop(q);
+        let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(9));
+        let mut loaded =
+            ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Clean).unwrap();
+        assert_eq!(loaded.max_offset(), CQ_FILE_ENTRY_COUNT as u64 + 7);
+        assert!(loaded.is_clean(), "nothing was cut back, nothing to sync");
+        loaded.flush(&mut d).unwrap();
+        let mut out = Vec::new();
+        d.poll(&mut out, 64, Wait::AtLeastOne(Duration::ZERO))
+            .unwrap();
+        assert!(out.is_empty(), "a flush of a clean load submitted {out:?}");
+        // Appends go on after the last entry and survive a reload.
+        let next = CQ_FILE_ENTRY_COUNT as u64 + 7;
+        loaded.append(next, entry(next)).unwrap();
+        settle(&mut d, &mut loaded);
+        let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(10));
+        let again =
+            ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Clean).unwrap();
+        assert_eq!(again.max_offset(), next + 1);
+        assert_eq!(again.entry(next), Some(entry(next)));
+    }
+
+    #[test]
+    fn a_load_after_a_clean_stop_still_cuts_back_a_tail_that_is_not_zero() {
+        let mut image = SimImage::default();
+        let dir = queue_dir(Path::new(ROOT), "TopicTest", 3);
+        for ancestor in dir.ancestors() {
+            image.dirs.insert(ancestor.to_path_buf());
+        }
+        let mut first = vec![0u8; CQ_FILE_SIZE];
+        for i in 0..3 {
+            first[i * 20..i * 20 + 20].copy_from_slice(&entry(i as u64).encode());
+        }
+        // Entry 3 is not valid but not zero either (offset before entry 2's end).
+        first[60..80].copy_from_slice(&entry(1).encode());
+        first[80..100].copy_from_slice(&entry(4).encode());
+        image.files.insert(file_path("00000000000000000000"), first);
+        let mut d = SimDisk::from_image(image, SimConfig::new(11));
+        let mut q =
+            ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Clean).unwrap();
+        assert_eq!(q.max_offset(), 3);
+        assert!(
+            file_bytes(&d, "00000000000000000000")[60..]
+                .iter()
+                .all(|b| *b == 0),
+            "the tail is zeroed at load"
+        );
+        assert!(!q.is_clean(), "the zeroing still needs an fdatasync");
+        settle(&mut d, &mut q);
+        assert!(q.is_clean());
     }
 
     #[test]
@@ -1686,7 +1769,8 @@ mod tests {
         );
         image.files.insert(file_path("not-a-cq-file"), vec![1]);
         let mut d = SimDisk::from_image(image, SimConfig::new(10));
-        let mut q = ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3).unwrap();
+        let mut q = ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Abnormal)
+            .unwrap();
         assert_eq!(q.max_offset(), 3);
         assert_eq!(q.max_physical_offset(), entry(2).end_offset());
         assert!(
@@ -1715,7 +1799,8 @@ mod tests {
         let mut q = queue();
         q.append(12, entry(0)).unwrap();
         settle(&mut d, &mut q);
-        let loaded = ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3).unwrap();
+        let loaded =
+            ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Clean).unwrap();
         assert_eq!((loaded.min_offset(), loaded.max_offset()), (12, 13));
     }
 
@@ -1874,7 +1959,7 @@ mod tests {
         assert!(set.take_errors().is_empty());
         assert_eq!(set.max_physical_offset(), entry(13).end_offset());
         let mut d = SimDisk::from_image(d.durable_image(), SimConfig::new(15));
-        let loaded = ConsumeQueueSet::load_all(&mut d, Path::new(ROOT)).unwrap();
+        let loaded = ConsumeQueueSet::load_all(&mut d, Path::new(ROOT), LastStop::Clean).unwrap();
         assert_eq!(loaded.iter().count(), 2);
         assert_eq!(loaded.get("A", 0).unwrap().entry(3), Some(entry(3)));
         assert_eq!(loaded.get("B", 7).unwrap().entry(0), Some(entry(10)));
@@ -1925,7 +2010,8 @@ mod tests {
         bytes[60..80].copy_from_slice(&CqEntry::FILLER.encode());
         image.files.insert(file_path("00000000000000000000"), bytes);
         let mut d = SimDisk::from_image(image, SimConfig::new(17));
-        let q = ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3).unwrap();
+        let q = ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Abnormal)
+            .unwrap();
         assert_eq!(q.max_offset(), 2);
     }
 
@@ -1976,7 +2062,7 @@ mod tests {
     fn load_small(d: &mut SimDisk) -> ConsumeQueue {
         queue()
             .with_file_entry_count(MODEL_FILE_ENTRY_COUNT)
-            .load_files(d)
+            .load_files(d, LastStop::Abnormal)
             .unwrap()
     }
 

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     AppendOutcome, CQ_DIR_NAME, CQ_SET_QUEUE_COUNT_MAX, ConsumeQueue, CqEntry, LOCAL_SEQ_BITS,
-    remove_empty_dir,
+    LastStop, remove_empty_dir,
 };
 use crate::disk::{Disk, DiskCompletion};
 use crate::error::StorageError;
@@ -173,7 +173,11 @@ impl ConsumeQueueSet {
     /// # Errors
     /// As [`ConsumeQueue::load`]; also for a topic directory name that is not
     /// a valid topic.
-    pub fn load_all<D: Disk + ?Sized>(disk: &mut D, root: &Path) -> Result<Self, StorageError> {
+    pub fn load_all<D: Disk + ?Sized>(
+        disk: &mut D,
+        root: &Path,
+        last_stop: LastStop,
+    ) -> Result<Self, StorageError> {
         let mut set = ConsumeQueueSet::new(root);
         let cq_root = root.join(CQ_DIR_NAME);
         for topic in disk.list_dir(&cq_root)? {
@@ -182,7 +186,7 @@ impl ConsumeQueueSet {
                     tracing::warn!(%topic, %queue_name, "ignoring a consume queue directory that is not a queue id");
                     continue;
                 };
-                let queue = ConsumeQueue::load(disk, root, &topic, queue_id)?;
+                let queue = ConsumeQueue::load(disk, root, &topic, queue_id, last_stop)?;
                 set.insert(queue)?;
             }
         }
@@ -765,6 +769,7 @@ mod tests {
         let loaded = ConsumeQueueSet::load_all(
             &mut SimDisk::from_image(disk.durable_image(), SimConfig::new(22)),
             Path::new("/store"),
+            LastStop::Clean,
         )
         .unwrap();
         assert!(
@@ -837,6 +842,7 @@ mod tests {
         let loaded = ConsumeQueueSet::load_all(
             &mut SimDisk::from_image(image, SimConfig::new(25)),
             Path::new("/store"),
+            LastStop::Clean,
         )
         .unwrap();
         assert_eq!(loaded.len(), 3);

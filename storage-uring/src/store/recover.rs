@@ -48,7 +48,7 @@ use ringmq_protocol::message::{CrcCheck, RecordView, decode_record, tags_code};
 use super::{DispatchProperties, StoreConfig};
 use crate::checkpoint::{self, Checkpoint, DurablePoints, ShardFiles};
 use crate::commit_log::{self, CommitLog, shard_offset};
-use crate::consume_queue::{AppendOutcome, ConsumeQueueSet, CqEntry};
+use crate::consume_queue::{AppendOutcome, ConsumeQueueSet, CqEntry, LastStop};
 use crate::disk::{Disk, FileId, remove_files};
 use crate::error::StorageError;
 use crate::index_file::{IndexDurablePoint, IndexRecord, IndexService};
@@ -243,7 +243,7 @@ pub(super) fn open_derived<D: Disk>(
             rebuild,
         });
     }
-    let queues = ConsumeQueueSet::load_all(disk, &config.consume_queue_root)?;
+    let queues = ConsumeQueueSet::load_all(disk, &config.consume_queue_root, LastStop::Clean)?;
     let index = IndexService::load(disk, &config.index_dir(), config.index_geometry)?;
     let scan_from = match durable_points {
         // The checkpoint written at the clean stop says the queues and the
@@ -408,7 +408,8 @@ pub(super) fn load_to_durable_points<D: Disk>(
         );
         return Ok(None);
     }
-    let mut queues = ConsumeQueueSet::load_all(disk, &config.consume_queue_root)?;
+    let mut queues =
+        ConsumeQueueSet::load_all(disk, &config.consume_queue_root, LastStop::Abnormal)?;
     queues.truncate_from_commit_log_offset(disk, queues_offset)?;
     queues.set_durable_point(queues_offset);
     let mut index = IndexService::load(disk, &config.index_dir(), config.index_geometry)?;
@@ -573,13 +574,14 @@ fn removed_queue_floors(disk: &mut impl Disk, config: &StoreConfig) -> QueueFloo
         return Vec::new();
     };
     let log_min = shard_offset(config.shard_id, log_min_local);
-    let queues = match ConsumeQueueSet::load_all(disk, &config.consume_queue_root) {
-        Ok(queues) => queues,
-        Err(error) => {
-            tracing::warn!(%error, "loading consume queues for their offsets failed");
-            return Vec::new();
-        }
-    };
+    let queues =
+        match ConsumeQueueSet::load_all(disk, &config.consume_queue_root, LastStop::Abnormal) {
+            Ok(queues) => queues,
+            Err(error) => {
+                tracing::warn!(%error, "loading consume queues for their offsets failed");
+                return Vec::new();
+            }
+        };
     let mut floors = Vec::new();
     for queue in queues.iter() {
         // Entries are in CommitLog order: binary search for the first one
