@@ -338,3 +338,67 @@ fn a_half_checked_transaction_check_max_times_goes_to_the_check_max_time_topic()
     let (_, delivered) = producer.pull("TxMax", 0, "TAG", "*");
     assert!(delivered.is_empty(), "a discarded half is never delivered");
 }
+
+#[test]
+fn a_half_is_discarded_only_once_its_topic_is_on_disk_and_stays_across_a_kill_9() {
+    let store = fresh_store("txn");
+    let options = [
+        "--transactionTimeOut=0",
+        "--transactionCheckInterval=500",
+        "--transactionCheckMax=1",
+    ];
+    let Some(broker) = start(&store, &options) else {
+        return;
+    };
+    let mut producer = broker.connect();
+    producer.create_topic("TxGone", 1);
+    producer.register_producer();
+    // The pulls' group exists before the config files become unwritable.
+    let (_, nothing) = producer.pull("TxGone", 0, "TAG", "*");
+    assert!(nothing.is_empty());
+    // A file where the config directory was: topics.json cannot be written
+    // (root ignores permissions, not the file type).
+    let config = store.join("config");
+    let moved = store.join("config.moved");
+    std::fs::rename(&config, &moved).unwrap();
+    std::fs::write(&config, b"not a directory").unwrap();
+    let half = producer.send_half("TxGone", 0, "discarded");
+    let check = producer.next_request();
+    assert_eq!(check.code, request_code::CHECK_TRANSACTION_STATE);
+    let header: CheckTransactionStateRequestHeader = check.decode_custom_header().unwrap();
+    assert_eq!(
+        header.transaction_id.as_deref(),
+        Some(half.uniq_key.as_str())
+    );
+    // Checked once and never answered: the next rounds discard it, into a
+    // topic they create, but not before topics.json holds that topic.
+    let waited_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < waited_until {
+        let (code, records) = producer.pull("TRANS_CHECK_MAX_TIME_TOPIC", 0, "TAG", "*");
+        assert!(
+            records.is_empty(),
+            "discarded into a topic not on disk (pull answered {code})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::remove_file(&config).unwrap();
+    std::fs::rename(&moved, &config).unwrap();
+    let discarded = producer.pull_until("TRANS_CHECK_MAX_TIME_TOPIC", 0, 1);
+    assert_eq!(
+        discarded,
+        vec![("discarded".to_owned(), b"discarded".to_vec())]
+    );
+    drop(producer);
+    broker.kill_nine();
+
+    let broker = start(&store, &options).unwrap();
+    let mut client = broker.connect();
+    let (code, after) = client.pull("TRANS_CHECK_MAX_TIME_TOPIC", 0, "TAG", "*");
+    assert_eq!(
+        after,
+        vec![("discarded".to_owned(), b"discarded".to_vec())],
+        "the discarded half after a kill -9 (pull answered {code})"
+    );
+    let (_, delivered) = client.pull("TxGone", 0, "TAG", "*");
+    assert!(delivered.is_empty(), "a discarded half is never delivered");
+}

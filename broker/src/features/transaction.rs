@@ -803,6 +803,12 @@ impl CheckSchedule {
         self.next_ms
     }
 
+    /// Brings the next round forward to `delay_ms` after `now_ms` if it is
+    /// due later (a round that could not run yet).
+    pub fn retry_after(&mut self, now_ms: i64, delay_ms: i64) {
+        self.next_ms = self.next_ms.min(now_ms.saturating_add(delay_ms));
+    }
+
     /// Whether a round is due at `now_ms`; if so, the next is scheduled one
     /// interval later.
     pub fn poll(&mut self, now_ms: i64) -> bool {
@@ -1277,5 +1283,20 @@ mod tests {
         assert!(schedule.poll(60_000));
         assert_eq!(schedule.next_ms(), 120_000);
         assert!(!schedule.poll(60_001));
+    }
+
+    #[test]
+    fn a_retry_brings_the_next_round_forward_never_back() {
+        let mut schedule = CheckSchedule::new(60_000, 0);
+        schedule.retry_after(1_000, 100);
+        assert_eq!(schedule.next_ms(), 1_100);
+        schedule.retry_after(1_050, 100_000);
+        assert_eq!(
+            schedule.next_ms(),
+            1_100,
+            "a later retry keeps the sooner round"
+        );
+        assert!(schedule.poll(1_100));
+        assert_eq!(schedule.next_ms(), 61_100);
     }
 }

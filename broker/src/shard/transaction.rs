@@ -47,6 +47,7 @@ use crate::features::transaction::{
     HalfQueueProgress, OpRecord, TRANSACTION_CHECK_GROUP, TransactionChecker, TransactionConfig,
     check_request_body, check_request_header, end_transaction, ensure_check_max_time_topic,
 };
+use crate::persist::{TicketState, WriteTicket};
 use crate::server::ConnectionId;
 use crate::topic_config::{TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC};
 
@@ -61,6 +62,9 @@ pub const OP_READS_PER_ROUND_MAX: usize = 64;
 pub const SYSTEM_QUEUE_READ_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Most commits waiting for their real message's answer.
 pub const PENDING_COMMITS_MAX: usize = 65_536;
+/// How soon a check round that waited for `topics.json` (a discard to a
+/// topic not written yet) is tried again.
+pub const CHECK_RETRY_AFTER_TOPIC_WRITE_MS: i64 = 100;
 
 /// What an append of this module is for.
 #[derive(Debug)]
@@ -100,6 +104,9 @@ pub(crate) struct TxnState {
     commits: HashMap<i32, PendingCommit>,
     next_token: i32,
     round: Option<RoundInFlight>,
+    /// The `topics.json` write that created `TRANS_CHECK_MAX_TIME_TOPIC`,
+    /// until it is on disk: no half is discarded into the topic before.
+    check_max_topic_write: Option<WriteTicket>,
 }
 
 /// The check-back settings of `config`.
@@ -188,6 +195,7 @@ impl ShardHandler {
                 commits: HashMap::new(),
                 next_token: 0,
                 round: None,
+                check_max_topic_write: None,
             };
             if let Some(control) = self.control.as_mut() {
                 control.txn = Some(state);
@@ -595,6 +603,21 @@ impl ShardHandler {
             .checker
             .plan_round(&views, now_ms, now_ms)
             .map_err(|e| e.to_string())?;
+        if round
+            .actions
+            .iter()
+            .any(|a| matches!(a, HalfAction::Discard { .. }))
+            && !self.check_max_topic_shown(now_ms)
+        {
+            // Nothing of the round is appended: it is planned again soon,
+            // and carried out once the topic is on disk.
+            if let Some(state) = self.txn_state(now_ms) {
+                state
+                    .schedule
+                    .retry_after(now_ms, CHECK_RETRY_AFTER_TOPIC_WRITE_MS);
+            }
+            return Ok(());
+        }
         let by_offset: HashMap<i64, &RecordView<'_>> =
             views.iter().map(|v| (v.queue_offset(), v)).collect();
         let mut outstanding = 0;
@@ -607,7 +630,6 @@ impl ShardHandler {
             let (repost, kind) = match action {
                 HalfAction::Resolved { .. } => continue,
                 HalfAction::Discard { repost, .. } => {
-                    self.ensure_check_max_topic(now_ms);
                     tracing::info!(
                         offset = action.queue_offset(),
                         "half message checked too often: discarded"
@@ -672,12 +694,42 @@ impl ShardHandler {
         state.checker = TransactionChecker::new(config, HALF_QUEUE_ID, progress);
     }
 
-    fn ensure_check_max_topic(&mut self, now_ms: i64) {
+    /// Creates `TRANS_CHECK_MAX_TIME_TOPIC` if it does not exist and says
+    /// whether `topics.json` holds it yet. Discarded halves are appended to
+    /// it only then, as Java persists the topic before it appends: records
+    /// of a topic a crash left out of the file would sit in queues the
+    /// restarted broker does not show. A failed write is retried by the
+    /// persister; the discards wait for it.
+    fn check_max_topic_shown(&mut self, now_ms: i64) -> bool {
         let Some(control) = self.control.as_mut() else {
-            return;
+            return false;
         };
         let change = ensure_check_max_time_topic(&mut control.topics, now_ms).1;
-        self.publish_topics(&change);
+        let created = self.publish_topics(&change);
+        let Some(state) = self.txn_state(now_ms) else {
+            return false;
+        };
+        if created.is_some() {
+            state.check_max_topic_write = created;
+        }
+        let Some(ticket) = state.check_max_topic_write else {
+            return true;
+        };
+        let ticket_state = self
+            .persister
+            .as_ref()
+            .map_or(TicketState::Written, |p| p.ticket_state(ticket));
+        if ticket_state != TicketState::Written {
+            tracing::debug!(
+                ?ticket_state,
+                "discarding half messages once topics.json holds their topic"
+            );
+            return false;
+        }
+        if let Some(state) = self.txn_state(now_ms) {
+            state.check_max_topic_write = None;
+        }
+        true
     }
 }
 
