@@ -13,7 +13,7 @@ use bytes::Bytes;
 use ringmq_storage::aligned::{AlignedBuf, BLOCK_SIZE};
 use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::disk::{
-    Disk, DiskCompletion, DiskError, DiskOp, OpId, OpTag, OpenOptions, Wait,
+    Disk, DiskCompletion, DiskError, DiskOp, FileId, OpId, OpTag, OpenOptions, Wait,
 };
 use ringmq_storage::limits::{PLAIN_BUFFER_SPARE_BYTES_MAX, PLAIN_BUFFER_SPARES_MAX};
 use ringmq_storage::ring::{Completion, Op, Ring, RingConfig, SharedRing, TurnOutput};
@@ -1712,4 +1712,103 @@ fn consume_queue_files_on_disk_take_only_the_blocks_written() {
         }
     }
     assert_eq!(files, QUEUES);
+}
+
+/// Opens `count` buffered files under `dir` and writes 4 KiB to each.
+fn written_buffered_files(disk: &mut UringDisk, dir: &TempDir, count: usize) -> Vec<FileId> {
+    let files: Vec<FileId> = (0..count)
+        .map(|n| {
+            disk.open(&dir.path(&format!("q{n}")), OpenOptions::buffered(Some(0)))
+                .expect("opening a buffered file")
+        })
+        .collect();
+    for (n, &file) in files.iter().enumerate() {
+        let data = pattern(4096, n as u8);
+        disk.submit(
+            id(n as u64),
+            DiskOp::Write {
+                file,
+                file_offset: 0,
+                buf: filled_buf(&data),
+                buf_range: 0..4096,
+            },
+            false,
+        )
+        .expect("submitting a write");
+    }
+    for done in wait_for(disk, count) {
+        assert_eq!(done.result.expect("a write"), 4096);
+    }
+    files
+}
+
+/// Fdatasyncs every file (ids from `first_id`), waits for them all, and
+/// returns the (syncfs calls, fdatasyncs they covered, ring fsyncs) added.
+fn sync_all(disk: &mut UringDisk, files: &[FileId], first_id: u64) -> (u64, u64, u64) {
+    let (group_before, ring_before) = (disk.group_sync_stats(), disk.ring_stats());
+    for (n, &file) in files.iter().enumerate() {
+        disk.submit(id(first_id + n as u64), DiskOp::Fdatasync { file }, false)
+            .expect("submitting an fdatasync");
+    }
+    let mut done = wait_for(disk, files.len());
+    done.sort_by_key(|c| c.op_id.seq());
+    let ids: Vec<u64> = done.iter().map(|c| c.op_id.seq()).collect();
+    let want: Vec<u64> = (first_id..first_id + files.len() as u64).collect();
+    assert_eq!(ids, want, "every fdatasync completes once");
+    for completion in done {
+        assert_eq!(completion.result.expect("an fdatasync"), 0);
+    }
+    let (group, ring) = (disk.group_sync_stats(), disk.ring_stats());
+    (
+        group.syncfs_calls - group_before.syncfs_calls,
+        group.fdatasyncs_covered - group_before.fdatasyncs_covered,
+        ring.fsyncs_submitted - ring_before.fsyncs_submitted,
+    )
+}
+
+/// Fdatasyncs of buffered files run as one syncfs per group once their
+/// rate reaches `group_sync_min_per_s`, else as a ring fsync each; either
+/// way each completes with its own id, and a file can be closed while its
+/// sync waits.
+#[test]
+fn fdatasyncs_of_buffered_files_run_as_one_syncfs_from_the_configured_rate() {
+    let config = |group_sync_min_per_s| UringDiskConfig {
+        group_sync_min_per_s,
+        ..small_disk_config()
+    };
+    // Always grouped: one syncfs for all 40, none on the ring.
+    let Some(mut disk) = disk_or_skip(config(Some(0))) else {
+        return;
+    };
+    let dir = TempDir::new("group-sync-always");
+    let files = written_buffered_files(&mut disk, &dir, 40);
+    assert_eq!(sync_all(&mut disk, &files, 1_000), (1, 40, 0));
+    // Closing waits for the file's sync, wherever it runs; its completion
+    // is still returned.
+    for (n, &file) in files.iter().enumerate() {
+        disk.submit(id(2_000 + n as u64), DiskOp::Fdatasync { file }, false)
+            .unwrap();
+    }
+    disk.close(files[0]).unwrap();
+    assert_eq!(wait_for(&mut disk, 40).len(), 40);
+    for (n, &file) in files.iter().enumerate().skip(1) {
+        disk.close(file).unwrap();
+        let bytes = std::fs::read(dir.path(&format!("q{n}"))).unwrap();
+        assert_eq!(bytes, pattern(4096, n as u8));
+    }
+
+    // Off: a ring fsync each.
+    let mut disk = disk_or_skip(config(None)).unwrap();
+    let dir = TempDir::new("group-sync-off");
+    let files = written_buffered_files(&mut disk, &dir, 40);
+    assert_eq!(sync_all(&mut disk, &files, 1_000), (0, 0, 40));
+
+    // From a rate of 30 a second: the first 40 (no rate measured yet) go to
+    // the ring, the next 40, a second later, in one syncfs.
+    let mut disk = disk_or_skip(config(Some(30))).unwrap();
+    let dir = TempDir::new("group-sync-rate");
+    let files = written_buffered_files(&mut disk, &dir, 40);
+    assert_eq!(sync_all(&mut disk, &files, 1_000), (0, 0, 40));
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert_eq!(sync_all(&mut disk, &files, 2_000), (1, 40, 0));
 }

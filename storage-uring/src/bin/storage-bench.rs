@@ -210,6 +210,11 @@ struct Args {
     /// on written extents; `false` leaves them fallocated only.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     zero_fill: bool,
+    /// Fdatasyncs of ConsumeQueue and index files per second from which
+    /// they run as one syncfs per group (`UringDiskConfig::group_sync_min_per_s`;
+    /// 0: always; `off`: a ring fsync each).
+    #[arg(long, default_value = "2000", value_parser = parse_group_sync)]
+    group_sync_min_per_s: GroupSyncRate,
     /// Appends per loop turn before a ring turn submits them.
     #[arg(long, default_value_t = APPENDS_PER_TURN_DEFAULT)]
     appends_per_turn: usize,
@@ -376,6 +381,10 @@ fn main() -> anyhow::Result<()> {
     report.int("cq_flush_ms", args.cq_flush_ms);
     report.int("cq_flush_early_bytes", args.cq_flush_early_bytes as u64);
     report.int("zero_fill", u64::from(args.zero_fill));
+    report.int(
+        "group_sync_min_per_s",
+        args.group_sync_min_per_s.0.unwrap_or(u64::MAX),
+    );
     if args.floor_seconds > 0 {
         measure_floor(&args, &mut report).context("measuring the disk floor")?;
     }
@@ -399,8 +408,22 @@ fn disk_config(args: &Args, buffer_count: usize, buffer_size: usize) -> UringDis
         fixed_buffer_size: buffer_size,
         allow_buffered_fallback: args.allow_buffered,
         zero_fill_on_create: args.zero_fill,
+        group_sync_min_per_s: args.group_sync_min_per_s.0,
         ..UringDiskConfig::default()
     }
+}
+
+/// `--group-sync-min-per-s`: a rate, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct GroupSyncRate(Option<u64>);
+
+fn parse_group_sync(text: &str) -> Result<GroupSyncRate, String> {
+    if text == "off" {
+        return Ok(GroupSyncRate(None));
+    }
+    text.parse()
+        .map(|rate| GroupSyncRate(Some(rate)))
+        .map_err(|_| format!("expected fdatasyncs per second or `off`, got {text:?}"))
 }
 
 fn latency_histogram() -> anyhow::Result<Histogram<u64>> {
@@ -1080,6 +1103,8 @@ struct ShardRun {
     /// User and system CPU seconds of the shard's thread.
     cpu: (f64, f64),
     fsyncs: u64,
+    /// Group syncs: `syncfs` calls, and the fdatasyncs they stood for.
+    syncfs: (u64, u64),
     commits: u64,
     stalls: u64,
     segments: SegmentStats,
@@ -1150,6 +1175,7 @@ fn report_runs(runs: &[ShardRun], report: &mut Report) -> anyhow::Result<()> {
     let (mut acked, mut bytes, mut flush_timeouts) = (0u64, 0u64, 0u64);
     let (mut user_s, mut sys_s) = (0.0, 0.0);
     let (mut fsyncs, mut commits, mut stalls) = (0u64, 0u64, 0u64);
+    let (mut syncfs_calls, mut grouped) = (0u64, 0u64);
     let mut timeline: Option<Timeline> = None;
     for run in runs {
         histogram
@@ -1161,6 +1187,8 @@ fn report_runs(runs: &[ShardRun], report: &mut Report) -> anyhow::Result<()> {
         user_s += run.cpu.0;
         sys_s += run.cpu.1;
         fsyncs += run.fsyncs;
+        syncfs_calls += run.syncfs.0;
+        grouped += run.syncfs.1;
         commits += run.commits;
         stalls += run.stalls;
         segments = segments_combined(segments, run.segments, |a, b| a + b);
@@ -1208,6 +1236,8 @@ fn report_runs(runs: &[ShardRun], report: &mut Report) -> anyhow::Result<()> {
     report.float("cpu_user_us_per_mb", user_s * 1e6 / mb.max(1e-9));
     report.float("cpu_sys_us_per_mb", sys_s * 1e6 / mb.max(1e-9));
     report.float("fsyncs_per_s", fsyncs as f64 / seconds);
+    report.float("syncfs_per_s", syncfs_calls as f64 / seconds);
+    report.float("fdatasyncs_grouped_per_s", grouped as f64 / seconds);
     // CommitLog commits only (ConsumeQueue, index and checkpoint writes are
     // not commits).
     report.float("records_per_commit", acked as f64 / commits.max(1) as f64);
@@ -1258,6 +1288,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
     let mut record_bytes = 0u64;
     let (mut acked, mut flush_timeouts) = (0u64, 0u64);
     let mut stats_before = store.disk().ring_stats();
+    let mut group_before = store.disk().group_sync_stats();
     let mut commits_before = store.commit_log().appender().commit_count();
     let mut segments_before = store.commit_log().segment_stats();
     let mut cpu_before = thread_cpu_time()?;
@@ -1277,6 +1308,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
             histogram.reset();
             (acked, flush_timeouts) = (0, 0);
             stats_before = store.disk().ring_stats();
+            group_before = store.disk().group_sync_stats();
             commits_before = store.commit_log().appender().commit_count();
             segments_before = store.commit_log().segment_stats();
             cpu_before = thread_cpu_time()?;
@@ -1380,6 +1412,7 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
     let elapsed = start.elapsed();
     let cpu = thread_cpu_time()?;
     let stats = store.disk().ring_stats();
+    let group = store.disk().group_sync_stats();
     let run = ShardRun {
         acked,
         record_bytes,
@@ -1387,6 +1420,10 @@ fn append_shard(args: &Args, shard: u8, start_line: &Barrier) -> anyhow::Result<
         elapsed,
         cpu: (cpu.0 - cpu_before.0, cpu.1 - cpu_before.1),
         fsyncs: stats.fsyncs_submitted - stats_before.fsyncs_submitted,
+        syncfs: (
+            group.syncfs_calls - group_before.syncfs_calls,
+            group.fdatasyncs_covered - group_before.fdatasyncs_covered,
+        ),
         commits: store.commit_log().appender().commit_count() - commits_before,
         stalls: stats.stalls - stats_before.stalls,
         segments: segments_combined(

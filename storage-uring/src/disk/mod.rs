@@ -642,6 +642,7 @@ mod tests {
         assert_eq!(OpId(0).tag(), None);
     }
 }
+mod group_sync;
 pub mod sim;
 pub mod uring;
 mod view;

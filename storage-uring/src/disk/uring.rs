@@ -4,7 +4,12 @@
 //! when its buffer is one of this disk's registered buffers and `WRITE`
 //! otherwise, `Read` likewise, `Fdatasync` is `IORING_OP_FSYNC` with
 //! `DATASYNC`, and `link_next` sets `IOSQE_IO_LINK` (so a write and the
-//! fdatasync after it go down in one submission and stay ordered). Metadata
+//! fdatasync after it go down in one submission and stay ordered).
+//! Fdatasyncs of buffered (not `direct`) files wait for the next turn
+//! instead: while they arrive at [`UringDiskConfig::group_sync_min_per_s`]
+//! or more (thousands of ConsumeQueues), the ones waiting run as one
+//! `syncfs` on a helper thread, and those arriving meanwhile wait for the
+//! next (`group_sync.rs`); otherwise each goes to the ring. Metadata
 //! operations are synchronous system calls that run at startup and in
 //! recovery; [`Disk::submit_create`] and [`Disk::submit_remove`] run the same
 //! steps in the background instead, one ring operation per step (openat,
@@ -85,13 +90,14 @@ use std::time::{Duration, Instant};
 
 use slab::Slab;
 
+use super::group_sync::GroupSync;
 use super::{
     Disk, DiskCompletion, DiskError, DiskOp, FileId, FileView, OpId, OpenOptions, SpaceInfo, Wait,
 };
 use crate::aligned::{AlignedBuf, BLOCK_SIZE, align_up};
 use crate::limits::{
-    COMPLETIONS_PER_TURN_MAX, PLAIN_BUFFER_SPARE_BYTES_MAX, PLAIN_BUFFER_SPARES_MAX,
-    WRITE_BUFFER_SIZE,
+    COMPLETIONS_PER_TURN_MAX, GROUP_SYNC_MIN_PER_S_DEFAULT, GROUP_SYNC_RATE_WINDOW,
+    PLAIN_BUFFER_SPARE_BYTES_MAX, PLAIN_BUFFER_SPARES_MAX, WRITE_BUFFER_SIZE,
 };
 use crate::ring::{
     Completion, FixedBufferPool, Lane, OWNER_SHIFT, Op, Ring, RingConfig, RingError, RingStats,
@@ -143,6 +149,10 @@ pub struct UringDiskConfig {
     pub allow_buffered_fallback: bool,
     /// Write zeros over newly created files (see the module doc).
     pub zero_fill_on_create: bool,
+    /// Fdatasyncs of buffered files per second (over the last second) from
+    /// which they run as one `syncfs` per group on a helper thread (see
+    /// the module doc); below it, and with `None`, a ring fsync each.
+    pub group_sync_min_per_s: Option<u64>,
 }
 
 impl Default for UringDiskConfig {
@@ -154,6 +164,7 @@ impl Default for UringDiskConfig {
             fixed_buffers_required: false,
             allow_buffered_fallback: false,
             zero_fill_on_create: true,
+            group_sync_min_per_s: Some(GROUP_SYNC_MIN_PER_S_DEFAULT),
         }
     }
 }
@@ -269,6 +280,28 @@ pub struct UringDisk {
     plain_spare_bytes: usize,
     /// Background creates and removes.
     meta: Slab<MetaJob>,
+    /// Fdatasyncs of buffered files not on the ring yet (keys in `ops`,
+    /// counted in their files' `in_flight`): see `dispatch_syncs`.
+    syncs_waiting: Vec<usize>,
+    /// The fdatasyncs the running syncfs covers (keys in `ops`).
+    syncs_in_group: Vec<usize>,
+    /// The syncfs helper, started at the first group.
+    group_sync: Option<GroupSync>,
+    group_stats: GroupSyncStats,
+    /// Fdatasyncs of buffered files asked for since `sync_rate_since`.
+    sync_requests: u64,
+    sync_rate_since: Instant,
+    /// Their rate over the last whole window, per second.
+    sync_rate_per_s: u64,
+}
+
+/// What [`UringDisk`]'s group sync has done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupSyncStats {
+    /// `syncfs` calls completed.
+    pub syncfs_calls: u64,
+    /// Fdatasyncs those calls stood for.
+    pub fdatasyncs_covered: u64,
 }
 
 impl UringDisk {
@@ -333,6 +366,13 @@ impl UringDisk {
             plain_spares: Vec::new(),
             plain_spare_bytes: 0,
             meta: Slab::new(),
+            syncs_waiting: Vec::new(),
+            syncs_in_group: Vec::new(),
+            group_sync: None,
+            group_stats: GroupSyncStats::default(),
+            sync_requests: 0,
+            sync_rate_since: Instant::now(),
+            sync_rate_per_s: 0,
         })
     }
 
@@ -344,6 +384,11 @@ impl UringDisk {
     /// The counters of the ring underneath (every lane's, when shared).
     pub fn ring_stats(&self) -> RingStats {
         self.lane.with_ring(|ring| ring.stats())
+    }
+
+    /// What the group sync has done so far.
+    pub fn group_sync_stats(&self) -> GroupSyncStats {
+        self.group_stats
     }
 
     /// A handle other threads use to wake a `poll` that is waiting.
@@ -407,6 +452,10 @@ impl UringDisk {
         collect_only: bool,
     ) -> Result<usize, DiskError> {
         self.turn_output.clear();
+        // A syncfs that ended since the last turn frees the waiting syncs
+        // to go down with this one.
+        let mut added = self.collect_group_sync();
+        self.dispatch_syncs();
         if collect_only {
             self.lane.take_parked(max, &mut self.turn_output);
         } else {
@@ -414,7 +463,7 @@ impl UringDisk {
                 .turn(wait, max, &mut self.turn_output)
                 .map_err(|error| ring_error("io_uring_enter", error))?;
         }
-        let mut added = 0;
+        added += self.collect_group_sync();
         let mut completions = std::mem::take(&mut self.turn_output.completions);
         for completion in completions.drain(..) {
             if completion.token & BACKGROUND_TOKEN_BIT != 0 {
@@ -475,7 +524,116 @@ impl UringDisk {
             added += 1;
         }
         self.turn_output.completions = completions;
+        self.dispatch_syncs();
         Ok(added)
+    }
+
+    /// Sends the waiting fdatasyncs of buffered files on: with a syncfs
+    /// running, they wait for it to end; at a rate of at least
+    /// [`UringDiskConfig::group_sync_min_per_s`], one syncfs on the helper
+    /// covers them all; else (or when the helper cannot be used) each goes
+    /// to the ring, as far as it has room.
+    fn dispatch_syncs(&mut self) {
+        if self.syncs_waiting.is_empty() || !self.syncs_in_group.is_empty() {
+            return;
+        }
+        let elapsed = self.sync_rate_since.elapsed();
+        if elapsed >= GROUP_SYNC_RATE_WINDOW {
+            self.sync_rate_per_s =
+                (self.sync_requests as f64 / elapsed.as_secs_f64()).round() as u64;
+            (self.sync_requests, self.sync_rate_since) = (0, Instant::now());
+        }
+        if self
+            .config
+            .group_sync_min_per_s
+            .is_some_and(|min| self.sync_rate_per_s >= min)
+        {
+            match self.start_group_sync() {
+                Ok(()) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "group sync unavailable; fdatasyncs go to the ring one by one");
+                    self.config.group_sync_min_per_s = None;
+                }
+            }
+        }
+        let waiting = std::mem::take(&mut self.syncs_waiting);
+        let mut left = waiting.into_iter();
+        while let Some(key) = left.next() {
+            let file = self.ops[key].file;
+            let fd = match self.file(file) {
+                Ok(open) => open.fd.as_raw_fd(),
+                Err(_) => unreachable!("a file with a waiting fdatasync stays open"),
+            };
+            let op = Op::Fsync { fd, datasync: true };
+            if self.lane.submit(DISK_TAG | key as u64, op, false).is_err() {
+                // The ring is full: the rest waits for the next turn.
+                self.syncs_waiting.push(key);
+                self.syncs_waiting.extend(left);
+                return;
+            }
+        }
+    }
+
+    /// Hands every waiting fdatasync to one syncfs of their file system.
+    fn start_group_sync(&mut self) -> io::Result<()> {
+        if self.group_sync.is_none() {
+            self.group_sync = Some(GroupSync::spawn(self.waker())?);
+        }
+        let file = self.ops[self.syncs_waiting[0]].file;
+        let fd = self
+            .file(file)
+            .map_err(|_| io::Error::other("a file with a waiting fdatasync is closed"))?
+            .fd
+            .try_clone()?;
+        self.group_sync.as_ref().expect("started above").start(fd)?;
+        self.syncs_in_group = std::mem::take(&mut self.syncs_waiting);
+        Ok(())
+    }
+
+    /// Completes the fdatasyncs of a finished syncfs (into `ready`);
+    /// returns how many.
+    fn collect_group_sync(&mut self) -> usize {
+        if self.syncs_in_group.is_empty() {
+            return 0;
+        }
+        let Some(result) = self.group_sync.as_ref().and_then(GroupSync::try_result) else {
+            return 0;
+        };
+        self.group_stats.syncfs_calls += 1;
+        self.group_stats.fdatasyncs_covered += self.syncs_in_group.len() as u64;
+        let keys = std::mem::take(&mut self.syncs_in_group);
+        let count = keys.len();
+        for key in keys {
+            let pending = self.ops.remove(key);
+            let path = match self
+                .files
+                .get_mut(pending.file.0 as usize)
+                .and_then(Option::as_mut)
+            {
+                Some(file) => {
+                    file.in_flight -= 1;
+                    file.path.clone()
+                }
+                None => PathBuf::new(),
+            };
+            let result = match &result {
+                Ok(()) => Ok(0),
+                Err(error) => Err(DiskError::Io {
+                    op: "syncfs",
+                    path,
+                    source: match error.raw_os_error() {
+                        Some(errno) => io::Error::from_raw_os_error(errno),
+                        None => io::Error::new(error.kind(), error.to_string()),
+                    },
+                }),
+            };
+            self.ready.push_back(DiskCompletion {
+                op_id: pending.op_id,
+                result,
+                buf: None,
+            });
+        }
+        count
     }
 
     /// Whether `file`'s background zero fill is still running.
@@ -1333,6 +1491,18 @@ impl Disk for UringDisk {
             && let Err(error) = self.yield_fill(file_id, &op)
         {
             return Err((error, op));
+        }
+        if let DiskOp::Fdatasync { file } = op
+            && !link_next
+            && self.file(file).is_ok_and(|open| !open.direct)
+        {
+            // Buffered files' fdatasyncs wait for `dispatch_syncs` (at the
+            // next turn), which may run many of them as one syncfs.
+            let key = self.ops.insert(PendingOp { op_id, file });
+            self.file_mut(file).expect("checked open above").in_flight += 1;
+            self.syncs_waiting.push(key);
+            self.sync_requests += 1;
+            return Ok(());
         }
         let (file, ring_op) = self.to_ring_op(op)?;
         let key = self.ops.insert(PendingOp { op_id, file });
