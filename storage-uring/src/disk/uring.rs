@@ -5,11 +5,11 @@
 //! otherwise, `Read` likewise, `Fdatasync` is `IORING_OP_FSYNC` with
 //! `DATASYNC`, and `link_next` sets `IOSQE_IO_LINK` (so a write and the
 //! fdatasync after it go down in one submission and stay ordered).
-//! Fdatasyncs of buffered (not `direct`) files wait for the next turn
-//! instead: while they arrive at [`UringDiskConfig::group_sync_min_per_s`]
-//! or more (thousands of ConsumeQueues), the ones waiting run as one
-//! `syncfs` on a helper thread, and those arriving meanwhile wait for the
-//! next (`group_sync.rs`); otherwise each goes to the ring. Metadata
+//! Fdatasyncs of buffered (not `direct`) files are grouped instead while
+//! they arrive at [`UringDiskConfig::group_sync_min_per_s`] or more
+//! (thousands of ConsumeQueues): one starts a `syncfs` on a helper thread
+//! if none runs, and those arriving meanwhile wait for the next
+//! (`group_sync.rs`); below that rate each goes to the ring. Metadata
 //! operations are synchronous system calls that run at startup and in
 //! recovery; [`Disk::submit_create`] and [`Disk::submit_remove`] run the same
 //! steps in the background instead, one ring operation per step (openat,
@@ -528,26 +528,31 @@ impl UringDisk {
         Ok(added)
     }
 
-    /// Sends the waiting fdatasyncs of buffered files on: with a syncfs
-    /// running, they wait for it to end; at a rate of at least
-    /// [`UringDiskConfig::group_sync_min_per_s`], one syncfs on the helper
-    /// covers them all; else (or when the helper cannot be used) each goes
-    /// to the ring, as far as it has room.
-    fn dispatch_syncs(&mut self) {
-        if self.syncs_waiting.is_empty() || !self.syncs_in_group.is_empty() {
-            return;
-        }
+    /// Whether fdatasyncs of buffered files arrive at
+    /// [`UringDiskConfig::group_sync_min_per_s`] or more (over the last
+    /// whole [`GROUP_SYNC_RATE_WINDOW`]).
+    fn grouping(&mut self) -> bool {
+        let Some(min) = self.config.group_sync_min_per_s else {
+            return false;
+        };
         let elapsed = self.sync_rate_since.elapsed();
         if elapsed >= GROUP_SYNC_RATE_WINDOW {
             self.sync_rate_per_s =
                 (self.sync_requests as f64 / elapsed.as_secs_f64()).round() as u64;
             (self.sync_requests, self.sync_rate_since) = (0, Instant::now());
         }
-        if self
-            .config
-            .group_sync_min_per_s
-            .is_some_and(|min| self.sync_rate_per_s >= min)
-        {
+        self.sync_rate_per_s >= min
+    }
+
+    /// Sends the waiting fdatasyncs of buffered files on: with a syncfs
+    /// running, they wait for it to end; while [`UringDisk::grouping`], one
+    /// syncfs on the helper covers them all; else (or when the helper
+    /// cannot be used) each goes to the ring, as far as it has room.
+    fn dispatch_syncs(&mut self) {
+        if self.syncs_waiting.is_empty() || !self.syncs_in_group.is_empty() {
+            return;
+        }
+        if self.grouping() {
             match self.start_group_sync() {
                 Ok(()) => return,
                 Err(error) => {
@@ -1496,13 +1501,16 @@ impl Disk for UringDisk {
             && !link_next
             && self.file(file).is_ok_and(|open| !open.direct)
         {
-            // Buffered files' fdatasyncs wait for `dispatch_syncs` (at the
-            // next turn), which may run many of them as one syncfs.
-            let key = self.ops.insert(PendingOp { op_id, file });
-            self.file_mut(file).expect("checked open above").in_flight += 1;
-            self.syncs_waiting.push(key);
             self.sync_requests += 1;
-            return Ok(());
+            if self.grouping() {
+                // A buffered file's fdatasync joins the group: it starts one
+                // at once if none runs, else waits for the next.
+                let key = self.ops.insert(PendingOp { op_id, file });
+                self.file_mut(file).expect("checked open above").in_flight += 1;
+                self.syncs_waiting.push(key);
+                self.dispatch_syncs();
+                return Ok(());
+            }
         }
         let (file, ring_op) = self.to_ring_op(op)?;
         let key = self.ops.insert(PendingOp { op_id, file });
