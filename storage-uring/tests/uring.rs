@@ -518,9 +518,20 @@ fn operations_on_a_closed_file_or_bad_fd_fail_with_the_errno() {
     let Some(mut ring) = ring_or_skip() else {
         return;
     };
+    // The number of a descriptor just closed can be reused at once by an
+    // open in another test thread (it was, in a CI run), so take one at
+    // the process's descriptor limit, which no open can return.
     let bad_fd = {
-        let fd = open_file(&dir.path("gone"), libc::O_CREAT | libc::O_RDWR);
-        fd.as_raw_fd()
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the local struct.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+            0
+        );
+        i32::try_from(limit.rlim_cur).unwrap_or(i32::MAX)
     };
     ring.submit(
         5,
