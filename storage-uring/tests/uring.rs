@@ -1809,6 +1809,29 @@ fn fdatasyncs_of_buffered_files_run_as_one_syncfs_from_the_configured_rate() {
         assert_eq!(bytes, pattern(4096, n as u8));
     }
 
+    // An fdatasync linked behind a write follows it on the ring.
+    let file = disk
+        .open(&dir.path("linked"), OpenOptions::buffered(Some(0)))
+        .unwrap();
+    let write = DiskOp::Write {
+        file,
+        file_offset: 0,
+        buf: filled_buf(&pattern(4096, 7)),
+        buf_range: 0..4096,
+    };
+    let (group_before, ring_before) = (disk.group_sync_stats(), disk.ring_stats());
+    disk.submit(id(3_000), write, true).unwrap();
+    disk.submit(id(3_001), DiskOp::Fdatasync { file }, false)
+        .unwrap();
+    for completion in wait_for(&mut disk, 2) {
+        assert!(completion.result.is_ok(), "{completion:?}");
+    }
+    assert_eq!(disk.group_sync_stats(), group_before);
+    assert_eq!(
+        disk.ring_stats().fsyncs_submitted,
+        ring_before.fsyncs_submitted + 1
+    );
+
     // Off: a ring fsync each.
     let mut disk = disk_or_skip(config(None)).unwrap();
     let dir = TempDir::new("group-sync-off");

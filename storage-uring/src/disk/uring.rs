@@ -293,6 +293,9 @@ pub struct UringDisk {
     sync_rate_since: Instant,
     /// Their rate over the last whole window, per second.
     sync_rate_per_s: u64,
+    /// The last op went to the ring with `link_next`: the next one must
+    /// follow it there (so it is never grouped).
+    linked_to_next: bool,
 }
 
 /// What [`UringDisk`]'s group sync has done.
@@ -373,6 +376,7 @@ impl UringDisk {
             sync_requests: 0,
             sync_rate_since: Instant::now(),
             sync_rate_per_s: 0,
+            linked_to_next: false,
         })
     }
 
@@ -1499,6 +1503,7 @@ impl Disk for UringDisk {
         }
         if let DiskOp::Fdatasync { file } = op
             && !link_next
+            && !self.linked_to_next
             && self.file(file).is_ok_and(|open| !open.direct)
         {
             self.sync_requests += 1;
@@ -1516,6 +1521,7 @@ impl Disk for UringDisk {
         let key = self.ops.insert(PendingOp { op_id, file });
         match self.lane.submit(DISK_TAG | key as u64, ring_op, link_next) {
             Ok(()) => {
+                self.linked_to_next = link_next;
                 self.file_mut(file)
                     .expect("checked open in to_ring_op")
                     .in_flight += 1;
