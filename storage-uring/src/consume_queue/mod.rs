@@ -1719,21 +1719,26 @@ mod tests {
         assert_eq!(again.entry(next), Some(entry(next)));
     }
 
-    #[test]
-    fn a_load_after_a_clean_stop_still_cuts_back_a_tail_that_is_not_zero() {
+    /// A disk image with the queue's first file: entries 0..3, then
+    /// `after` (what follows them in the file; zeros after that).
+    fn three_entries_then(after: &[CqEntry]) -> SimImage {
         let mut image = SimImage::default();
         let dir = queue_dir(Path::new(ROOT), "TopicTest", 3);
         for ancestor in dir.ancestors() {
             image.dirs.insert(ancestor.to_path_buf());
         }
         let mut first = vec![0u8; CQ_FILE_SIZE];
-        for i in 0..3 {
-            first[i * 20..i * 20 + 20].copy_from_slice(&entry(i as u64).encode());
+        for (i, e) in (0..3).map(entry).chain(after.iter().copied()).enumerate() {
+            first[i * 20..i * 20 + 20].copy_from_slice(&e.encode());
         }
-        // Entry 3 is not valid but not zero either (offset before entry 2's end).
-        first[60..80].copy_from_slice(&entry(1).encode());
-        first[80..100].copy_from_slice(&entry(4).encode());
         image.files.insert(file_path("00000000000000000000"), first);
+        image
+    }
+
+    #[test]
+    fn a_load_after_a_clean_stop_still_cuts_back_a_tail_that_is_not_zero() {
+        // Entry 3 is not valid but not zero either (offset before entry 2's end).
+        let image = three_entries_then(&[entry(1), entry(4)]);
         let mut d = SimDisk::from_image(image, SimConfig::new(11));
         let mut q =
             ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Clean).unwrap();
@@ -1751,18 +1756,8 @@ mod tests {
 
     #[test]
     fn load_stops_at_the_first_invalid_entry_and_removes_later_files() {
-        let mut image = SimImage::default();
-        let dir = queue_dir(Path::new(ROOT), "TopicTest", 3);
-        for ancestor in dir.ancestors() {
-            image.dirs.insert(ancestor.to_path_buf());
-        }
-        let mut first = vec![0u8; CQ_FILE_SIZE];
-        for i in 0..3 {
-            first[i * 20..i * 20 + 20].copy_from_slice(&entry(i as u64).encode());
-        }
         // Entry 3 is zero; entry 4 is valid-looking garbage past the end.
-        first[80..100].copy_from_slice(&entry(4).encode());
-        image.files.insert(file_path("00000000000000000000"), first);
+        let mut image = three_entries_then(&[CqEntry::decode(&[0; CQ_ENTRY_SIZE]), entry(4)]);
         image.files.insert(
             file_path("00000000000006000000"),
             entry(9).encode().to_vec(),
