@@ -53,7 +53,7 @@ pub use properties::{Property, parse_properties};
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
 use ringmq_storage::limits::{
     COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT, COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
-    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
+    CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT, GROUP_SYNC_MIN_PER_S_DEFAULT,
 };
 
 /// Block size the CommitLog is written in (O_DIRECT alignment).
@@ -182,6 +182,7 @@ pub const KEYS: &[&str] = &[
     "deleteWhen",
     "diskMaxUsedSpaceRatio",
     "enablePropertyFilter",
+    "fdatasyncGroupMinPerSecond",
     "fileReservedTime",
     "flushDiskType",
     "flushIntervalCommitLog",
@@ -245,6 +246,10 @@ pub struct BrokerConfig {
     /// `commitLogRemoveStepBytes` (ringmq): an unlinked retired segment is
     /// first shrunk by this many bytes at a time (0: unlinked whole).
     pub commit_log_remove_step_bytes: u64,
+    /// `fdatasyncGroupMinPerSecond` (ringmq): ConsumeQueue and index
+    /// fdatasyncs per second from which a shard runs them as one `syncfs`
+    /// per group (0: never; see `UringDiskConfig::group_sync_min_per_s`).
+    pub fdatasync_group_min_per_s: u64,
     /// `autoCreateTopicEnable`.
     pub auto_create_topic_enable: bool,
     /// `autoCreateSubscriptionGroup`.
@@ -312,6 +317,7 @@ impl BrokerConfig {
             flush_interval_commit_log_ms: 500,
             flush_interval_consume_queue_ms: CONSUME_QUEUE_FLUSH_INTERVAL_MS_DEFAULT,
             commit_log_recycle_segments: COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT as u32,
+            fdatasync_group_min_per_s: GROUP_SYNC_MIN_PER_S_DEFAULT,
             commit_log_remove_step_bytes: COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
             auto_create_topic_enable: true,
             auto_create_subscription_group: true,
@@ -424,6 +430,9 @@ impl BrokerConfig {
             }
             "commitLogRemoveStepBytes" => {
                 self.commit_log_remove_step_bytes = v.int(0, 1 << 40)? as u64
+            }
+            "fdatasyncGroupMinPerSecond" => {
+                self.fdatasync_group_min_per_s = v.int(0, 100_000_000)? as u64
             }
             "autoCreateTopicEnable" => self.auto_create_topic_enable = v.bool()?,
             "autoCreateSubscriptionGroup" => self.auto_create_subscription_group = v.bool()?,
@@ -611,7 +620,7 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 36] = [
+        let entries: [(&'static str, String); 37] = [
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -636,6 +645,10 @@ impl BrokerConfig {
             (
                 "commitLogRemoveStepBytes",
                 self.commit_log_remove_step_bytes.to_string(),
+            ),
+            (
+                "fdatasyncGroupMinPerSecond",
+                self.fdatasync_group_min_per_s.to_string(),
             ),
             (
                 "connectionsPerShardMax",
@@ -1065,15 +1078,18 @@ mod tests {
         assert_eq!(defaults.flush_interval_consume_queue_ms, 1000);
         assert_eq!(defaults.commit_log_recycle_segments, 2);
         assert_eq!(defaults.commit_log_remove_step_bytes, 0);
+        assert_eq!(defaults.fdatasync_group_min_per_s, 2_000);
         let config = load(
             "flushIntervalConsumeQueue=100\ncommitLogRecycleSegments=0\n\
-             commitLogRemoveStepBytes=67108864",
+             commitLogRemoveStepBytes=67108864\nfdatasyncGroupMinPerSecond=0",
         )
         .unwrap();
         assert_eq!(config.flush_interval_consume_queue_ms, 100);
         assert_eq!(config.commit_log_recycle_segments, 0);
         assert_eq!(config.commit_log_remove_step_bytes, 64 << 20);
+        assert_eq!(config.fdatasync_group_min_per_s, 0);
         assert!(load("commitLogRemoveStepBytes=-1").is_err());
+        assert!(load("fdatasyncGroupMinPerSecond=-5").is_err());
     }
 
     #[test]

@@ -266,6 +266,7 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
         UringDiskConfig {
             fixed_buffer_count: write_buffers_in_use_max(config.tail_cache_size_bytes as usize)
                 .min(REGISTERED_WRITE_BUFFERS_MAX),
+            group_sync_min_per_s: Some(config.fdatasync_group_min_per_s).filter(|&rate| rate > 0),
             ..UringDiskConfig::default()
         },
     )
