@@ -482,25 +482,7 @@ impl UringDisk {
                 self.internal_done.push(completion);
                 continue;
             }
-            let pending = self
-                .ops
-                .remove((completion.token & TOKEN_KEY_MASK) as usize);
-            let path = match self
-                .files
-                .get_mut(pending.file.0 as usize)
-                .and_then(Option::as_mut)
-            {
-                Some(file) => {
-                    assert!(
-                        file.in_flight > 0,
-                        "file {:?} in_flight underflow",
-                        pending.file
-                    );
-                    file.in_flight -= 1;
-                    file.path.clone()
-                }
-                None => PathBuf::new(),
-            };
+            let (pending, path) = self.end_op((completion.token & TOKEN_KEY_MASK) as usize);
             let Some(op) = completion.op else {
                 unreachable!("disk ops are single-shot");
             };
@@ -530,6 +512,30 @@ impl UringDisk {
         self.turn_output.completions = completions;
         self.dispatch_syncs();
         Ok(added)
+    }
+
+    /// Removes the ended caller op `key` from `ops` and from its file's
+    /// `in_flight`; returns it with the file's path (empty if the file is
+    /// gone).
+    fn end_op(&mut self, key: usize) -> (PendingOp, PathBuf) {
+        let pending = self.ops.remove(key);
+        let path = match self
+            .files
+            .get_mut(pending.file.0 as usize)
+            .and_then(Option::as_mut)
+        {
+            Some(file) => {
+                assert!(
+                    file.in_flight > 0,
+                    "file {:?} in_flight underflow",
+                    pending.file
+                );
+                file.in_flight -= 1;
+                file.path.clone()
+            }
+            None => PathBuf::new(),
+        };
+        (pending, path)
     }
 
     /// Whether fdatasyncs of buffered files arrive at
@@ -613,18 +619,7 @@ impl UringDisk {
         let keys = std::mem::take(&mut self.syncs_in_group);
         let count = keys.len();
         for key in keys {
-            let pending = self.ops.remove(key);
-            let path = match self
-                .files
-                .get_mut(pending.file.0 as usize)
-                .and_then(Option::as_mut)
-            {
-                Some(file) => {
-                    file.in_flight -= 1;
-                    file.path.clone()
-                }
-                None => PathBuf::new(),
-            };
+            let (pending, path) = self.end_op(key);
             let result = match &result {
                 Ok(()) => Ok(0),
                 Err(error) => Err(DiskError::Io {
