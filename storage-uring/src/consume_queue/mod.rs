@@ -1735,6 +1735,13 @@ mod tests {
         image
     }
 
+    /// Whether the first file holds only zeros after its first 3 entries.
+    fn first_file_zero_after_three(d: &SimDisk) -> bool {
+        file_bytes(d, "00000000000000000000")[3 * CQ_ENTRY_SIZE..]
+            .iter()
+            .all(|b| *b == 0)
+    }
+
     #[test]
     fn a_load_after_a_clean_stop_still_cuts_back_a_tail_that_is_not_zero() {
         // Entry 3 is not valid but not zero either (offset before entry 2's end).
@@ -1744,9 +1751,7 @@ mod tests {
             ConsumeQueue::load(&mut d, Path::new(ROOT), "TopicTest", 3, LastStop::Clean).unwrap();
         assert_eq!(q.max_offset(), 3);
         assert!(
-            file_bytes(&d, "00000000000000000000")[60..]
-                .iter()
-                .all(|b| *b == 0),
+            first_file_zero_after_three(&d),
             "the tail is zeroed at load"
         );
         assert!(!q.is_clean(), "the zeroing still needs an fdatasync");
@@ -1774,18 +1779,12 @@ mod tests {
                 .contains_key(&file_path("00000000000006000000"))
         );
         assert!(
-            file_bytes(&d, "00000000000000000000")[60..]
-                .iter()
-                .all(|b| *b == 0),
+            first_file_zero_after_three(&d),
             "the garbage tail is zeroed at load"
         );
         assert!(!q.is_clean(), "the zeroing still needs an fdatasync");
         settle(&mut d, &mut q);
-        assert!(
-            file_bytes(&d, "00000000000000000000")[60..]
-                .iter()
-                .all(|b| *b == 0)
-        );
+        assert!(first_file_zero_after_three(&d));
     }
 
     #[test]
