@@ -23,10 +23,12 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use ringmq_broker::config::{
-    BrokerConfig, ConfigEnvironment, NAMESRV_LISTEN_PORT_DEFAULT, parse_override, pick_broker_ip1,
+    BrokerConfig, ConfigEnvironment, NAMESRV_DIR_NAME, NAMESRV_LISTEN_PORT_DEFAULT, parse_override,
+    pick_broker_ip1,
 };
 use ringmq_broker::namesrv::{NameServer, NameServerSettings};
-use ringmq_broker::server::{NameServerHandler, Server, ServerConfig, signal};
+use ringmq_broker::persist::ConfigFile;
+use ringmq_broker::server::{NameServerHandler, Server, ServerConfig, open_kv_config, signal};
 
 /// mimalloc instead of glibc's malloc: with glibc, a shard freeing a buffer
 /// another shard allocated (a forwarded request's body, a response for a
@@ -82,6 +84,10 @@ struct NamesrvArgs {
     /// Address to listen on (0.0.0.0 to serve other hosts).
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
+    /// The KV configuration file, as Java's kvConfigPath (default
+    /// $HOME/namesrv/kvConfig.json); it must be called kvConfig.json.
+    #[arg(long, value_name = "PATH")]
+    kv_config_path: Option<PathBuf>,
 }
 
 /// Long flags clap knows; any other `--name[=value]` of the broker is a
@@ -154,9 +160,21 @@ fn split_overrides(arguments: Vec<OsString>) -> (Vec<OsString>, Vec<String>) {
 
 fn run_namesrv(args: &NamesrvArgs) -> anyhow::Result<()> {
     let listen_addr = SocketAddr::new(args.bind, args.listen_port);
-    let handler = NameServerHandler::new(NameServer::new(NameServerSettings::default()));
+    let kv_config_path = args.kv_config_path.clone().unwrap_or_else(|| {
+        config_environment()
+            .home_dir
+            .join(NAMESRV_DIR_NAME)
+            .join(ConfigFile::KvConfig.file_name())
+    });
+    let (kv_config, persister) = open_kv_config(&kv_config_path)
+        .with_context(|| format!("opening {}", kv_config_path.display()))?;
+    let handler = NameServerHandler::with_kv_persister(
+        NameServer::with_kv_config(NameServerSettings::default(), kv_config),
+        persister,
+    );
     let server = Server::bind(ServerConfig::new(listen_addr), handler)
         .context("starting the name server")?;
+    server.handler().wake_on_kv_written(server.waker());
     signal::spawn_signal_thread(server.shutdown_handle()).context("starting the signal thread")?;
     // Java's mqnamesrv prints this line; scripts and tests wait for it (and
     // read the port from it when started with --listen-port 0).
@@ -169,8 +187,13 @@ fn run_namesrv(args: &NamesrvArgs) -> anyhow::Result<()> {
     .and_then(|()| stdout.flush())
     .context("writing the boot line")?;
     drop(stdout);
-    tracing::info!(addr = %server.local_addr(), "name server listening");
-    server.run().context("running the name server")?;
+    tracing::info!(addr = %server.local_addr(), kv_config = %kv_config_path.display(), "name server listening");
+    let handler = server.run().context("running the name server")?;
+    if let Some(persister) = handler.into_kv_persister() {
+        persister
+            .flush_and_stop()
+            .with_context(|| format!("writing {}", kv_config_path.display()))?;
+    }
     Ok(())
 }
 

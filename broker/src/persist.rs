@@ -104,16 +104,21 @@ pub enum ConfigFile {
     /// `timerProgress.json` (ringmq: the timer wheel's progress; Java keeps
     /// its own timer log and checkpoint instead).
     TimerProgress,
+    /// `kvConfig.json` (the name server's `KVConfigManager`), written by the
+    /// name server's own persister into the directory of its
+    /// `kvConfigPath`, not into a store's `config/`.
+    KvConfig,
 }
 
 impl ConfigFile {
     /// Every config file, in slot order.
-    pub const ALL: [ConfigFile; 5] = [
+    pub const ALL: [ConfigFile; 6] = [
         ConfigFile::Topics,
         ConfigFile::SubscriptionGroups,
         ConfigFile::ConsumerOffsets,
         ConfigFile::DelayOffsets,
         ConfigFile::TimerProgress,
+        ConfigFile::KvConfig,
     ];
 
     /// The file's name as RocketMQ spells it.
@@ -124,6 +129,7 @@ impl ConfigFile {
             ConfigFile::ConsumerOffsets => "consumerOffset.json",
             ConfigFile::DelayOffsets => "delayOffset.json",
             ConfigFile::TimerProgress => "timerProgress.json",
+            ConfigFile::KvConfig => "kvConfig.json",
         }
     }
 
@@ -134,6 +140,7 @@ impl ConfigFile {
             ConfigFile::ConsumerOffsets => 2,
             ConfigFile::DelayOffsets => 3,
             ConfigFile::TimerProgress => 4,
+            ConfigFile::KvConfig => 5,
         }
     }
 }
@@ -889,7 +896,8 @@ mod tests {
                 "subscriptionGroup.json",
                 "consumerOffset.json",
                 "delayOffset.json",
-                "timerProgress.json"
+                "timerProgress.json",
+                "kvConfig.json"
             ]
         );
         for (index, file) in ConfigFile::ALL.iter().enumerate() {

@@ -20,9 +20,9 @@ use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
     ConsumerSendMsgBackRequestHeader, CustomHeader, DeleteTopicRequestHeader,
-    PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
-    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader,
-    SendMessageResponseHeader,
+    GetKvConfigRequestHeader, PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
+    PutKvConfigRequestHeader, QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
+    QueryMessageRequestHeader, SendMessageResponseHeader,
 };
 use ringmq_protocol::json::{
     JsonStyle, KvTable, SubscriptionGroupConfig, SubscriptionGroupWrapper,
@@ -412,6 +412,44 @@ fn acknowledged_topic_and_group_changes_and_auto_created_topics_survive_a_kill_9
         );
     }
     drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn the_embedded_name_servers_kv_config_survives_a_kill_9_in_the_store() {
+    let store = fresh_store("kv-kill9");
+    let Some(broker) = start(&store, 1) else {
+        return;
+    };
+    let mut namesrv = broker.connect_namesrv();
+    let put = PutKvConfigRequestHeader {
+        namespace: "ORDER_TOPIC_CONFIG".into(),
+        key: "Orders".into(),
+        value: "broker-a:8".into(),
+    };
+    namesrv.call_ok(RemotingCommand::new_request(
+        request_code::PUT_KV_CONFIG,
+        put.to_ext_fields(),
+    ));
+    drop(namesrv);
+    broker.kill_nine();
+    assert!(
+        store.join("namesrv").join("kvConfig.json").is_file(),
+        "kvConfig.json under the store root"
+    );
+
+    let broker = start(&store, 1).unwrap();
+    let mut namesrv = broker.connect_namesrv();
+    let get = GetKvConfigRequestHeader {
+        namespace: "ORDER_TOPIC_CONFIG".into(),
+        key: "Orders".into(),
+    };
+    let answer = namesrv.call_ok(RemotingCommand::new_request(
+        request_code::GET_KV_CONFIG,
+        get.to_ext_fields(),
+    ));
+    assert_eq!(answer.ext_fields.get("value"), Some("broker-a:8"));
+    drop(namesrv);
     assert!(broker.stop().success());
 }
 

@@ -14,7 +14,9 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,7 @@ use ringmq_broker::namesrv::register::{BrokerIdentity, register_broker_request};
 use ringmq_protocol::code::{SerializeType, request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::frame;
+use ringmq_protocol::header::{CustomHeader, GetKvConfigRequestHeader, PutKvConfigRequestHeader};
 use ringmq_protocol::json::{ClusterInfo, DataVersion, TopicConfig, TopicRouteData};
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
 
@@ -31,20 +34,63 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(10);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 const BOOT_PREFIX: &str = "The Name Server boot success. serializeType=JSON, address ";
 
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+/// A temporary directory for a name server's `kvConfig.json`, removed when
+/// dropped.
+struct KvDir(PathBuf);
+
+impl KvDir {
+    fn new(label: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "ringmq-namesrv-{label}-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        KvDir(dir)
+    }
+
+    /// The `--kv-config-path` given to the name server.
+    fn kv_config_path(&self) -> PathBuf {
+        self.0.join("namesrv").join("kvConfig.json")
+    }
+}
+
+impl Drop for KvDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A running `ringmq namesrv`, killed when dropped.
 struct NameServerProcess {
     child: Child,
     addr: SocketAddr,
     /// The whole stderr (the log), once the process has exited.
     log: mpsc::Receiver<String>,
+    /// Its own KV directory when the test gave none.
+    _own_dir: Option<KvDir>,
 }
 
 impl NameServerProcess {
-    /// Starts the binary on port 0 and waits for its boot line; `None` (with
-    /// a skip line printed) when io_uring is unavailable here.
+    /// Starts the binary on port 0, its `kvConfig.json` in a directory of
+    /// its own, and waits for its boot line; `None` (with a skip line
+    /// printed) when io_uring is unavailable here.
     fn start() -> Option<Self> {
+        let dir = KvDir::new("own");
+        let mut server = Self::start_in(&dir)?;
+        server._own_dir = Some(dir);
+        Some(server)
+    }
+
+    /// As [`NameServerProcess::start`], keeping `kvConfig.json` in `dir`.
+    fn start_in(dir: &KvDir) -> Option<Self> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
             .args(["namesrv", "--listen-port", "0", "--bind", "127.0.0.1"])
+            .arg("--kv-config-path")
+            .arg(dir.kv_config_path())
             .env("RUST_LOG", "debug")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -77,6 +123,7 @@ impl NameServerProcess {
                     child,
                     addr,
                     log: log_rx,
+                    _own_dir: None,
                 })
             }
             _ => {
@@ -462,5 +509,110 @@ fn sigterm_stops_the_name_server_with_status_zero() {
     assert!(
         client.is_closed_by_server(),
         "connections are closed on stop"
+    );
+}
+
+fn kv_key(namespace: &str, key: &str) -> ExtFields {
+    GetKvConfigRequestHeader {
+        namespace: namespace.into(),
+        key: key.into(),
+    }
+    .to_ext_fields()
+}
+
+fn get_kv(client: &mut Client, namespace: &str, key: &str) -> Option<String> {
+    let response = client.call(RemotingCommand::new_request(
+        request_code::GET_KV_CONFIG,
+        kv_key(namespace, key),
+    ));
+    match response.code {
+        response_code::SUCCESS => response.ext_fields.get("value").map(str::to_owned),
+        response_code::QUERY_NOT_FOUND => None,
+        code => panic!("GET_KV_CONFIG answered {code}: {:?}", response.remark),
+    }
+}
+
+#[test]
+fn kv_changes_answered_are_in_kv_config_json_and_survive_a_kill_nine() {
+    let dir = KvDir::new("kv-kill");
+    let Some(server) = NameServerProcess::start_in(&dir) else {
+        return;
+    };
+    let mut client = server.connect();
+    for (key, value) in [("TopicA", "broker-a:8"), ("TopicB", "broker-a:4")] {
+        let header = PutKvConfigRequestHeader {
+            namespace: "ORDER_TOPIC_CONFIG".into(),
+            key: key.into(),
+            value: value.into(),
+        };
+        let response = client.call(RemotingCommand::new_request(
+            request_code::PUT_KV_CONFIG,
+            header.to_ext_fields(),
+        ));
+        assert_eq!(
+            response.code,
+            response_code::SUCCESS,
+            "{:?}",
+            response.remark
+        );
+    }
+    let response = client.call(RemotingCommand::new_request(
+        request_code::DELETE_KV_CONFIG,
+        kv_key("ORDER_TOPIC_CONFIG", "TopicB"),
+    ));
+    assert_eq!(
+        response.code,
+        response_code::SUCCESS,
+        "{:?}",
+        response.remark
+    );
+    // Answered means written: the file holds the change before any stop.
+    let text = std::fs::read_to_string(dir.kv_config_path()).unwrap();
+    assert!(text.contains("\"TopicA\""), "{text}");
+    assert!(!text.contains("\"TopicB\""), "{text}");
+    drop(server); // SIGKILL
+
+    let Some(server) = NameServerProcess::start_in(&dir) else {
+        return;
+    };
+    let mut client = server.connect();
+    assert_eq!(
+        get_kv(&mut client, "ORDER_TOPIC_CONFIG", "TopicA").as_deref(),
+        Some("broker-a:8")
+    );
+    assert_eq!(get_kv(&mut client, "ORDER_TOPIC_CONFIG", "TopicB"), None);
+}
+
+#[test]
+fn an_undecodable_kv_config_json_stops_startup_naming_the_file() {
+    let dir = KvDir::new("kv-bad");
+    let path = dir.kv_config_path();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, b"{\"configTable\": [").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_ringmq"))
+        .args(["namesrv", "--listen-port", "0", "--bind", "127.0.0.1"])
+        .arg("--kv-config-path")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_ringmq"))
+        .args([
+            "namesrv",
+            "--listen-port",
+            "0",
+            "--kv-config-path",
+            "/tmp/kv.json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("must name a file called kvConfig.json"),
+        "{stderr}"
     );
 }

@@ -86,6 +86,10 @@ pub const CONNECTIONS_PER_SHARD_LIMIT: u32 = 65536;
 pub const TAIL_CACHE_SIZE_DEFAULT: u64 = 64 * 1024 * 1024;
 /// Java's default listen port of the name server.
 pub const NAMESRV_LISTEN_PORT_DEFAULT: u16 = 9876;
+/// The directory of the name server's `kvConfig.json`: under `$HOME` for
+/// `ringmq namesrv` (Java's `${user.home}/namesrv`), under the store root
+/// for a broker's embedded name server.
+pub const NAMESRV_DIR_NAME: &str = "namesrv";
 /// Java's default broker listen port.
 pub const LISTEN_PORT_DEFAULT: u16 = 10911;
 
@@ -188,6 +192,7 @@ pub const KEYS: &[&str] = &[
     "flushIntervalCommitLog",
     "flushIntervalConsumeQueue",
     "haListenPort",
+    "kvConfigPath",
     "listenPort",
     "mapedFileSizeCommitLog",
     "maxMessageSize",
@@ -229,6 +234,10 @@ pub struct BrokerConfig {
     pub namesrv_addrs: Option<Vec<String>>,
     /// `namesrvListenPort` (ringmq): port of the embedded name server.
     pub namesrv_listen_port: u16,
+    /// `kvConfigPath` (Java's name server key): the embedded name server's
+    /// `kvConfig.json`; `None` = `<storePathRootDir>/namesrv/kvConfig.json`
+    /// (see [`BrokerConfig::effective_kv_config_path`]).
+    pub kv_config_path: Option<PathBuf>,
     /// `storePathRootDir` (default `$HOME/store`).
     pub store_path_root_dir: PathBuf,
     /// `flushDiskType`.
@@ -311,6 +320,7 @@ impl BrokerConfig {
             ha_listen_port: None,
             namesrv_addrs: None,
             namesrv_listen_port: NAMESRV_LISTEN_PORT_DEFAULT,
+            kv_config_path: None,
             store_path_root_dir: env.home_dir.join("store"),
             flush_disk_type: FlushDiskType::AsyncFlush,
             sync_flush_timeout_ms: 5000,
@@ -411,6 +421,7 @@ impl BrokerConfig {
             }
             "namesrvAddr" => self.namesrv_addrs = v.addr_list()?,
             "namesrvListenPort" => self.namesrv_listen_port = v.int(0, 65535)? as u16,
+            "kvConfigPath" => self.kv_config_path = Some(v.kv_config_path()?),
             "storePathRootDir" => self.store_path_root_dir = PathBuf::from(v.name()?),
             "flushDiskType" => {
                 self.flush_disk_type = v.choice(&[
@@ -599,6 +610,16 @@ impl BrokerConfig {
             .unwrap_or_else(|| self.listen_port.saturating_add(1))
     }
 
+    /// The embedded name server's `kvConfig.json`: `kvConfigPath`, or
+    /// `<storePathRootDir>/namesrv/kvConfig.json`.
+    pub fn effective_kv_config_path(&self) -> PathBuf {
+        self.kv_config_path.clone().unwrap_or_else(|| {
+            self.store_path_root_dir
+                .join(NAMESRV_DIR_NAME)
+                .join(crate::persist::ConfigFile::KvConfig.file_name())
+        })
+    }
+
     /// `brokerIP1:listenPort`, the address registered with name servers.
     pub fn broker_addr(&self) -> String {
         socket_text(self.broker_ip1, self.listen_port)
@@ -620,7 +641,7 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 37] = [
+        let entries: [(&'static str, String); 38] = [
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -685,6 +706,10 @@ impl BrokerConfig {
                 self.flush_interval_consume_queue_ms.to_string(),
             ),
             ("haListenPort", self.effective_ha_listen_port().to_string()),
+            (
+                "kvConfigPath",
+                self.effective_kv_config_path().display().to_string(),
+            ),
             ("listenPort", self.listen_port.to_string()),
             (
                 "mapedFileSizeCommitLog",
@@ -888,6 +913,14 @@ impl Value<'_> {
         Ok(hours)
     }
 
+    /// `kvConfigPath`: a path whose file name is `kvConfig.json`.
+    fn kv_config_path(&self) -> Result<PathBuf, ConfigError> {
+        let path = PathBuf::from(self.name()?);
+        crate::server::kv_config_dir(&path)
+            .map_err(|_| self.invalid("a path to a file called kvConfig.json"))?;
+        Ok(path)
+    }
+
     /// `namesrvAddr`: `host:port` items separated by `;`; empty = unset.
     fn addr_list(&self) -> Result<Option<Vec<String>>, ConfigError> {
         if self.text.is_empty() {
@@ -950,6 +983,16 @@ mod tests {
         assert_eq!(config.namesrv_addrs, None);
         assert_eq!(config.namesrv_listen_port, 9876);
         assert_eq!(config.store_path_root_dir, PathBuf::from("/home/mq/store"));
+        assert_eq!(config.kv_config_path, None);
+        assert_eq!(
+            config.effective_kv_config_path(),
+            PathBuf::from("/home/mq/store/namesrv/kvConfig.json")
+        );
+        let set = load("kvConfigPath=/etc/mq/kvConfig.json\n").unwrap();
+        assert_eq!(
+            set.effective_kv_config_path(),
+            PathBuf::from("/etc/mq/kvConfig.json")
+        );
         assert_eq!(config.flush_disk_type, FlushDiskType::AsyncFlush);
         assert_eq!(config.sync_flush_timeout_ms, 5000);
         assert_eq!(config.flush_interval_commit_log_ms, 500);
@@ -1095,6 +1138,10 @@ mod tests {
     #[test]
     fn invalid_values_name_the_key_the_value_and_what_is_allowed() {
         let cases = [
+            (
+                "kvConfigPath=/data/kv.json",
+                "broker.conf:1: invalid value `/data/kv.json` for `kvConfigPath`: expected a path to a file called kvConfig.json",
+            ),
             (
                 "listenPort=abc",
                 "broker.conf:1: invalid value `abc` for `listenPort`: expected an integer from 0 to 65535",

@@ -83,7 +83,7 @@ use ringmq_storage::ring::{
 use slab::Slab;
 
 pub use connection::{READ_BUFFER_SIZE_INITIAL, READ_BUFFER_SIZE_KEEP_MAX, READ_BUFFER_SIZE_MAX};
-pub use name_server::NameServerHandler;
+pub use name_server::{KvConfigError, NameServerHandler, kv_config_dir, open_kv_config};
 pub use ringmq_protocol::limits::FRAME_SIZE_MAX;
 pub use signal::ShutdownHandle;
 

@@ -52,8 +52,8 @@ use crate::namesrv::{NameServer, NameServerSettings};
 use crate::persist::{ConfigDir, ConfigFile, PersistError, Persister, PersisterHandle};
 use crate::route::Router;
 use crate::server::{
-    NameServerHandler, SERVER_OWNER, Server, ServerConfig, ShutdownHandle, ring_slots_needed,
-    signal,
+    NameServerHandler, SERVER_OWNER, Server, ServerConfig, ShutdownHandle, open_kv_config,
+    ring_slots_needed, signal,
 };
 use crate::subscription_group::{SubscriptionGroupSnapshot, SubscriptionGroupTable};
 use crate::topic_config::{TopicConfigSettings, TopicConfigSnapshot, TopicConfigTable};
@@ -519,18 +519,37 @@ struct EmbeddedNameServer {
     thread: JoinHandle<()>,
 }
 
-fn start_name_server(port: u16) -> Result<EmbeddedNameServer, BrokerError> {
+fn start_name_server(port: u16, kv_config_path: &Path) -> Result<EmbeddedNameServer, BrokerError> {
+    let (kv_config, persister) = open_kv_config(kv_config_path).map_err(|error| {
+        BrokerError::NameServer(format!("opening {}: {error}", kv_config_path.display()))
+    })?;
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("ringmq-namesrv".into())
         .spawn(move || {
-            let handler = NameServerHandler::new(NameServer::new(NameServerSettings::default()));
+            let handler = NameServerHandler::with_kv_persister(
+                NameServer::with_kv_config(NameServerSettings::default(), kv_config),
+                persister,
+            );
             let listen = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
             match Server::bind(ServerConfig::new(listen), handler) {
                 Ok(server) => {
+                    server.handler().wake_on_kv_written(server.waker());
                     let _ = tx.send(Ok((server.local_addr(), server.shutdown_handle())));
-                    if let Err(error) = server.run() {
-                        tracing::error!(error = %error, "the embedded name server failed");
+                    match server.run() {
+                        Ok(handler) => {
+                            if let Some(persister) = handler.into_kv_persister()
+                                && let Err(error) = persister.flush_and_stop()
+                            {
+                                tracing::error!(
+                                    %error,
+                                    "writing the name server's kvConfig.json at shutdown failed"
+                                );
+                            }
+                        }
+                        Err(error) => {
+                            tracing::error!(error = %error, "the embedded name server failed");
+                        }
                     }
                 }
                 Err(error) => {
@@ -621,7 +640,10 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
 
     let name_server = match &config.namesrv_addrs {
         Some(_) => None,
-        None => Some(start_name_server(config.namesrv_listen_port)?),
+        None => Some(start_name_server(
+            config.namesrv_listen_port,
+            &config.effective_kv_config_path(),
+        )?),
     };
     let namesrvs: Vec<String> = match (&config.namesrv_addrs, &name_server) {
         (Some(addrs), _) => addrs.clone(),

@@ -60,6 +60,8 @@ pub struct Broker {
     child: Child,
     /// The broker's listening port.
     pub port: u16,
+    /// The embedded name server's port.
+    pub namesrv_port: u16,
 }
 
 /// Starts `ringmq broker` on `store` (kernel-chosen broker and name server
@@ -107,7 +109,17 @@ pub fn start_broker(store: &Path, extra: &[String]) -> Option<Broker> {
         .and_then(|rest| rest.split(']').next())
         .unwrap_or_else(|| panic!("boot line {line:?}"));
     let port = address.rsplit(':').next().unwrap().parse().unwrap();
-    Some(Broker { child, port })
+    let namesrv_port = line
+        .trim_end()
+        .rsplit(':')
+        .next()
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no name server port in the boot line {line:?}"));
+    Some(Broker {
+        child,
+        port,
+        namesrv_port,
+    })
 }
 
 impl Broker {
@@ -152,7 +164,16 @@ pub struct Client {
 impl Broker {
     /// A new connection to the broker.
     pub fn connect(&self) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        Self::connect_to(self.port)
+    }
+
+    /// A new connection to the embedded name server.
+    pub fn connect_namesrv(&self) -> Client {
+        Self::connect_to(self.namesrv_port)
+    }
+
+    fn connect_to(port: u16) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
         Client {
             stream,

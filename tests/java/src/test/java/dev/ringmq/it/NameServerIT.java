@@ -1,6 +1,7 @@
 package dev.ringmq.it;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -10,7 +11,9 @@ import java.io.BufferedReader;
 import java.io.File;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
@@ -29,6 +32,7 @@ import org.apache.rocketmq.remoting.netty.NettyClientConfig;
 import org.apache.rocketmq.remoting.netty.NettyRemotingClient;
 import org.apache.rocketmq.remoting.protocol.DataVersion;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
+import org.apache.rocketmq.remoting.protocol.RemotingSerializable;
 import org.apache.rocketmq.remoting.protocol.RequestCode;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
@@ -41,6 +45,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
  * {@code ringmq namesrv} against the official Apache RocketMQ Java client (5.3.3).
@@ -65,6 +70,7 @@ class NameServerIT {
 
     static Process namesrv;
     static String namesrvAddr;
+    static File kvConfigFile;
     /**
      * The fake broker's connection. It stays open for the whole class: a name server (Java's and
      * ours) drops the routes of a broker whose registering connection closes.
@@ -84,7 +90,15 @@ class NameServerIT {
             fail("ringmq.bin=" + bin + " is not an executable file");
         }
         File log = new File(ItSupport.targetDir(), "ringmq-namesrv.log");
-        namesrv = new ProcessBuilder(bin, "namesrv", "--listen-port", "0", "--bind", "127.0.0.1")
+        File kvDir = new File(ItSupport.targetDir(), "namesrv-it");
+        if (kvDir.exists()) {
+            for (File file : kvDir.listFiles()) {
+                file.delete();
+            }
+        }
+        kvConfigFile = new File(kvDir, "kvConfig.json");
+        namesrv = new ProcessBuilder(bin, "namesrv", "--listen-port", "0", "--bind", "127.0.0.1",
+                        "--kv-config-path", kvConfigFile.getPath())
                 .redirectError(log)
                 .start();
         BufferedReader stdout = new BufferedReader(
@@ -194,5 +208,45 @@ class NameServerIT {
         MQClientException error = assertThrows(MQClientException.class, () -> producer.send(message));
         String text = error.getMessage();
         assertTrue(text != null && text.contains("No route info of this topic"), "message: " + text);
+    }
+
+    @Test
+    void kvConfigFromTheAdminToolIsAnsweredOnceJavasWrapperCanReadItFromTheFile() throws Exception {
+        DefaultMQAdminExt admin = new DefaultMQAdminExt(CALL_TIMEOUT_MS);
+        admin.setNamesrvAddr(namesrvAddr);
+        admin.setInstanceName("ringmq-it-kv-" + ProcessHandle.current().pid());
+        admin.start();
+        try {
+            String namespace = "ItNamespace";
+            admin.createAndUpdateKvConfig(namespace, "kept", "value-1");
+            admin.createAndUpdateKvConfig(namespace, "dropped", "value-2");
+            admin.deleteKvConfig(namespace, "dropped");
+            assertEquals("value-1", admin.getKVConfig(namespace, "kept"));
+            // Answered means written: the file as Java's KVConfigManager would load it.
+            KvConfigFile file = RemotingSerializable.decode(
+                    Files.readAllBytes(kvConfigFile.toPath()), KvConfigFile.class);
+            assertNotNull(file.getConfigTable().get(namespace), "namespace in " + kvConfigFile);
+            assertEquals("value-1", file.getConfigTable().get(namespace).get("kept"));
+            assertFalse(file.getConfigTable().get(namespace).containsKey("dropped"),
+                    "deleted key in " + kvConfigFile);
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    /**
+     * The shape of Java's {@code KVConfigSerializeWrapper} (in the rocketmq-namesrv module, which
+     * the client does not bring), decoded the same way: a fastjson bean.
+     */
+    public static class KvConfigFile extends RemotingSerializable {
+        private HashMap<String, HashMap<String, String>> configTable = new HashMap<>();
+
+        public HashMap<String, HashMap<String, String>> getConfigTable() {
+            return configTable;
+        }
+
+        public void setConfigTable(HashMap<String, HashMap<String, String>> configTable) {
+            this.configTable = configTable;
+        }
     }
 }
