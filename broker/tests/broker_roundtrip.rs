@@ -718,6 +718,78 @@ fn a_held_pull_is_answered_by_the_next_append_to_its_queue() {
 }
 
 #[test]
+fn send_back_stores_nothing_for_a_group_without_retry_queues_and_refuses_a_read_only_retry_topic() {
+    let store = fresh_store("send-back-refusals");
+    let Some(broker) = start(&store, 1) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Failing", 1);
+    client.send("Failing", 0, b"poison");
+    let mut body = Vec::new();
+    SubscriptionGroupConfig {
+        retry_queue_nums: 0,
+        ..SubscriptionGroupConfig::new("cg")
+    }
+    .to_json(&mut body, JsonStyle::Java);
+    client.call_ok(
+        RemotingCommand::new_request(
+            request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            ExtFields::new(),
+        )
+        .with_body(Bytes::from(body)),
+    );
+    let (offset, _, _, _) = client.pull_records("Failing", 0)[0].clone();
+    // Java answers SUCCESS and stores nothing; the DLQ target is no exception.
+    assert_eq!(client.send_back(offset, 0), response_code::SUCCESS);
+    assert_eq!(client.send_back(offset, -1), response_code::SUCCESS);
+    let topics = client.all_topics();
+    for topic in ["%RETRY%cg", "%DLQ%cg"] {
+        assert!(
+            !topics.topic_config_table.contains_key(topic),
+            "{topic} was created"
+        );
+    }
+
+    // With retry queues again, and the retry topic read-only: NO_PERMISSION.
+    let mut body = Vec::new();
+    SubscriptionGroupConfig::new("cg").to_json(&mut body, JsonStyle::Java);
+    client.call_ok(
+        RemotingCommand::new_request(
+            request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            ExtFields::new(),
+        )
+        .with_body(Bytes::from(body)),
+    );
+    let mut read_only = common::create_topic_request("%RETRY%cg", 1);
+    read_only.ext_fields.insert("perm", "4");
+    client.call_ok(read_only);
+    let header = ConsumerSendMsgBackRequestHeader {
+        offset,
+        group: "cg".to_owned(),
+        delay_level: 0,
+        max_reconsume_times: Some(16),
+        ..ConsumerSendMsgBackRequestHeader::default()
+    };
+    let answer = client.call(RemotingCommand::new_request(
+        request_code::CONSUMER_SEND_MSG_BACK,
+        header.to_ext_fields(),
+    ));
+    assert_eq!(
+        answer.code,
+        response_code::NO_PERMISSION,
+        "{:?}",
+        answer.remark
+    );
+    assert_eq!(
+        answer.remark.as_deref(),
+        Some("the topic[%RETRY%cg] sending message is forbidden")
+    );
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
 fn a_message_sent_back_with_delay_level_minus_one_goes_straight_to_the_dlq_across_a_kill_9() {
     // Retries through the delay ladder (level 3 + reconsume times) are
     // covered with a short ladder in broker_schedule.rs; here the direct

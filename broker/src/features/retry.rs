@@ -19,11 +19,11 @@
 //! computed; the put path ([`super::delay::redirect_to_schedule`]) clamps it
 //! to the highest level, as Java's does.
 //!
-//! Topics come from [`TopicConfigTable::ensure_retry_topic`] and
-//! [`TopicConfigTable::ensure_dlq_topic`]; this module decides which one.
-//! The caller checks what needs other tables first: the group exists
-//! (SUBSCRIPTION_GROUP_NOT_EXIST otherwise) and the broker is writeable
-//! (NO_PERMISSION).
+//! This module decides the target and makes the copy; the shard
+//! (`shard::send`) checks the group (SUBSCRIPTION_GROUP_NOT_EXIST; none
+//! stored for a group without retry queues, as Java) and stores the copy as
+//! an internal send, whose topic checks create the retry or DLQ topic and
+//! refuse one without the write permission (NO_PERMISSION).
 //!
 //! # Invariants
 //!
@@ -35,13 +35,12 @@
 use bytes::BytesMut;
 use ringmq_protocol::code::response_code;
 use ringmq_protocol::header::ConsumerSendMsgBackRequestHeader;
-use ringmq_protocol::json::{SubscriptionGroupConfig, TopicConfig};
+use ringmq_protocol::json::SubscriptionGroupConfig;
 use ringmq_protocol::message::{
     RecordError, RecordView, offset_msg_id, property_key, rewrite_properties, tags_code,
 };
 
 use super::Repost;
-use crate::topic_config::{TopicConfigTable, TopicTableChange, perm};
 
 /// The level of the first retry when the client lets the broker choose
 /// (`delayLevel` 0): `3 + reconsumeTimes`, so 10 s, 30 s, 1 min... with the
@@ -92,15 +91,9 @@ pub fn max_reconsume_times(
     header.max_reconsume_times.unwrap_or(group.retry_max_times)
 }
 
-/// Why a send-back is refused.
+/// Why a send-back copy cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendBackError {
-    /// The retry or DLQ topic exists without the write permission.
-    #[error("the topic[{topic}] sending message is forbidden")]
-    TopicNotWriteable {
-        /// The topic.
-        topic: String,
-    },
     /// The new properties could not be written (a property value too odd
     /// to copy).
     #[error("rewriting properties: {0}")]
@@ -111,95 +104,9 @@ impl SendBackError {
     /// The response code Java answers with.
     pub fn response_code(&self) -> i32 {
         match self {
-            SendBackError::TopicNotWriteable { .. } => response_code::NO_PERMISSION,
             SendBackError::Properties(_) => response_code::SYSTEM_ERROR,
         }
     }
-}
-
-/// What to do for one CONSUMER_SEND_MSG_BACK.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(
-    clippy::large_enum_variant,
-    reason = "one value per request, moved once; boxing buys nothing"
-)]
-pub enum SendBack {
-    /// The group has no retry queues (`retryQueueNums` ≤ 0): answer SUCCESS
-    /// and store nothing, as Java does.
-    Drop,
-    /// Append `repost` (made from the failed record), then answer SUCCESS.
-    Store {
-        /// Retry or DLQ.
-        target: SendBackTarget,
-        /// The topic appended to.
-        topic_config: TopicConfig,
-        /// Topics created on the way: persist and register them.
-        change: TopicTableChange,
-        /// The copy to append.
-        repost: Repost,
-    },
-}
-
-/// Plans a CONSUMER_SEND_MSG_BACK of `record` (the message at
-/// `header.offset`, read from the CommitLog by the caller). `queue_choice` is
-/// a random number from the caller: the retry queue is `queue_choice %
-/// retryQueueNums`, as Java picks one at random.
-///
-/// # Errors
-///
-/// [`SendBackError::TopicNotWriteable`] (NO_PERMISSION) and
-/// [`SendBackError::Properties`] (SYSTEM_ERROR).
-pub fn plan_send_back(
-    topics: &mut TopicConfigTable,
-    group: &SubscriptionGroupConfig,
-    header: &ConsumerSendMsgBackRequestHeader,
-    record: &RecordView<'_>,
-    queue_choice: u32,
-    now_ms: i64,
-) -> Result<SendBack, SendBackError> {
-    if group.retry_queue_nums <= 0 {
-        return Ok(SendBack::Drop);
-    }
-    let (retry_config, mut change) = topics.ensure_retry_topic(
-        &header.group,
-        group.retry_queue_nums,
-        header.unit_mode,
-        now_ms,
-    );
-    if !perm::is_writeable(retry_config.perm) {
-        return Err(SendBackError::TopicNotWriteable {
-            topic: retry_config.topic_name,
-        });
-    }
-    let target = send_back_target(
-        record.reconsume_times(),
-        header.delay_level,
-        max_reconsume_times(group, header),
-    );
-    let (topic_config, queue_id) = match target {
-        SendBackTarget::Retry { .. } => {
-            let queue_nums = u32::try_from(group.retry_queue_nums).expect("checked positive above");
-            let queue_id = i32::try_from(queue_choice % queue_nums).expect("below an i32 count");
-            (retry_config, queue_id)
-        }
-        SendBackTarget::DeadLetter => {
-            let (dlq_config, dlq_change) = topics.ensure_dlq_topic(&header.group, now_ms);
-            change.merge(dlq_change);
-            if !perm::is_writeable(dlq_config.perm) {
-                return Err(SendBackError::TopicNotWriteable {
-                    topic: dlq_config.topic_name,
-                });
-            }
-            (dlq_config, 0)
-        }
-    };
-    let repost = send_back_repost(record, target, &topic_config.topic_name, queue_id)?;
-    Ok(SendBack::Store {
-        target,
-        topic_config,
-        change,
-        repost,
-    })
 }
 
 /// The copy of `record` that goes to `topic` / `queue_id` for `target`.
@@ -257,7 +164,7 @@ mod tests {
 
     use super::*;
     use crate::features::test_support::{pairs, record_bytes};
-    use crate::topic_config::{TopicConfigSettings, dlq_topic, retry_topic};
+    use crate::topic_config::{dlq_topic, retry_topic};
 
     fn header(delay_level: i32) -> ConsumerSendMsgBackRequestHeader {
         ConsumerSendMsgBackRequestHeader {
@@ -314,29 +221,32 @@ mod tests {
         assert_eq!(max_reconsume_times(&group, &h), 2);
     }
 
+    /// The copy of `record` for `header`, as the shard makes it.
+    fn repost_for(
+        record: &RecordView<'_>,
+        header: &ConsumerSendMsgBackRequestHeader,
+        group: &SubscriptionGroupConfig,
+        queue_id: i32,
+    ) -> (SendBackTarget, Repost) {
+        let max = max_reconsume_times(group, header);
+        let target = send_back_target(record.reconsume_times(), header.delay_level, max);
+        let topic = match target {
+            SendBackTarget::Retry { .. } => retry_topic(&header.group),
+            SendBackTarget::DeadLetter => dlq_topic(&header.group),
+        };
+        (
+            target,
+            send_back_repost(record, target, &topic, queue_id).unwrap(),
+        )
+    }
+
     #[test]
     fn a_first_retry_copy_records_its_origin_and_level() {
-        let mut topics = TopicConfigTable::new(TopicConfigSettings::default(), 0);
-        let group = SubscriptionGroupConfig {
-            retry_queue_nums: 4,
-            ..SubscriptionGroupConfig::default()
-        };
+        let group = SubscriptionGroupConfig::default();
         let bytes = record_bytes("T", 2, &[("TAGS", "a"), ("UNIQ_KEY", "U1")], 0);
         let record = decode_record(&bytes, CrcCheck::Verify).unwrap();
-        let plan = plan_send_back(&mut topics, &group, &header(0), &record, 7, 5).unwrap();
-        let SendBack::Store {
-            target,
-            topic_config,
-            change,
-            repost,
-        } = plan
-        else {
-            panic!("expected a store");
-        };
+        let (target, repost) = repost_for(&record, &header(0), &group, 3);
         assert_eq!(target, SendBackTarget::Retry { delay_level: 3 });
-        assert_eq!(topic_config.topic_name, retry_topic("g"));
-        assert_eq!(topic_config.write_queue_nums, 4);
-        assert_eq!(change.registered.len(), 1);
         assert_eq!(repost.topic, "%RETRY%g");
         assert_eq!(repost.queue_id, 3);
         assert_eq!(repost.reconsume_times, 1);
@@ -353,14 +263,10 @@ mod tests {
                 ("WAIT".into(), "false".into()),
             ]
         );
-        // The topic exists now: a second send-back changes nothing.
-        let again = plan_send_back(&mut topics, &group, &header(0), &record, 7, 6).unwrap();
-        assert!(matches!(again, SendBack::Store { change, .. } if change.is_empty()));
     }
 
     #[test]
     fn a_later_retry_keeps_the_first_origin_and_retry_topic() {
-        let mut topics = TopicConfigTable::new(TopicConfigSettings::default(), 0);
         let group = SubscriptionGroupConfig::default();
         let bytes = record_bytes(
             "%RETRY%g",
@@ -374,11 +280,7 @@ mod tests {
         );
         let bytes = with_reconsume_times(&bytes, 2);
         let record = decode_record(&bytes, CrcCheck::Verify).unwrap();
-        let SendBack::Store { repost, .. } =
-            plan_send_back(&mut topics, &group, &header(0), &record, 0, 5).unwrap()
-        else {
-            panic!("expected a store");
-        };
+        let (_, repost) = repost_for(&record, &header(0), &group, 0);
         assert_eq!(repost.reconsume_times, 3);
         let props = pairs(&repost.properties);
         assert!(props.contains(&("RETRY_TOPIC".into(), "T".into())));
@@ -388,26 +290,12 @@ mod tests {
 
     #[test]
     fn the_last_failure_goes_to_the_dead_letter_queue() {
-        let mut topics = TopicConfigTable::new(TopicConfigSettings::default(), 0);
         let group = SubscriptionGroupConfig::default();
         let bytes = record_bytes("%RETRY%g", 0, &[("RETRY_TOPIC", "T"), ("DELAY", "18")], 0);
         let bytes = with_reconsume_times(&bytes, 16);
         let record = decode_record(&bytes, CrcCheck::Verify).unwrap();
-        let SendBack::Store {
-            target,
-            topic_config,
-            change,
-            repost,
-        } = plan_send_back(&mut topics, &group, &header(0), &record, 9, 5).unwrap()
-        else {
-            panic!("expected a store");
-        };
+        let (target, repost) = repost_for(&record, &header(0), &group, 0);
         assert_eq!(target, SendBackTarget::DeadLetter);
-        assert_eq!(topic_config.topic_name, dlq_topic("g"));
-        assert_eq!(topic_config.write_queue_nums, DLQ_QUEUE_NUMS_PER_GROUP);
-        assert_eq!(topic_config.perm, perm::READ_WRITE);
-        // Both the retry topic and the DLQ were created.
-        assert_eq!(change.registered.len(), 2);
         assert_eq!(repost.topic, "%DLQ%g");
         assert_eq!(repost.queue_id, 0);
         assert_eq!(repost.reconsume_times, 17);
@@ -415,34 +303,5 @@ mod tests {
         assert!(props.contains(&("DELAY".into(), "0".into())));
         assert!(props.contains(&("DLQ_ORIGIN_TOPIC".into(), "%RETRY%g".into())));
         assert!(props.contains(&("RETRY_TOPIC".into(), "T".into())));
-    }
-
-    #[test]
-    fn a_group_without_retry_queues_drops_the_message() {
-        let mut topics = TopicConfigTable::new(TopicConfigSettings::default(), 0);
-        let group = SubscriptionGroupConfig {
-            retry_queue_nums: 0,
-            ..SubscriptionGroupConfig::default()
-        };
-        let bytes = record_bytes("T", 0, &[], 0);
-        let record = decode_record(&bytes, CrcCheck::Verify).unwrap();
-        let plan = plan_send_back(&mut topics, &group, &header(0), &record, 0, 5).unwrap();
-        assert_eq!(plan, SendBack::Drop);
-        assert!(topics.get(&retry_topic("g")).is_none());
-    }
-
-    #[test]
-    fn a_read_only_retry_topic_is_refused_with_no_permission() {
-        let mut topics = TopicConfigTable::new(TopicConfigSettings::default(), 0);
-        topics.create_topic_in_send_message_back(&retry_topic("g"), 1, perm::READ, 0, 0);
-        let group = SubscriptionGroupConfig::default();
-        let bytes = record_bytes("T", 0, &[], 0);
-        let record = decode_record(&bytes, CrcCheck::Verify).unwrap();
-        let error = plan_send_back(&mut topics, &group, &header(0), &record, 0, 5).unwrap_err();
-        assert_eq!(error.response_code(), response_code::NO_PERMISSION);
-        assert_eq!(
-            error.to_string(),
-            "the topic[%RETRY%g] sending message is forbidden"
-        );
     }
 }
