@@ -9,8 +9,10 @@
 //! its files go when they have completed).
 //!
 //! # Invariants
-//! - `by_topic` maps exactly the live queues to their indices; a live queue
-//!   at index `i` has the sequence prefix `i << LOCAL_SEQ_BITS`.
+//! - `by_topic` and `topics` map exactly the live queues to their indices
+//!   (topic name → topic slot → queue id → index); a live queue at index
+//!   `i` has the sequence prefix `i << LOCAL_SEQ_BITS`. A topic slot exists
+//!   exactly while the topic has a live queue.
 //! - An index is in `free` only if its slot is empty and no operation with
 //!   its prefix is in flight; a draining queue's slot stays empty and out of
 //!   `free` until it is gone from disk.
@@ -43,10 +45,18 @@ pub struct ConsumeQueueSet {
     draining: Vec<(usize, ConsumeQueue)>,
     /// Live queues.
     live: usize,
-    by_topic: HashMap<String, HashMap<u32, usize>>,
+    /// Topic name → slot in `topics`.
+    by_topic: HashMap<String, usize>,
+    /// Each topic's queues; `None` where a deleted topic was.
+    topics: Vec<Option<TopicQueues>>,
+    /// Empty slots of `topics`, reused first.
+    free_topics: Vec<usize>,
     /// Index of the queue found last (appends come in runs to one queue):
     /// checked by name before use, so it needs no invalidation.
     last_found: Option<usize>,
+    /// Slot of the topic found last (appends spread over one topic's
+    /// queues skip the name's hash): checked by name before use.
+    last_topic: Option<usize>,
     /// The durability round in progress (see
     /// [`ConsumeQueueSet::advance_durable_point`]).
     round: Option<DurableRound>,
@@ -60,6 +70,71 @@ pub struct ConsumeQueueSet {
     /// complete ([`ConsumeQueueSet::continue_flush`]), not a whole flush
     /// interval later.
     pass_left: usize,
+}
+
+/// Queue ids at or above this go to [`TopicQueues::sparse`], so that a
+/// stray id cannot grow a topic's vector (a topic's ids are `0..queue
+/// count`, which RocketMQ keeps far below this).
+const DENSE_QUEUE_ID_END: u32 = 1 << 16;
+
+/// No queue at this id of [`TopicQueues::dense`].
+const NO_QUEUE: u32 = u32::MAX;
+
+const _: () = assert!(CQ_SET_QUEUE_COUNT_MAX < NO_QUEUE as usize);
+
+/// One topic's live queues: their indices in the set by queue id.
+#[derive(Debug)]
+struct TopicQueues {
+    name: String,
+    /// Index by queue id below [`DENSE_QUEUE_ID_END`]; [`NO_QUEUE`] where
+    /// there is none.
+    dense: Vec<u32>,
+    /// Index by queue id from [`DENSE_QUEUE_ID_END`].
+    sparse: HashMap<u32, usize>,
+}
+
+impl TopicQueues {
+    fn new(name: &str) -> Self {
+        TopicQueues {
+            name: name.to_owned(),
+            dense: Vec::new(),
+            sparse: HashMap::new(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, queue_id: u32) -> Option<usize> {
+        if queue_id < DENSE_QUEUE_ID_END {
+            match self.dense.get(queue_id as usize) {
+                Some(&index) if index != NO_QUEUE => Some(index as usize),
+                _ => None,
+            }
+        } else {
+            self.sparse.get(&queue_id).copied()
+        }
+    }
+
+    fn insert(&mut self, queue_id: u32, index: usize) {
+        if queue_id < DENSE_QUEUE_ID_END {
+            let at = queue_id as usize;
+            if self.dense.len() <= at {
+                self.dense.resize(at + 1, NO_QUEUE);
+            }
+            self.dense[at] =
+                u32::try_from(index).expect("indices are below CQ_SET_QUEUE_COUNT_MAX");
+        } else {
+            self.sparse.insert(queue_id, index);
+        }
+    }
+
+    /// Every queue's index, in no particular order.
+    fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.dense
+            .iter()
+            .filter(|&&index| index != NO_QUEUE)
+            .map(|&index| index as usize)
+            .chain(self.sparse.values().copied())
+    }
 }
 
 /// A round of [`ConsumeQueueSet::advance_durable_point`]: once every queue
@@ -80,7 +155,10 @@ impl ConsumeQueueSet {
             draining: Vec::new(),
             live: 0,
             by_topic: HashMap::new(),
+            topics: Vec::new(),
+            free_topics: Vec::new(),
             last_found: None,
+            last_topic: None,
             round: None,
             durable_point: 0,
             flush_cursor: 0,
@@ -158,10 +236,25 @@ impl ConsumeQueueSet {
         };
         assert!(self.queues[index].is_none(), "queue slot {index} is taken");
         queue.set_seq_prefix((index as u64) << LOCAL_SEQ_BITS);
-        self.by_topic
-            .entry(queue.topic.clone())
-            .or_default()
-            .insert(queue.queue_id, index);
+        let slot = match self.by_topic.get(queue.topic.as_str()) {
+            Some(&slot) => slot,
+            None => {
+                let topic = TopicQueues::new(&queue.topic);
+                let slot = match self.free_topics.pop() {
+                    Some(slot) => {
+                        self.topics[slot] = Some(topic);
+                        slot
+                    }
+                    None => {
+                        self.topics.push(Some(topic));
+                        self.topics.len() - 1
+                    }
+                };
+                self.by_topic.insert(queue.topic.clone(), slot);
+                slot
+            }
+        };
+        self.topic_at_mut(slot).insert(queue.queue_id, index);
         self.queues[index] = Some(queue);
         self.live += 1;
         Ok(index)
@@ -207,15 +300,35 @@ impl ConsumeQueueSet {
             .expect("an indexed consume queue exists")
     }
 
+    #[inline]
+    fn topic_at(&self, slot: usize) -> &TopicQueues {
+        self.topics[slot]
+            .as_ref()
+            .expect("a mapped topic slot is taken")
+    }
+
+    #[inline]
+    fn topic_at_mut(&mut self, slot: usize) -> &mut TopicQueues {
+        self.topics[slot]
+            .as_mut()
+            .expect("a mapped topic slot is taken")
+    }
+
+    /// The index of the live queue (`topic`, `queue_id`), if there is one.
+    fn find(&self, topic: &str, queue_id: u32) -> Option<usize> {
+        let slot = *self.by_topic.get(topic)?;
+        self.topic_at(slot).get(queue_id)
+    }
+
     /// The queue, if it exists.
     pub fn get(&self, topic: &str, queue_id: u32) -> Option<&ConsumeQueue> {
-        let index = *self.by_topic.get(topic)?.get(&queue_id)?;
+        let index = self.find(topic, queue_id)?;
         Some(self.live_at(index))
     }
 
     /// The queue, mutable, if it exists.
     pub fn get_mut(&mut self, topic: &str, queue_id: u32) -> Option<&mut ConsumeQueue> {
-        let index = *self.by_topic.get(topic)?.get(&queue_id)?;
+        let index = self.find(topic, queue_id)?;
         Some(self.live_at_mut(index))
     }
 
@@ -229,8 +342,8 @@ impl ConsumeQueueSet {
         topic: &str,
         queue_id: u32,
     ) -> Result<&mut ConsumeQueue, StorageError> {
-        let index = match self.by_topic.get(topic).and_then(|q| q.get(&queue_id)) {
-            Some(index) => *index,
+        let index = match self.find(topic, queue_id) {
+            Some(index) => index,
             None => {
                 let queue = ConsumeQueue::new(&self.root, topic, queue_id)?;
                 self.insert(queue)?
@@ -241,8 +354,8 @@ impl ConsumeQueueSet {
 
     /// The index (for [`ConsumeQueueSet::queue_at`]) of the queue of
     /// (`topic`, `queue_id`), created empty if it does not exist. Repeated
-    /// lookups of one queue skip the hash maps. The index stays the queue's
-    /// until its topic is deleted.
+    /// lookups of one queue skip the lookup, and of one topic the topic
+    /// name's hash. The index stays the queue's until its topic is deleted.
     ///
     /// # Errors
     /// As [`ConsumeQueueSet::get_or_create`].
@@ -254,14 +367,20 @@ impl ConsumeQueueSet {
         {
             return Ok(index);
         }
-        let index = match self.by_topic.get(topic).and_then(|q| q.get(&queue_id)) {
-            Some(index) => *index,
+        let slot = match self.last_topic {
+            Some(slot) if self.topics[slot].as_ref().is_some_and(|t| t.name == topic) => Some(slot),
+            _ => self.by_topic.get(topic).copied(),
+        };
+        let found = slot.and_then(|slot| self.topic_at(slot).get(queue_id));
+        let index = match found {
+            Some(index) => index,
             None => {
                 let queue = ConsumeQueue::new(&self.root, topic, queue_id)?;
                 self.insert(queue)?
             }
         };
         self.last_found = Some(index);
+        self.last_topic = slot.or_else(|| self.by_topic.get(topic).copied());
         Ok(index)
     }
 
@@ -334,12 +453,17 @@ impl ConsumeQueueSet {
         disk: &mut D,
         topic: &str,
     ) -> Result<usize, StorageError> {
-        let Some(by_queue_id) = self.by_topic.remove(topic) else {
+        let Some(slot) = self.by_topic.remove(topic) else {
             return Ok(0);
         };
-        let mut indices: Vec<usize> = by_queue_id.into_values().collect();
+        let queues = self.topics[slot]
+            .take()
+            .expect("a mapped topic slot is taken");
+        self.free_topics.push(slot);
+        let mut indices: Vec<usize> = queues.indices().collect();
         indices.sort_unstable();
         self.last_found = None;
+        self.last_topic = None;
         if let Some(round) = &mut self.round {
             // A deleted queue's entries no longer need to be durable.
             round
@@ -781,6 +905,38 @@ mod tests {
             vec![entry(9_000)]
         );
         assert_eq!(loaded.get("B", 0).unwrap().max_offset(), 2);
+    }
+
+    #[test]
+    fn queue_ids_far_apart_are_found_without_a_vector_that_large() {
+        let mut disk = SimDisk::new(SimConfig::new(25));
+        let mut set = ConsumeQueueSet::new(Path::new("/store"));
+        let ids = [0, 7, DENSE_QUEUE_ID_END - 1, DENSE_QUEUE_ID_END, u32::MAX];
+        let indices: Vec<usize> = ids
+            .iter()
+            .map(|&id| set.index_or_create("T", id).unwrap())
+            .collect();
+        // Found again through either path, last topic or not.
+        set.index_or_create("U", 0).unwrap();
+        for (&id, &index) in ids.iter().zip(&indices) {
+            assert_eq!(set.index_or_create("T", id).unwrap(), index, "id {id}");
+            assert_eq!(set.get("T", id).unwrap().queue_id(), id);
+        }
+        assert!(set.get("T", 8).is_none());
+        assert!(set.get("T", DENSE_QUEUE_ID_END + 1).is_none());
+        let slot = set.by_topic["T"];
+        assert_eq!(
+            set.topic_at(slot).dense.len(),
+            DENSE_QUEUE_ID_END as usize,
+            "ids from DENSE_QUEUE_ID_END are kept in the map"
+        );
+        assert_eq!(set.delete_topic(&mut disk, "T").unwrap(), ids.len());
+        assert!(set.get("T", 7).is_none());
+        // The slot goes to the next new topic.
+        set.index_or_create("V", 1).unwrap();
+        assert_eq!(set.by_topic["V"], slot);
+        assert_eq!(set.get("U", 0).unwrap().topic(), "U");
+        assert_eq!(set.len(), 2);
     }
 
     #[test]
