@@ -553,6 +553,68 @@ fn io_uring_fds(pid: u32) -> usize {
         .count()
 }
 
+/// `Cpus_allowed_list` of each `ringmq-shard-*` thread of `pid`, by name.
+fn shard_cpu_lists(pid: u32) -> Vec<(String, String)> {
+    let mut lists = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(entry.unwrap().path().join("status")).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(|value| value.trim().to_owned())
+                .unwrap()
+        };
+        let name = field("Name:");
+        if name.starts_with("ringmq-shard-") {
+            lists.push((name, field("Cpus_allowed_list:")));
+        }
+    }
+    lists.sort();
+    lists
+}
+
+#[test]
+fn shards_are_pinned_one_per_cpu_unless_shard_cpu_pinning_is_false() {
+    let process_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if process_cpus < 2 {
+        eprintln!("SKIPPED: one CPU: a pinned and an unpinned shard look the same");
+        return;
+    }
+    let store = fresh_store("pinning");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let pinned = shard_cpu_lists(broker.pid());
+    assert!(broker.stop().success());
+    assert_eq!(pinned.len(), 2, "{pinned:?}");
+    for (name, cpus) in &pinned {
+        assert!(
+            cpus.parse::<u32>().is_ok(),
+            "{name} runs on {cpus}, not one CPU"
+        );
+    }
+    assert_ne!(
+        pinned[0].1, pinned[1].1,
+        "two shards on one CPU: {pinned:?}"
+    );
+
+    let broker = start_broker(
+        &store,
+        &["--shards=2".into(), "--shardCpuPinning=false".into()],
+    )
+    .unwrap();
+    let unpinned = shard_cpu_lists(broker.pid());
+    assert!(broker.stop().success());
+    assert_eq!(unpinned.len(), 2, "{unpinned:?}");
+    for (name, cpus) in &unpinned {
+        assert!(
+            cpus.parse::<u32>().is_err(),
+            "{name} is pinned to CPU {cpus} with shardCpuPinning=false"
+        );
+    }
+}
+
 #[test]
 fn each_shard_serves_sockets_and_disk_on_one_ring() {
     let store = fresh_store("one-ring");

@@ -201,6 +201,7 @@ pub const KEYS: &[&str] = &[
     "namesrvListenPort",
     "registerNameServerPeriod",
     "ringEntries",
+    "shardCpuPinning",
     "shards",
     "storePathRootDir",
     "syncFlushTimeout",
@@ -287,6 +288,11 @@ pub struct BrokerConfig {
     pub register_name_server_period_ms: u64,
     /// `shards` (ringmq): shard threads; default the CPUs of the affinity mask.
     pub shard_count: u32,
+    /// `shardCpuPinning` (ringmq, default true): pin shard `i` to the `i`-th
+    /// CPU of the affinity mask. False leaves the shards to the scheduler,
+    /// for hosts where other busy processes share the CPUs (a pinned shard
+    /// cannot move away from a CPU another process holds).
+    pub shard_cpu_pinning: bool,
     /// `tailCacheSize` (ringmq): bytes of recent CommitLog kept in memory per shard.
     pub tail_cache_size_bytes: u64,
     /// `ringEntries` (ringmq): submission queue entries of each shard's one
@@ -343,6 +349,7 @@ impl BrokerConfig {
             broker_role: BrokerRole::AsyncMaster,
             register_name_server_period_ms: 30_000,
             shard_count: env.cpu_count.clamp(1, SHARD_COUNT_MAX),
+            shard_cpu_pinning: true,
             tail_cache_size_bytes: TAIL_CACHE_SIZE_DEFAULT,
             ring_entries: crate::shard::runtime::SHARD_RING_ENTRIES_DEFAULT,
             connections_per_shard_max: crate::server::CONNECTION_COUNT_MAX as u32,
@@ -487,6 +494,7 @@ impl BrokerConfig {
                 self.register_name_server_period_ms = v.int(10_000, 60_000)? as u64
             }
             "shards" => self.shard_count = v.int(1, i64::from(SHARD_COUNT_MAX))? as u32,
+            "shardCpuPinning" => self.shard_cpu_pinning = v.bool()?,
             "tailCacheSize" => self.tail_cache_size_bytes = v.int(0, i64::MAX)? as u64,
             "ringEntries" => {
                 self.ring_entries = v.power_of_two(RING_ENTRIES_MIN, RING_ENTRIES_MAX)?
@@ -641,7 +649,7 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 38] = [
+        let entries: [(&'static str, String); 39] = [
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -730,6 +738,7 @@ impl BrokerConfig {
                 self.register_name_server_period_ms.to_string(),
             ),
             ("ringEntries", self.ring_entries.to_string()),
+            ("shardCpuPinning", self.shard_cpu_pinning.to_string()),
             ("shards", self.shard_count.to_string()),
             (
                 "storePathRootDir",
@@ -1078,6 +1087,8 @@ mod tests {
     #[test]
     fn a_later_line_of_the_file_wins() {
         assert_eq!(load("shards=2\nshards=3").unwrap().shard_count, 3);
+        assert!(BrokerConfig::defaults(&env()).shard_cpu_pinning);
+        assert!(!load("shardCpuPinning=false").unwrap().shard_cpu_pinning);
     }
 
     #[test]

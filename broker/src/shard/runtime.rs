@@ -245,7 +245,9 @@ fn store_config(config: &BrokerConfig, shard: u16, store_host: SocketAddr) -> St
 const REGISTERED_WRITE_BUFFERS_MAX: usize = 16;
 
 fn run_shard(start: ShardStart) -> Result<(), String> {
-    pin_to_cpu(usize::from(start.id));
+    if start.config.shard_cpu_pinning {
+        pin_to_cpu(usize::from(start.id));
+    }
     let id = start.id;
     let config = &start.config;
     // One ring for the shard's sockets and disk: the server's lane holds
