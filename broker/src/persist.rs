@@ -837,34 +837,47 @@ impl PersisterHandle {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_dir {
+    //! A temporary directory for the tests of config files.
+
+    use std::path::PathBuf;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    /// A directory removed when the test ends.
-    struct TempDir(PathBuf);
+    /// A directory under the system's temporary directory, removed when
+    /// dropped.
+    pub(crate) struct TempDir(pub(crate) PathBuf);
 
     impl TempDir {
-        fn new(name: &str) -> TempDir {
+        /// An empty directory named after `label` and this process.
+        pub(crate) fn new(label: &str) -> TempDir {
             static NEXT: AtomicU32 = AtomicU32::new(0);
             let path = std::env::temp_dir().join(format!(
-                "ringmq-persist-{name}-{}-{}",
+                "ringmq-test-{label}-{}-{}",
                 std::process::id(),
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ));
-            let _ = fs::remove_dir_all(&path);
-            fs::create_dir_all(&path).unwrap();
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
             TempDir(path)
-        }
-
-        fn config(&self) -> ConfigDir {
-            ConfigDir::under_store_root(&self.0)
         }
     }
 
     impl Drop for TempDir {
         fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::test_dir::TempDir;
+
+    impl TempDir {
+        fn config(&self) -> ConfigDir {
+            ConfigDir::under_store_root(&self.0)
         }
     }
 

@@ -582,12 +582,19 @@ fn shards_are_pinned_one_per_cpu_unless_shard_cpu_pinning_is_false() {
         return;
     }
     let store = fresh_store("pinning");
-    let Some(broker) = start(&store, 2) else {
+    // Each shard thread's CPU list, with two shards and `extra`.
+    let shard_cpus = |extra: &[String]| {
+        let mut args = vec!["--shards=2".to_owned()];
+        args.extend_from_slice(extra);
+        let broker = start_broker(&store, &args)?;
+        let lists = shard_cpu_lists(broker.pid());
+        assert!(broker.stop().success());
+        assert_eq!(lists.len(), 2, "{lists:?}");
+        Some(lists)
+    };
+    let Some(pinned) = shard_cpus(&[]) else {
         return;
     };
-    let pinned = shard_cpu_lists(broker.pid());
-    assert!(broker.stop().success());
-    assert_eq!(pinned.len(), 2, "{pinned:?}");
     for (name, cpus) in &pinned {
         assert!(
             cpus.parse::<u32>().is_ok(),
@@ -598,15 +605,7 @@ fn shards_are_pinned_one_per_cpu_unless_shard_cpu_pinning_is_false() {
         pinned[0].1, pinned[1].1,
         "two shards on one CPU: {pinned:?}"
     );
-
-    let broker = start_broker(
-        &store,
-        &["--shards=2".into(), "--shardCpuPinning=false".into()],
-    )
-    .unwrap();
-    let unpinned = shard_cpu_lists(broker.pid());
-    assert!(broker.stop().success());
-    assert_eq!(unpinned.len(), 2, "{unpinned:?}");
+    let unpinned = shard_cpus(&["--shardCpuPinning=false".to_owned()]).unwrap();
     for (name, cpus) in &unpinned {
         assert!(
             cpus.parse::<u32>().is_err(),

@@ -339,41 +339,19 @@ mod tests {
     use super::*;
     use crate::namesrv::register::{BrokerIdentity, register_broker_request};
     use crate::namesrv::{BROKER_CHANNEL_EXPIRED_TIME_MS, NameServerSettings};
+    use crate::persist::test_dir::TempDir;
     use ringmq_protocol::header::{
         CustomHeader, GetKvConfigRequestHeader, PutKvConfigRequestHeader,
     };
     use ringmq_protocol::json::DataVersion;
     use std::collections::BTreeMap;
-    use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Instant;
 
-    static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-
-    /// A directory removed when the test ends.
-    struct TempDir(PathBuf);
-
     impl TempDir {
-        fn new(label: &str) -> Self {
-            let path = std::env::temp_dir().join(format!(
-                "ringmq-kv-{label}-{}-{}",
-                std::process::id(),
-                NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).unwrap();
-            TempDir(path)
-        }
-
         fn kv_path(&self) -> PathBuf {
             self.0
                 .join("namesrv")
                 .join(ConfigFile::KvConfig.file_name())
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 
