@@ -71,8 +71,10 @@ pub fn kv_config_dir(path: &Path) -> Result<ConfigDir, KvConfigError> {
         return Err(bad());
     }
     match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => Ok(ConfigDir::new(dir)),
-        _ => Err(bad()),
+        // A bare file name is in the working directory.
+        Some(dir) if dir.as_os_str().is_empty() => Ok(ConfigDir::new(".")),
+        Some(dir) => Ok(ConfigDir::new(dir)),
+        None => Err(bad()),
     }
 }
 
@@ -223,38 +225,33 @@ impl NameServerHandler {
             return;
         }
         let persister = &store.persister;
-        let mut released = Vec::new();
-        store
-            .held
-            .retain(|held| match persister.ticket_state(held.ticket) {
-                TicketState::Pending => true,
-                TicketState::Written => {
-                    released.push((held.conn, held.answer.clone()));
-                    false
+        for held in std::mem::take(&mut store.held) {
+            let answer = match persister.ticket_state(held.ticket) {
+                TicketState::Pending => {
+                    store.held.push(held);
+                    continue;
                 }
+                TicketState::Written => held.answer,
                 TicketState::Failed(error) => {
                     let remark = format!(
                         "the KV change is in effect but not on disk (it is retried; a restart \
-                     before that undoes it): {}: {error}",
+                         before that undoes it): {}: {error}",
                         ConfigFile::KvConfig.file_name()
                     );
-                    released.push((
-                        held.conn,
-                        RemotingCommand::new_response(
-                            response_code::SYSTEM_ERROR,
-                            held.answer.opaque,
-                            Some(remark),
-                        ),
-                    ));
-                    false
+                    RemotingCommand::new_response(
+                        response_code::SYSTEM_ERROR,
+                        held.answer.opaque,
+                        Some(remark),
+                    )
                 }
-            });
+            };
+            self.outbound.push((held.conn, answer));
+        }
         if let Some(latest) = store.latest
             && persister.ticket_state(latest) == TicketState::Written
         {
             store.latest = None;
         }
-        self.outbound.append(&mut released);
     }
 }
 
@@ -403,12 +400,11 @@ mod tests {
                 .path(),
             Path::new("/data/namesrv")
         );
-        for bad in [
-            "/data/namesrv/kv.json",
-            "kvConfig.json",
-            "/data/namesrv/",
-            "/",
-        ] {
+        assert_eq!(
+            kv_config_dir(Path::new("kvConfig.json")).unwrap().path(),
+            Path::new(".")
+        );
+        for bad in ["/data/namesrv/kv.json", "/data/namesrv/", "/", ""] {
             let error = kv_config_dir(Path::new(bad)).unwrap_err();
             assert!(
                 error
