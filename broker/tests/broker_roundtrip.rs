@@ -163,6 +163,11 @@ impl Client {
     }
 
     fn send_back(&mut self, offset: i64, delay_level: i32) -> i32 {
+        self.send_back_answer(offset, delay_level).code
+    }
+
+    /// CONSUMER_SEND_MSG_BACK of group cg's message at `offset`.
+    fn send_back_answer(&mut self, offset: i64, delay_level: i32) -> RemotingCommand {
         let header = ConsumerSendMsgBackRequestHeader {
             offset,
             group: "cg".to_owned(),
@@ -174,7 +179,19 @@ impl Client {
             request_code::CONSUMER_SEND_MSG_BACK,
             header.to_ext_fields(),
         ))
-        .code
+    }
+
+    /// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with `group`.
+    fn put_group(&mut self, group: &SubscriptionGroupConfig) {
+        let mut body = Vec::new();
+        group.to_json(&mut body, JsonStyle::Java);
+        self.call_ok(
+            RemotingCommand::new_request(
+                request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                ExtFields::new(),
+            )
+            .with_body(Bytes::from(body)),
+        );
     }
 
     fn query_offset(&mut self, topic: &str, queue_id: i32) -> (i32, i64) {
@@ -346,16 +363,9 @@ fn acknowledged_topic_and_group_changes_and_auto_created_topics_survive_a_kill_9
         let client = &mut clients[index % 2];
         client.create_topic(&format!("Kept{index}"), 2);
         if index % 4 == 0 {
-            let mut body = Vec::new();
-            SubscriptionGroupConfig::new(&format!("kept-group-{index}"))
-                .to_json(&mut body, JsonStyle::Java);
-            client.call_ok(
-                RemotingCommand::new_request(
-                    request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                    ExtFields::new(),
-                )
-                .with_body(Bytes::from(body)),
-            );
+            client.put_group(&SubscriptionGroupConfig::new(&format!(
+                "kept-group-{index}"
+            )));
         }
     }
     clients[1].call_ok(RemotingCommand::new_request(
@@ -787,19 +797,10 @@ fn send_back_stores_nothing_for_a_group_without_retry_queues_and_refuses_a_read_
     let mut client = broker.connect();
     client.create_topic("Failing", 1);
     client.send("Failing", 0, b"poison");
-    let mut body = Vec::new();
-    SubscriptionGroupConfig {
+    client.put_group(&SubscriptionGroupConfig {
         retry_queue_nums: 0,
         ..SubscriptionGroupConfig::new("cg")
-    }
-    .to_json(&mut body, JsonStyle::Java);
-    client.call_ok(
-        RemotingCommand::new_request(
-            request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-            ExtFields::new(),
-        )
-        .with_body(Bytes::from(body)),
-    );
+    });
     let (offset, _, _, _) = client.pull_records("Failing", 0)[0].clone();
     // Java answers SUCCESS and stores nothing; the DLQ target is no exception.
     assert_eq!(client.send_back(offset, 0), response_code::SUCCESS);
@@ -813,29 +814,11 @@ fn send_back_stores_nothing_for_a_group_without_retry_queues_and_refuses_a_read_
     }
 
     // With retry queues again, and the retry topic read-only: NO_PERMISSION.
-    let mut body = Vec::new();
-    SubscriptionGroupConfig::new("cg").to_json(&mut body, JsonStyle::Java);
-    client.call_ok(
-        RemotingCommand::new_request(
-            request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-            ExtFields::new(),
-        )
-        .with_body(Bytes::from(body)),
-    );
+    client.put_group(&SubscriptionGroupConfig::new("cg"));
     let mut read_only = common::create_topic_request("%RETRY%cg", 1);
     read_only.ext_fields.insert("perm", "4");
     client.call_ok(read_only);
-    let header = ConsumerSendMsgBackRequestHeader {
-        offset,
-        group: "cg".to_owned(),
-        delay_level: 0,
-        max_reconsume_times: Some(16),
-        ..ConsumerSendMsgBackRequestHeader::default()
-    };
-    let answer = client.call(RemotingCommand::new_request(
-        request_code::CONSUMER_SEND_MSG_BACK,
-        header.to_ext_fields(),
-    ));
+    let answer = client.send_back_answer(offset, 0);
     assert_eq!(
         answer.code,
         response_code::NO_PERMISSION,

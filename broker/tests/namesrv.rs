@@ -11,16 +11,18 @@
     reason = "test harness: a failure is the test's answer"
 )]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::{StoreDir, fresh_store};
 use ringmq_broker::namesrv::register::{BrokerIdentity, register_broker_request};
 use ringmq_protocol::code::{SerializeType, request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
@@ -34,34 +36,9 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(10);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 const BOOT_PREFIX: &str = "The Name Server boot success. serializeType=JSON, address ";
 
-static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-
-/// A temporary directory for a name server's `kvConfig.json`, removed when
-/// dropped.
-struct KvDir(PathBuf);
-
-impl KvDir {
-    fn new(label: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "ringmq-namesrv-{label}-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        KvDir(dir)
-    }
-
-    /// The `--kv-config-path` given to the name server.
-    fn kv_config_path(&self) -> PathBuf {
-        self.0.join("namesrv").join("kvConfig.json")
-    }
-}
-
-impl Drop for KvDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The `--kv-config-path` given to a name server keeping its files in `dir`.
+fn kv_config_path(dir: &Path) -> PathBuf {
+    dir.join("namesrv").join("kvConfig.json")
 }
 
 /// A running `ringmq namesrv`, killed when dropped.
@@ -71,7 +48,7 @@ struct NameServerProcess {
     /// The whole stderr (the log), once the process has exited.
     log: mpsc::Receiver<String>,
     /// Its own KV directory when the test gave none.
-    _own_dir: Option<KvDir>,
+    _own_dir: Option<StoreDir>,
 }
 
 impl NameServerProcess {
@@ -79,18 +56,18 @@ impl NameServerProcess {
     /// its own, and waits for its boot line; `None` (with a skip line
     /// printed) when io_uring is unavailable here.
     fn start() -> Option<Self> {
-        let dir = KvDir::new("own");
+        let dir = fresh_store("namesrv-own");
         let mut server = Self::start_in(&dir)?;
         server._own_dir = Some(dir);
         Some(server)
     }
 
     /// As [`NameServerProcess::start`], keeping `kvConfig.json` in `dir`.
-    fn start_in(dir: &KvDir) -> Option<Self> {
+    fn start_in(dir: &Path) -> Option<Self> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
             .args(["namesrv", "--listen-port", "0", "--bind", "127.0.0.1"])
             .arg("--kv-config-path")
-            .arg(dir.kv_config_path())
+            .arg(kv_config_path(dir))
             .env("RUST_LOG", "debug")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -534,7 +511,7 @@ fn get_kv(client: &mut Client, namespace: &str, key: &str) -> Option<String> {
 
 #[test]
 fn kv_changes_answered_are_in_kv_config_json_and_survive_a_kill_nine() {
-    let dir = KvDir::new("kv-kill");
+    let dir = fresh_store("namesrv-kv-kill");
     let Some(server) = NameServerProcess::start_in(&dir) else {
         return;
     };
@@ -567,7 +544,7 @@ fn kv_changes_answered_are_in_kv_config_json_and_survive_a_kill_nine() {
         response.remark
     );
     // Answered means written: the file holds the change before any stop.
-    let text = std::fs::read_to_string(dir.kv_config_path()).unwrap();
+    let text = std::fs::read_to_string(kv_config_path(&dir)).unwrap();
     assert!(text.contains("\"TopicA\""), "{text}");
     assert!(!text.contains("\"TopicB\""), "{text}");
     drop(server); // SIGKILL
@@ -585,8 +562,8 @@ fn kv_changes_answered_are_in_kv_config_json_and_survive_a_kill_nine() {
 
 #[test]
 fn an_undecodable_kv_config_json_stops_startup_naming_the_file() {
-    let dir = KvDir::new("kv-bad");
-    let path = dir.kv_config_path();
+    let dir = fresh_store("namesrv-kv-bad");
+    let path = kv_config_path(&dir);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, b"{\"configTable\": [").unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_ringmq"))
