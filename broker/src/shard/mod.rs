@@ -677,8 +677,10 @@ impl RequestHandler for ShardHandler {
     fn wait_bound(&self) -> Option<Duration> {
         let store = self.store.as_ref()?;
         let appender = store.commit_log().appender();
-        if appender.encoded() > appender.submitted() {
-            // The partial tail block goes out on the next poll.
+        if appender.unsubmitted_ready() {
+            // The partial tail block goes out on the next poll. (Behind a
+            // commit in flight it waits for that commit's completion, which
+            // wakes the ring: polling meanwhile would only spin.)
             return Some(Duration::ZERO);
         }
         if self.links.as_ref().is_some_and(Links::has_backlog) {

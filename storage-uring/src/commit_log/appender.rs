@@ -304,6 +304,18 @@ impl Appender {
         self.commits.is_empty() && self.flush.is_none() && self.durable == self.encoded
     }
 
+    /// Whether bytes are encoded but not submitted and a commit could take
+    /// them now. False while a commit is in flight: the partial tail block
+    /// waits for it (see [`Appender::start_commit`]), and its completion wakes
+    /// the ring anyway, so a caller that polls again at once only spins. False
+    /// after a failure too: nothing is submitted any more.
+    pub fn unsubmitted_ready(&self) -> bool {
+        self.encoded > self.submitted
+            && self.failed.is_none()
+            && self.commits.is_empty()
+            && self.tail_block_commit.is_none()
+    }
+
     /// Bytes encoded and not yet written.
     pub fn pending_bytes(&self) -> usize {
         (self.encoded - self.written) as usize

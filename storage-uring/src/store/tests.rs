@@ -213,6 +213,46 @@ fn sync_flush_past_its_timeout_acks_flush_timeout_once() {
 }
 
 #[test]
+fn records_behind_a_commit_in_flight_are_not_ready_until_it_completes() {
+    let mut sim = SimConfig::new(11);
+    // Nothing completes unless a poll blocks: the tail commit stays in flight.
+    sim.complete_percent = 0;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config(FlushMode::Async), 0).unwrap();
+    let ready = |store: &Store<SimDisk>| store.commit_log().appender().unsubmitted_ready();
+    let mut acks = Vec::new();
+    store.append(&message(b"first"), 1).unwrap();
+    assert!(ready(&store), "nothing in flight: the tail can go now");
+    // A turn with nothing new appended writes the partial tail block.
+    for _ in 0..2 {
+        store.poll(1, &mut acks).unwrap();
+    }
+    let appender = store.commit_log().appender();
+    assert_eq!(
+        appender.submitted(),
+        appender.encoded(),
+        "the tail commit started"
+    );
+    assert!(
+        appender.written() < appender.submitted(),
+        "and is still in flight"
+    );
+    store.append(&message(b"second"), 1).unwrap();
+    assert!(
+        !ready(&store),
+        "the second record's block waits for the commit in flight: polling cannot start it"
+    );
+    store.poll(1, &mut acks).unwrap();
+    assert!(
+        !ready(&store),
+        "still in flight after a poll that did not block"
+    );
+    settle(&mut store, 2, &mut acks);
+    assert_eq!(acks.len(), 2);
+    store.append(&message(b"third"), 3).unwrap();
+    assert!(ready(&store), "the commit completed: the tail can go now");
+}
+
+#[test]
 fn write_error_fails_pending_appends_and_refuses_new_ones() {
     let (mut store, _) =
         Store::open(SimDisk::new(SimConfig::new(3)), config(FlushMode::Async), 0).unwrap();
