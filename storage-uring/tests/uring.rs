@@ -586,6 +586,47 @@ fn waker_wakes_a_waiting_ring_from_another_thread() {
 }
 
 #[test]
+fn coalesced_wakes_lose_no_message_sent_across_threads() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    const COUNT: u32 = 20_000;
+    let waker = ring.waker();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sender = std::thread::spawn(move || {
+        for n in 0..COUNT {
+            tx.send(n).unwrap();
+            waker.wake().unwrap();
+            if n % 97 == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut received = 0;
+    let mut out = TurnOutput::new();
+    loop {
+        while let Ok(n) = rx.try_recv() {
+            assert_eq!(n, received);
+            received += 1;
+        }
+        if received == COUNT {
+            break;
+        }
+        out.clear();
+        // Nothing else is in the ring: the turn ends on a wake or at the
+        // timeout, and a timeout here means a wake was lost.
+        ring.turn(Some(Duration::from_secs(10)), 64, &mut out)
+            .unwrap();
+        assert!(
+            out.woken,
+            "a turn ended without a wake with {} messages missing",
+            COUNT - received
+        );
+    }
+    sender.join().unwrap();
+}
+
+#[test]
 fn timers_fire_in_deadline_order_and_not_early() {
     let Some(mut ring) = ring_or_skip() else {
         return;

@@ -66,7 +66,7 @@ pub mod waker;
 
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -213,7 +213,7 @@ pub struct Ring {
     /// (address, capacity) of each registered buffer, by index.
     fixed: Vec<(usize, usize)>,
     timers: timer::Timers,
-    eventfd: Arc<OwnedFd>,
+    eventfd: Arc<waker::WakeFd>,
     /// 8 bytes the eventfd read writes into; owned by the ring, freed in Drop.
     wake_buf: NonNull<u64>,
     wake_armed: bool,
@@ -617,13 +617,9 @@ impl Ring {
             seq,
             slot: Slot::Wake,
         });
-        let sqe = opcode::Read::new(
-            Fd(self.eventfd.as_raw_fd()),
-            self.wake_buf.as_ptr().cast(),
-            8,
-        )
-        .build()
-        .user_data(key as u64);
+        let sqe = opcode::Read::new(Fd(self.eventfd.raw_fd()), self.wake_buf.as_ptr().cast(), 8)
+            .build()
+            .user_data(key as u64);
         self.push_sqe(&sqe);
         self.wake_armed = true;
     }
@@ -685,6 +681,9 @@ impl Ring {
             Slot::Wake => {
                 self.slab.remove(key);
                 self.wake_armed = false;
+                // Before the caller looks at what the wakers left: a wake
+                // from here on writes the eventfd again.
+                self.eventfd.consume();
                 if result >= 0 {
                     self.stats.wakes += 1;
                     out.woken = true;
