@@ -253,6 +253,31 @@ fn records_behind_a_commit_in_flight_are_not_ready_until_it_completes() {
 }
 
 #[test]
+fn records_left_unsubmitted_by_a_failed_write_are_never_ready() {
+    let mut sim = SimConfig::new(13);
+    sim.complete_percent = 0;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config(FlushMode::Async), 0).unwrap();
+    store.disk_mut().faults_mut().write_eio_nth = Some(1);
+    let mut acks = Vec::new();
+    store.append(&message(b"doomed"), 1).unwrap();
+    for _ in 0..2 {
+        store.poll(1, &mut acks).unwrap();
+    }
+    store.append(&message(b"behind it"), 1).unwrap();
+    settle(&mut store, 2, &mut acks);
+    let appender = store.commit_log().appender();
+    assert!(appender.failure().is_some(), "the write failed");
+    assert!(
+        appender.encoded() > appender.submitted(),
+        "the second record was never submitted"
+    );
+    assert!(
+        !appender.unsubmitted_ready(),
+        "nothing will submit it: a caller polling at once would spin forever"
+    );
+}
+
+#[test]
 fn write_error_fails_pending_appends_and_refuses_new_ones() {
     let (mut store, _) =
         Store::open(SimDisk::new(SimConfig::new(3)), config(FlushMode::Async), 0).unwrap();
