@@ -211,6 +211,9 @@ pub struct CommitLog {
     reusing: bool,
     /// Retired segments being shrunk before their unlink.
     shrinking: Vec<Shrink>,
+    /// Base of the segment whose tail recovery fenced off, appends having
+    /// gone on in the fresh segment after it (see [`CommitLog::open`]).
+    fenced_base: Option<u64>,
     stats: SegmentStats,
 }
 
@@ -356,6 +359,7 @@ impl CommitLog {
             sparing: 0,
             reusing: false,
             shrinking: Vec::new(),
+            fenced_base: fenced.then_some(end_base),
             stats: SegmentStats::default(),
         };
         Ok((log, report))
@@ -801,14 +805,25 @@ impl CommitLog {
     /// with the store timestamp after its last record (the first record of
     /// the next segment), or `i64::MAX` when not known yet (never expires).
     /// Segments created ahead of need are left out, so the active segment is
-    /// the last one.
+    /// the last one, which retention keeps, as Java keeps its last file.
+    ///
+    /// While appends are in the fresh segment an abnormal recovery started,
+    /// the list ends at the segment it fenced off instead: Java's recovery
+    /// goes on writing in that segment, and so keeps it as its last file
+    /// however full the disk; here a forced clean (disk above
+    /// `diskSpaceCleanForciblyRatio`) at the first turn after a crash took
+    /// every message from before it.
     pub fn retention_segments(&self) -> Vec<crate::retention::SegmentInfo> {
         let active = self.appender.active_segment_base();
         let size = self.config.segment_size_bytes;
+        let last = match self.fenced_base {
+            Some(fenced) if fenced + size == active => fenced,
+            _ => active,
+        };
         self.segments
             .segments()
             .iter()
-            .take_while(|s| s.base <= active)
+            .take_while(|s| s.base <= last)
             .map(|s| crate::retention::SegmentInfo {
                 base_offset: s.base,
                 last_modified_ms: self

@@ -1,11 +1,12 @@
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
 use super::*;
 use crate::consume_queue::CQ_ENTRY_SIZE;
 use crate::disk::sim::{CrashKind, SimConfig, SimDisk, SimImage};
+use crate::disk::{Disk, OpenOptions};
 use crate::index_file::IndexGeometry;
 use crate::limits::{
     COMMIT_BEHIND_BYTES_MAX_ASYNC, COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_LOG_SEGMENT_SIZE_MIN,
@@ -764,6 +765,80 @@ fn a_nearly_full_disk_refuses_appends_cleans_forcibly_and_accepts_again() {
         .append(&message(&body), now_ms)
         .expect("appends are accepted again");
     settle(&mut store, now_ms, &mut acks);
+}
+
+#[test]
+fn forced_cleaning_after_a_crash_keeps_the_segment_recovery_fenced_off() {
+    // A disk above diskSpaceCleanForciblyRatio (85 %), mostly with files
+    // that are not ours: retention ignores age and removes every segment
+    // but the last. After a crash the appends go on in a fresh segment,
+    // and the one recovery fenced off holds every message from before it.
+    let mut sim = SimConfig::new(26);
+    sim.capacity_bytes = 100 * COMMIT_LOG_SEGMENT_SIZE_MIN;
+    let mut config = retention_config();
+    config.retention.file_reserved_time_hours = 72;
+    let size = config.segment_size_bytes;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config.clone(), T0).unwrap();
+    let mut acks = Vec::new();
+    for at_ms in 0..3 {
+        store.append(&message(b"before"), T0 + at_ms).unwrap();
+    }
+    settle(&mut store, T0 + 3, &mut acks);
+    let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+    let (mut store, report) = Store::open(disk, config, T0 + 1_000).unwrap();
+    assert!(report.abnormal);
+    assert_eq!(
+        store.commit_log().appender().active_segment_base(),
+        size,
+        "appends go on in a fresh segment"
+    );
+    // Someone else's file takes the disk to 87 %.
+    let capacity = 100 * COMMIT_LOG_SEGMENT_SIZE_MIN;
+    let others = capacity * 87 / 100 - store.disk().used_bytes();
+    let options = OpenOptions {
+        create_preallocated: Some(others),
+        sparse: false,
+        direct: false,
+        writable: true,
+    };
+    let file = store
+        .disk_mut()
+        .open(Path::new("/others"), options)
+        .unwrap();
+    store.disk_mut().close(file).unwrap();
+    let mut now_ms = T0 + 1_000;
+    for _ in 0..5 {
+        now_ms += 1_000;
+        turns(&mut store, now_ms, 20);
+    }
+    let ratio = store.disk_usage_ratio();
+    assert!(
+        ratio > store.config().retention.clean_forcibly_ratio()
+            && ratio <= store.config().retention.warning_level_ratio(),
+        "the disk is above the clean-forcibly ratio and below the warning level: {ratio}"
+    );
+    assert_eq!(store.commit_log_min_offset(), 0, "the fenced segment went");
+    let found = store.get_messages("T", 0, 0, 8, 1 << 20, None).unwrap();
+    assert_eq!(found.status, GetMessageStatus::Found);
+    assert_eq!(found.records.len(), 3);
+    // Once the fresh segment rolls over, the fenced one is an old segment
+    // like any other, and forced cleaning takes it.
+    let body = vec![5u8; 1_000];
+    while store.commit_log().appender().active_segment_base() == size {
+        now_ms += 1;
+        store.append(&message(&body), now_ms).unwrap();
+        store.poll(now_ms, &mut acks).unwrap();
+    }
+    settle(&mut store, now_ms, &mut acks);
+    for _ in 0..5 {
+        now_ms += 1_000;
+        turns(&mut store, now_ms, 20);
+    }
+    assert!(
+        store.commit_log_min_offset() >= size,
+        "min offset {}",
+        store.commit_log_min_offset()
+    );
 }
 
 #[test]
