@@ -39,8 +39,36 @@ impl std::ops::Deref for StoreDir {
 
 impl Drop for StoreDir {
     fn drop(&mut self) {
+        // The logs of the brokers that ran on this store, beside it: a
+        // failing test shows them (the harness prints a test's output only
+        // when it fails), so that what the broker did is on record, in CI
+        // too.
+        for (path, log) in broker_logs(&self.0) {
+            if std::thread::panicking() {
+                eprintln!("---- {} ----\n{log}", path.display());
+            }
+            let _ = std::fs::remove_file(path);
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The log file of the `n`th broker started on `store`.
+fn broker_log_path(store: &Path, n: u32) -> PathBuf {
+    let mut name = store.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".broker{n}.log"));
+    store.with_file_name(name)
+}
+
+/// Each broker log of `store` with its text, in start order.
+fn broker_logs(store: &Path) -> Vec<(PathBuf, String)> {
+    (0..)
+        .map(|n| broker_log_path(store, n))
+        .map_while(|path| {
+            let log = std::fs::read_to_string(&path).ok()?;
+            Some((path, log))
+        })
+        .collect()
 }
 
 /// An empty store root named after `label` and this process.
@@ -69,6 +97,13 @@ pub struct Broker {
 /// waits for its boot line; None (the test skips) when io_uring is
 /// unavailable here.
 pub fn start_broker(store: &Path, extra: &[String]) -> Option<Broker> {
+    // Its log goes to a file beside the store (see `StoreDir`'s drop), not
+    // to a pipe that nobody reads and that would stop the broker once full.
+    let log_path = (0..)
+        .map(|n| broker_log_path(store, n))
+        .find(|path| !path.exists())
+        .unwrap();
+    let log = std::fs::File::create(&log_path).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
         .arg("broker")
         .arg(format!("--storePathRootDir={}", store.display()))
@@ -78,21 +113,15 @@ pub fn start_broker(store: &Path, extra: &[String]) -> Option<Broker> {
         .arg("--mapedFileSizeCommitLog=16777216")
         .args(extra)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(log)
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
     if line.is_empty() {
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
         let _ = child.wait();
+        let stderr = std::fs::read_to_string(&log_path).unwrap_or_default();
         if stderr.contains("io_uring") && stderr.contains("navailable") {
             eprintln!("SKIPPED: io_uring is unavailable: {stderr}");
             return None;
