@@ -94,6 +94,7 @@ mod cleaning;
 mod config;
 mod lookup;
 mod recover;
+mod replica;
 mod types;
 
 pub use cleaning::RetentionStats;

@@ -40,6 +40,7 @@ pub mod appender;
 pub mod crc_combine;
 pub mod record_crc;
 pub mod recovery;
+mod replica;
 pub mod segment;
 pub(crate) mod write_bufs;
 

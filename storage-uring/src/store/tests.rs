@@ -1422,3 +1422,294 @@ fn after_a_failed_fdatasync_durable_stops_and_what_was_acknowledged_survives_a_p
         "some injected fdatasync failure hit the CommitLog"
     );
 }
+
+/// A store on a fresh simulated disk of `seed`, opened at `T0`.
+fn open_sim(seed: u64, mode: FlushMode) -> Store<SimDisk> {
+    Store::open(SimDisk::new(SimConfig::new(seed)), config(mode), T0)
+        .unwrap()
+        .0
+}
+
+/// Appends messages to two topics (single ones with keys, and batches) at
+/// `now_ms` until the log has `segments` segments, and settles.
+fn fill_for_replication(store: &mut Store<SimDisk>, segments: u64, now_ms: u64) {
+    let size = store.config().segment_size_bytes;
+    let mut acks = Vec::new();
+    let mut n = 0u64;
+    while store.commit_log().encoded_offset() < (segments - 1) * size + size / 3 {
+        let body = vec![n as u8; 300 + (n as usize * 37) % 700];
+        let keys = format!("TAGS\x01A\x02KEYS\x01k{n}\x02");
+        let mut m = message(&body);
+        m.properties = keys.as_bytes();
+        if n % 5 == 4 {
+            let mut batch = vec![m; 3];
+            batch.iter_mut().for_each(|m| m.topic = "U");
+            store.append_batch(&batch, now_ms + n).unwrap();
+        } else {
+            store.append(&m, now_ms + n).unwrap();
+        }
+        store.poll(now_ms + n, &mut acks).unwrap();
+        n += 1;
+    }
+    settle(store, now_ms + n, &mut acks);
+}
+
+/// Every chunk `replica_bytes` gives from 0 to the end, concatenated.
+fn replica_stream(store: &mut Store<SimDisk>, max_bytes: usize) -> Vec<u8> {
+    let mut stream = Vec::new();
+    let mut from = 0;
+    loop {
+        let chunk = store.replica_bytes(from, max_bytes).unwrap();
+        if chunk.is_empty() {
+            return stream;
+        }
+        let size = store.config().segment_size_bytes;
+        from = if chunk.ends_with_blank(from, size) {
+            (from / size + 1) * size
+        } else {
+            from + chunk.len() as u64
+        };
+        stream.extend_from_slice(&chunk);
+    }
+}
+
+/// Whether a chunk read at `from` ends with a BLANK: it then ends at its
+/// segment's end.
+trait EndsWithBlank {
+    fn ends_with_blank(&self, from: u64, segment_size: u64) -> bool;
+}
+
+impl EndsWithBlank for Vec<u8> {
+    fn ends_with_blank(&self, from: u64, segment_size: u64) -> bool {
+        let Some(start) = self.len().checked_sub(8) else {
+            return false;
+        };
+        let total = u32::from_be_bytes(self[start..start + 4].try_into().unwrap());
+        let magic = u32::from_be_bytes(self[start + 4..start + 8].try_into().unwrap());
+        magic == ringmq_protocol::message::layout::MAGIC_CODE_BLANK
+            && from + start as u64 + u64::from(total) == (from / segment_size + 1) * segment_size
+    }
+}
+
+/// `actual == expected`, saying where they part (not printing them).
+fn assert_same_bytes(actual: &[u8], expected: &[u8]) {
+    let first_difference = actual.iter().zip(expected).position(|(a, b)| a != b);
+    assert!(
+        actual == expected,
+        "{} bytes against {} expected, first difference at {first_difference:?}",
+        actual.len(),
+        expected.len()
+    );
+}
+
+/// Feeds `slave` the master's chunks until it has the master's log.
+fn replicate(
+    master: &mut Store<SimDisk>,
+    slave: &mut Store<SimDisk>,
+    max_bytes: usize,
+    now_ms: u64,
+) {
+    let mut acks = Vec::new();
+    loop {
+        let from = slave.commit_log().appender().encoded();
+        let chunk = master.replica_bytes(from, max_bytes).unwrap();
+        if chunk.is_empty() {
+            break;
+        }
+        let end = slave.append_replicated(from, &chunk, now_ms).unwrap();
+        assert!(end > from);
+        slave.poll(now_ms, &mut acks).unwrap();
+    }
+    // Replicated appends wait for no ack: poll until they are durable.
+    for _ in 0..1_000 {
+        let appender = slave.commit_log().appender();
+        if appender.durable() == appender.encoded() {
+            return;
+        }
+        slave
+            .poll_wait(now_ms, std::time::Duration::ZERO, &mut acks)
+            .unwrap();
+    }
+    panic!("replicated appends never became durable");
+}
+
+#[test]
+fn a_slave_fed_the_masters_chunks_holds_its_log_and_answers_its_reads() {
+    let mut master = open_sim(31, FlushMode::Async);
+    let mut slave = open_sim(32, FlushMode::Sync);
+    fill_for_replication(&mut master, 4, T0);
+    // Chunks of about 5 KiB: records, BLANKs and segment ends all fall
+    // inside and at the edges of chunks.
+    replicate(&mut master, &mut slave, 5_000, T0 + 10_000);
+    let size = master.config().segment_size_bytes;
+    assert!(slave.commit_log().appender().encoded() > 3 * size);
+    assert_eq!(
+        slave.commit_log().appender().durable(),
+        master.commit_log().appender().encoded(),
+        "the slave made all of it durable"
+    );
+    let expected = replica_stream(&mut master, 1 << 20);
+    assert_same_bytes(&replica_stream(&mut slave, 1 << 20), &expected);
+    for (topic, queues) in [("T", 0..1), ("U", 0..1)] {
+        for queue_id in queues {
+            let max = master.queue_max_offset(topic, queue_id);
+            assert!(max > 10);
+            assert_eq!(slave.queue_max_offset(topic, queue_id), max, "{topic}");
+            let on_master = master
+                .get_messages(topic, queue_id, 0, 64, 1 << 20, None)
+                .unwrap();
+            let on_slave = slave
+                .get_messages(topic, queue_id, 0, 64, 1 << 20, None)
+                .unwrap();
+            assert_eq!(on_slave.status, GetMessageStatus::Found);
+            assert_eq!(on_slave.body, on_master.body, "{topic}");
+        }
+    }
+    let by_key = slave.query_message("T", "k3", 10, 0, i64::MAX);
+    assert_eq!(
+        by_key.phy_offsets,
+        master.query_message("T", "k3", 10, 0, i64::MAX).phy_offsets
+    );
+    assert_eq!(by_key.phy_offsets.len(), 1);
+    // A kill -9 of the slave: recovery takes the replicated log as its own.
+    let disk = slave.disk_mut().crash(CrashKind::ProcessKill);
+    let (mut slave, report) = Store::open(disk, config(FlushMode::Sync), T0 + 20_000).unwrap();
+    assert!(report.abnormal);
+    // It holds the same records, and the fence recovery wrote after them.
+    let recovered = replica_stream(&mut slave, 1 << 20);
+    assert_same_bytes(&recovered[..expected.len().min(recovered.len())], &expected);
+    let fence = recovered[expected.len()..].to_vec();
+    let end = master.commit_log().appender().encoded();
+    assert_eq!(fence.len(), 8);
+    assert!(fence.ends_with_blank(end, size), "{fence:?}");
+    assert_eq!(
+        slave.commit_log().appender().encoded(),
+        (end / size + 1) * size
+    );
+    assert_eq!(
+        slave.queue_max_offset("U", 0),
+        master.queue_max_offset("U", 0)
+    );
+    // But its log now ends at the start of the next segment, past the
+    // master's end, and the master refuses to serve it from there: a slave
+    // needs a recovery that does not fence (not built yet).
+    let mut acks = Vec::new();
+    master.append(&message(b"after"), T0 + 30_000).unwrap();
+    settle(&mut master, T0 + 30_000, &mut acks);
+    let from = slave.commit_log().appender().encoded();
+    let error = master.replica_bytes(from, 1 << 20).unwrap_err();
+    assert!(matches!(error, StorageError::InvalidArgument(_)), "{error}");
+}
+
+#[test]
+fn a_replicated_chunk_that_fails_a_check_is_refused_whole() {
+    let mut master = open_sim(33, FlushMode::Async);
+    fill_for_replication(&mut master, 2, T0);
+    let mut slave = open_sim(34, FlushMode::Sync);
+    let chunk = master.replica_bytes(0, 3_000).unwrap();
+    let first_len = u32::from_be_bytes(chunk[..4].try_into().unwrap()) as usize;
+    assert!(
+        chunk.len() > 2 * first_len,
+        "several records: {}",
+        chunk.len()
+    );
+    let refuse = |slave: &mut Store<SimDisk>, from: u64, bytes: &[u8]| {
+        let before = (
+            slave.commit_log().appender().encoded(),
+            slave.queue_max_offset("T", 0),
+        );
+        let error = slave.append_replicated(from, bytes, T0).unwrap_err();
+        let after = (
+            slave.commit_log().appender().encoded(),
+            slave.queue_max_offset("T", 0),
+        );
+        assert_eq!(after, before, "nothing appended on {error}");
+        error
+    };
+    // A bit flipped in the second record's body.
+    let mut flipped = chunk.clone();
+    flipped[first_len + 150] ^= 1;
+    let error = refuse(&mut slave, 0, &flipped);
+    assert!(matches!(error, StorageError::Record { .. }), "{error}");
+    assert!(error.to_string().contains("CRC"), "{error}");
+    // Cut inside its last record.
+    let error = refuse(&mut slave, 0, &chunk[..chunk.len() - 10]);
+    assert!(
+        error.to_string().contains("ends inside a record"),
+        "{error}"
+    );
+    // Not where the slave's log ends.
+    let error = refuse(&mut slave, 8, &chunk);
+    assert!(matches!(error, StorageError::InvalidArgument(_)), "{error}");
+    // Records of another position (the chunk from its second record on).
+    let error = refuse(&mut slave, 0, &chunk[first_len..]);
+    assert!(error.to_string().contains("PHYSICALOFFSET"), "{error}");
+    // The chunk itself is taken after all that.
+    assert_eq!(
+        slave.append_replicated(0, &chunk, T0).unwrap(),
+        chunk.len() as u64
+    );
+    // A slave with segments twice the master's: the master's BLANK does not
+    // end its segment.
+    let mut other = config(FlushMode::Sync);
+    other.segment_size_bytes = 2 * COMMIT_LOG_SEGMENT_SIZE_MIN;
+    let (mut unlike, _) = Store::open(SimDisk::new(SimConfig::new(35)), other, T0).unwrap();
+    let error = loop {
+        let from = unlike.commit_log().appender().encoded();
+        let chunk = master.replica_bytes(from, 16_000).unwrap();
+        assert!(!chunk.is_empty(), "the BLANK was never refused");
+        match unlike.append_replicated(from, &chunk, T0) {
+            Ok(_) => {}
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        error.to_string().contains("misses the segment end"),
+        "{error}"
+    );
+    // A record over what the slave's segments can hold (half a segment).
+    let mut larger = config(FlushMode::Async);
+    larger.segment_size_bytes = 4 * COMMIT_LOG_SEGMENT_SIZE_MIN;
+    let (mut big_master, _) = Store::open(SimDisk::new(SimConfig::new(37)), larger, T0).unwrap();
+    let body = vec![1u8; COMMIT_LOG_SEGMENT_SIZE_MIN as usize];
+    big_master.append(&message(&body), T0).unwrap();
+    let mut acks = Vec::new();
+    settle(&mut big_master, T0, &mut acks);
+    let chunk = big_master.replica_bytes(0, 1 << 20).unwrap();
+    let mut small = open_sim(38, FlushMode::Sync);
+    let error = refuse(&mut small, 0, &chunk);
+    assert!(error.to_string().contains("limit"), "{error}");
+}
+
+#[test]
+fn replica_bytes_answers_whole_acknowledgeable_records_from_a_record_boundary() {
+    let mut master = open_sim(36, FlushMode::Async);
+    let body = vec![9u8; 2_000];
+    master.append(&message(&body), T0).unwrap();
+    // Encoded, not written yet: nothing to send.
+    assert!(master.replica_bytes(0, 1 << 20).unwrap().is_empty());
+    let mut acks = Vec::new();
+    settle(&mut master, T0, &mut acks);
+    master.append(&message(b"small"), T0).unwrap();
+    settle(&mut master, T0, &mut acks);
+    let first = master.replica_bytes(0, 100).unwrap();
+    let first_len = u32::from_be_bytes(first[..4].try_into().unwrap()) as usize;
+    assert_eq!(
+        first.len(),
+        first_len,
+        "a record over max_bytes comes whole"
+    );
+    assert!(first_len > 2_000);
+    let both = master.replica_bytes(0, 1 << 20).unwrap();
+    assert_eq!(&both[..first_len], &first[..]);
+    let end = master.commit_log().appender().encoded();
+    assert_eq!(both.len() as u64, end);
+    assert!(master.replica_bytes(end, 1 << 20).unwrap().is_empty());
+    let error = master.replica_bytes(end + 8, 1 << 20).unwrap_err();
+    assert!(matches!(error, StorageError::InvalidArgument(_)), "{error}");
+    let error = master.replica_bytes(100, 1 << 20).unwrap_err();
+    assert!(
+        error.to_string().contains("not a record boundary"),
+        "{error}"
+    );
+}

@@ -1,0 +1,307 @@
+//! Replication in one shard's CommitLog: the master reads whole records
+//! from a slave's position ([`CommitLog::replica_bytes`]), and the slave
+//! appends them verbatim at the same local offsets
+//! ([`CommitLog::append_replicated`]), so both logs hold the same bytes and
+//! a record's PHYSICALOFFSET (and so its msgId) is the same on both.
+//!
+//! The transfer format is the log itself, with one change: a segment's
+//! BLANK marker is sent as its 8 bytes, without the padding after it (the
+//! padding is zeros up to the segment end, which the slave knows).
+//!
+//! ```text
+//!  master  [rec][rec][BLANK.....]|[rec][rec]   (segment end at |)
+//!  stream  [rec][rec][BLANK]      [rec][rec]
+//!  slave   [rec][rec][BLANK.....]|[rec][rec]   (same offsets, same bytes)
+//! ```
+//!
+//! # Invariants
+//! - The slave checks a whole chunk before it appends any of it: every
+//!   record as recovery checks it (magic, sizes, BODYCRC, the record CRC
+//!   property, PHYSICALOFFSET equal to its position), every BLANK ending
+//!   its segment exactly, and the chunk ending at a record boundary. A
+//!   chunk that fails is refused whole.
+//! - The slave's segment size is the master's (a BLANK that does not end
+//!   the slave's segment is refused), so the segment ends fall alike.
+
+use ringmq_protocol::message::{
+    CrcCheck, Decoded, RecordError, RecordView, decode_entry, verify_body_crc,
+};
+
+use super::{BLANK_SIZE, CommitLog, record_crc, shard_offset};
+use crate::aligned::BLOCK_SIZE;
+use crate::disk::Disk;
+use crate::error::StorageError;
+use crate::limits::{PENDING_WRITE_BYTES_MAX, RECORD_SIZE_MAX};
+
+/// One entry of a checked chunk.
+enum Checked<'a> {
+    /// A record at its local offset.
+    Record(u64, RecordView<'a>),
+    /// A BLANK at a local offset: the segment ends after it.
+    Blank(u64),
+}
+
+impl CommitLog {
+    /// Master side: whole records from local `from` (a record boundary, as
+    /// a slave's end always is) up to at most `max_bytes`, within one
+    /// segment and the acknowledgeable position; a BLANK ends the chunk
+    /// (its 8 bytes only), and the next chunk starts at the next segment.
+    /// Empty when nothing is acknowledgeable at `from` yet. A record larger
+    /// than `max_bytes` comes whole all the same.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`] for `from` below the min offset
+    /// (retention removed it) or past the acknowledgeable position;
+    /// [`StorageError::Record`] when `from` is not a record boundary; disk
+    /// errors of the read.
+    pub fn replica_bytes(
+        &mut self,
+        disk: &mut impl Disk,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, StorageError> {
+        let ack = self.appender.ack_position();
+        if from < self.min_offset || from > ack {
+            return Err(StorageError::InvalidArgument(format!(
+                "replication from {from}: the log holds [{}, {ack})",
+                self.min_offset
+            )));
+        }
+        let size = self.config.segment_size_bytes;
+        let bound = ack.min((from / size + 1) * size);
+        let mut want = (bound - from).min(max_bytes.max(BLANK_SIZE) as u64) as usize;
+        loop {
+            if want == 0 {
+                return Ok(Vec::new());
+            }
+            let offset = shard_offset(self.config.shard_id, from);
+            let Some(mut bytes) = self.read(disk, offset, want)? else {
+                return Err(StorageError::InvalidArgument(format!(
+                    "replication from {from}: not readable"
+                )));
+            };
+            let prefix = whole_records(&bytes).map_err(|error| StorageError::Record {
+                commit_log_offset: offset,
+                reason: format!("replication from {from}: not a record boundary: {error}"),
+            })?;
+            let needed = match prefix {
+                Prefix::Whole(len) => {
+                    bytes.truncate(len);
+                    return Ok(bytes);
+                }
+                Prefix::FirstNeeds(needed) => needed,
+            };
+            // The first record is longer than the read: read it whole.
+            let grown = needed.min((bound - from) as usize);
+            if grown <= want {
+                // Not acknowledgeable whole yet.
+                return Ok(Vec::new());
+            }
+            want = grown;
+        }
+    }
+
+    /// Slave side: appends `bytes`, whole records from a master's
+    /// [`CommitLog::replica_bytes`], at local `from`, which must be where
+    /// this log ends; calls `visit` with each record appended (for the
+    /// ConsumeQueues and the index). Acknowledged like any append, by the
+    /// flush mode's position. Returns the local offset after the chunk.
+    ///
+    /// # Errors
+    /// Nothing is appended on these: [`StorageError::NotWritable`] after a
+    /// disk failure, [`StorageError::Busy`] when too much waits for the
+    /// disk, [`StorageError::InvalidArgument`] when `from` is not this log's
+    /// end, [`StorageError::Record`] for a chunk that fails its checks (see
+    /// the module doc). Disk errors creating the next segment may come
+    /// after part of the chunk is appended (whole records up to a segment
+    /// end).
+    pub fn append_replicated(
+        &mut self,
+        disk: &mut impl Disk,
+        from: u64,
+        bytes: &[u8],
+        visit: &mut dyn FnMut(u64, &RecordView<'_>),
+    ) -> Result<u64, StorageError> {
+        if self.appender.failure().is_some() {
+            return Err(StorageError::NotWritable {
+                reason: "a commit log write failed",
+            });
+        }
+        let end = self.appender.encoded();
+        if from != end {
+            return Err(StorageError::InvalidArgument(format!(
+                "replicated bytes for {from}, but the log ends at {end}"
+            )));
+        }
+        if self.appender.pending_bytes() + bytes.len() > PENDING_WRITE_BYTES_MAX {
+            return Err(StorageError::Busy {
+                pending_bytes: self.appender.pending_bytes(),
+            });
+        }
+        let checked = self.check_replicated(from, bytes)?;
+        let mut appended = 0;
+        let result = self.append_checked(disk, from, &checked, &mut appended);
+        // Whatever went in is dispatched, also when a segment could not be
+        // created half-way.
+        for entry in &checked[..appended] {
+            if let Checked::Record(at, view) = entry {
+                visit(*at, view);
+            }
+        }
+        result
+    }
+
+    /// Appends checked entries, counting them in `appended`; returns the
+    /// local offset after them.
+    fn append_checked(
+        &mut self,
+        disk: &mut impl Disk,
+        from: u64,
+        checked: &[Checked<'_>],
+        appended: &mut usize,
+    ) -> Result<u64, StorageError> {
+        let size = self.config.segment_size_bytes;
+        let mut marked = from;
+        let mut pos = from;
+        for entry in checked {
+            match entry {
+                Checked::Record(at, view) => {
+                    let record = view.as_bytes();
+                    let n = record.len();
+                    if self.appender.active().free_bytes() < n {
+                        self.appender.seal_active(disk, None);
+                    }
+                    if at.is_multiple_of(size) {
+                        self.first_store_timestamps
+                            .insert(*at, view.store_timestamp_ms());
+                    }
+                    self.appender.active().tail_mut()[..n].copy_from_slice(record);
+                    self.appender.advance(n, None);
+                    pos = at + n as u64;
+                }
+                Checked::Blank(at) => {
+                    if *at > marked {
+                        self.appender.mark_append_end(*at);
+                    }
+                    let segment_end = (at / size + 1) * size;
+                    self.seal_segment(disk, *at, segment_end)?;
+                    pos = segment_end;
+                    marked = segment_end;
+                }
+            }
+            *appended += 1;
+        }
+        if pos > marked {
+            self.appender.mark_append_end(pos);
+        }
+        Ok(pos)
+    }
+
+    /// Checks a replicated chunk at local `from` without touching the log.
+    fn check_replicated<'a>(
+        &mut self,
+        from: u64,
+        bytes: &'a [u8],
+    ) -> Result<Vec<Checked<'a>>, StorageError> {
+        let size = self.config.segment_size_bytes;
+        let shard_id = self.config.shard_id;
+        let refuse = |at: u64, reason: String| StorageError::Record {
+            commit_log_offset: shard_offset(shard_id, at),
+            reason: format!("replicated chunk refused: {reason}"),
+        };
+        let mut checked = Vec::new();
+        let (mut i, mut pos) = (0usize, from);
+        while i < bytes.len() {
+            let segment_end = (pos / size + 1) * size;
+            // BODYCRC is checked here rather than by the decoder, so that
+            // the body's CRC, computed once, serves the record CRC too.
+            match decode_entry(&bytes[i..], CrcCheck::Skip) {
+                Ok(Decoded::Record(view)) => {
+                    let n = u64::from(view.total_size());
+                    let physical_offset = view.commit_log_offset() as u64;
+                    if physical_offset != shard_offset(shard_id, pos) {
+                        return Err(refuse(
+                            pos,
+                            format!("its PHYSICALOFFSET is {physical_offset}"),
+                        ));
+                    }
+                    let record_max = (self.appender.buffer_size() - BLOCK_SIZE)
+                        .min(size as usize / 2)
+                        .min(RECORD_SIZE_MAX);
+                    if n as usize > record_max {
+                        return Err(refuse(
+                            pos,
+                            format!("{n} bytes, over the {record_max}-byte limit"),
+                        ));
+                    }
+                    if pos + n + BLANK_SIZE as u64 > segment_end {
+                        return Err(refuse(
+                            pos,
+                            format!("{n} bytes do not fit before the segment end {segment_end}"),
+                        ));
+                    }
+                    let body_crc_raw =
+                        verify_body_crc(&view).map_err(|error| refuse(pos, error.to_string()))?;
+                    record_crc::verify_with_body_crc(
+                        view.as_bytes(),
+                        view.body_range(),
+                        body_crc_raw,
+                        &mut self.sealer,
+                    )
+                    .map_err(|reason| refuse(pos, reason))?;
+                    checked.push(Checked::Record(pos, view));
+                    i += n as usize;
+                    pos += n;
+                }
+                Ok(Decoded::Blank { total_size }) => {
+                    if pos + u64::from(total_size) != segment_end {
+                        return Err(refuse(
+                            pos,
+                            format!(
+                                "a BLANK of {total_size} bytes misses the segment end {segment_end} (another segment size?)"
+                            ),
+                        ));
+                    }
+                    checked.push(Checked::Blank(pos));
+                    i += BLANK_SIZE;
+                    pos = segment_end;
+                }
+                Err(RecordError::Truncated { .. }) => {
+                    return Err(refuse(pos, "it ends inside a record".into()));
+                }
+                Err(error) => return Err(refuse(pos, error.to_string())),
+            }
+        }
+        Ok(checked)
+    }
+}
+
+/// What a read at a record boundary holds.
+enum Prefix {
+    /// This many bytes of whole records, through a first BLANK (its 8
+    /// bytes).
+    Whole(usize),
+    /// Not even the first record whole: it has this many bytes.
+    FirstNeeds(usize),
+}
+
+/// The whole records at the start of `bytes`.
+///
+/// # Errors
+/// The decoder's, when the bytes are not records (or a record would be
+/// over [`RECORD_SIZE_MAX`]).
+fn whole_records(bytes: &[u8]) -> Result<Prefix, RecordError> {
+    let mut i = 0;
+    while i < bytes.len() {
+        match decode_entry(&bytes[i..], CrcCheck::Skip) {
+            Ok(Decoded::Record(view)) => i += view.total_size() as usize,
+            Ok(Decoded::Blank { .. }) => return Ok(Prefix::Whole(i + BLANK_SIZE)),
+            Err(RecordError::Truncated { needed, .. }) if i == 0 && needed <= RECORD_SIZE_MAX => {
+                return Ok(Prefix::FirstNeeds(needed));
+            }
+            Err(RecordError::Truncated { .. }) if i > 0 => break,
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(Prefix::Whole(i))
+}

@@ -1,0 +1,84 @@
+//! Replication at the store: the master's chunks of whole records
+//! ([`Store::replica_bytes`]) and the slave's append of them
+//! ([`Store::append_replicated`]), which dispatches each record to its
+//! ConsumeQueue and the index as recovery does (see
+//! [`crate::commit_log`]'s `replica` module for the format and checks).
+//! Nothing in the broker uses these yet.
+
+use super::Store;
+use super::recover::Dispatcher;
+use crate::disk::Disk;
+use crate::error::StorageError;
+
+impl<D: Disk> Store<D> {
+    /// Master side: whole records from local `from` (a slave's end), at
+    /// most about `max_bytes`, acknowledgeable ones only
+    /// ([`crate::commit_log::CommitLog::replica_bytes`]).
+    ///
+    /// # Errors
+    /// As `CommitLog::replica_bytes`.
+    pub fn replica_bytes(&mut self, from: u64, max_bytes: usize) -> Result<Vec<u8>, StorageError> {
+        self.commit_log
+            .replica_bytes(&mut self.disk, from, max_bytes)
+    }
+
+    /// Slave side: appends a master's chunk at local `from` (this log's
+    /// end) and dispatches its records to their ConsumeQueues (created as
+    /// needed) and the index. The chunk is durable, for the slave's report
+    /// to its master, once [`crate::commit_log::appender::Appender::durable`]
+    /// passes the returned end.
+    ///
+    /// # Errors
+    /// [`StorageError::DiskFull`], and those of
+    /// `CommitLog::append_replicated`, with nothing appended;
+    /// [`StorageError::Record`] when a record, appended, does not follow
+    /// its queue (this store's queues are not the master's).
+    pub fn append_replicated(
+        &mut self,
+        from: u64,
+        bytes: &[u8],
+        now_ms: u64,
+    ) -> Result<u64, StorageError> {
+        if let Some(used_ratio) = self.disk_full {
+            return Err(StorageError::DiskFull { used_ratio });
+        }
+        let mut dispatcher = Dispatcher {
+            queues: &mut self.queues,
+            index: &mut self.index,
+            shard_id: self.config.shard_id,
+            now_ms,
+            // Every record must land at its queue offset.
+            strict_from: Some(0),
+            existing_queues_below: None,
+            error: None,
+            inconsistent: None,
+            redispatched: 0,
+        };
+        let mut last = None;
+        let end = self.commit_log.append_replicated(
+            &mut self.disk,
+            from,
+            bytes,
+            &mut |local, view| {
+                last = Some((local, view.store_timestamp_ms()));
+                dispatcher.visit(local, view);
+            },
+        )?;
+        if let Some((_, store_timestamp_ms)) = last {
+            self.durable_marks.push_back((end, store_timestamp_ms));
+        }
+        if let Some(error) = dispatcher.error {
+            return Err(error);
+        }
+        if let Some(reason) = dispatcher.inconsistent {
+            return Err(StorageError::Record {
+                commit_log_offset: crate::commit_log::shard_offset(
+                    self.config.shard_id,
+                    last.map_or(from, |(local, _)| local),
+                ),
+                reason: format!("replicated record does not follow its queue: {reason}"),
+            });
+        }
+        Ok(end)
+    }
+}
