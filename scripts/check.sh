@@ -9,6 +9,18 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# The brokers the tests start keep their stores under the temp directory.
+# As RocketMQ's, they refuse appends on a disk over 90 % full and drop all
+# but their newest CommitLog segment over 85 %, counting other programs'
+# files (diskSpaceWarningLevelRatio, diskSpaceCleanForciblyRatio): say how
+# full it is, so that a failure there explains itself.
+tmp_dir=${TMPDIR:-/tmp}
+tmp_used=$(df -P "$tmp_dir" 2>/dev/null | awk 'NR == 2 { sub("%", "", $5); print $5 }' || true)
+printf 'check.sh: %s is %s%% full (df)\n' "$tmp_dir" "${tmp_used:-?}"
+if [ "${tmp_used:-0}" -ge 85 ] 2>/dev/null; then
+    printf 'check.sh: WARNING: the build adds several GB, and at 90 %% the brokers the tests start refuse appends\n'
+fi
+
 step "cargo fmt --check"
 cargo fmt --all --check
 
