@@ -27,7 +27,9 @@
 //!   readable record is in memory until evicted.
 //! - After an abnormal recovery, appends continue in a fresh zero-filled
 //!   segment (the torn tail is fenced off by a durable BLANK marker), so no
-//!   stale bytes from before the crash can ever follow a new record.
+//!   stale bytes from before the crash can ever follow a new record. A
+//!   replication slave's log is the exception ([`CommitLogConfig::replica`],
+//!   `replica` module).
 //! - Retired segments may come back as later segments (spares, renamed by
 //!   [`CommitLogConfig::recycle_segments_max`]): their stale records carry a
 //!   PHYSICALOFFSET below their new position, which no scan accepts; a
@@ -113,6 +115,12 @@ pub struct CommitLogConfig {
     /// discards them synchronously, and the CommitLog's writes queue behind
     /// the discard at the device: in steps, behind one step's.
     pub remove_step_bytes: u64,
+    /// A replication slave's log, which holds only its master's bytes at
+    /// the master's offsets (see the `replica` module): recovery continues
+    /// after the last valid record instead of fencing the tail, since
+    /// whatever follows it is either the master's own bytes at the same
+    /// offsets, which the master sends again unchanged, or fails its checks.
+    pub replica: bool,
 }
 
 /// A retired segment being shrunk before its unlink.
@@ -212,9 +220,9 @@ pub struct CommitLog {
     reusing: bool,
     /// Retired segments being shrunk before their unlink.
     shrinking: Vec<Shrink>,
-    /// Base of the segment whose tail recovery fenced off, appends having
-    /// gone on in the fresh segment after it (see [`CommitLog::open`]).
-    fenced_base: Option<u64>,
+    /// Where recovery wrote its fence (a BLANK), appends having gone on in
+    /// the fresh segment after it (see [`CommitLog::open`]).
+    fenced_at: Option<u64>,
     stats: SegmentStats,
 }
 
@@ -297,7 +305,7 @@ impl CommitLog {
             } else {
                 segments.create(disk, end_base)?;
             }
-        } else if fence || torn {
+        } else if (fence || torn) && !config.replica {
             write_fence(disk, &segments, end)?;
             fenced = true;
             append_from = end_base + size;
@@ -360,7 +368,7 @@ impl CommitLog {
             sparing: 0,
             reusing: false,
             shrinking: Vec::new(),
-            fenced_base: fenced.then_some(end_base),
+            fenced_at: fenced.then_some(end),
             stats: SegmentStats::default(),
         };
         Ok((log, report))
@@ -817,7 +825,7 @@ impl CommitLog {
     pub fn retention_segments(&self) -> Vec<crate::retention::SegmentInfo> {
         let active = self.appender.active_segment_base();
         let size = self.config.segment_size_bytes;
-        let last = match self.fenced_base {
+        let last = match self.fenced_at.map(|at| at / size * size) {
             Some(fenced) if fenced + size == active => fenced,
             _ => active,
         };

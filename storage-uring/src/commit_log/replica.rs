@@ -22,6 +22,17 @@
 //!   chunk that fails is refused whole.
 //! - The slave's segment size is the master's (a BLANK that does not end
 //!   the slave's segment is refused), so the segment ends fall alike.
+//! - A slave's crash recovery does not fence ([`super::CommitLogConfig::replica`]):
+//!   its log ends after its last valid record, where the master's stream
+//!   goes on. Bytes after that end are either the master's own record at
+//!   the same offset (sent again unchanged, so a later scan that finds it
+//!   finds what the master has) or fail the scan's checks.
+//! - A master does not serve a position between the fence of its own last
+//!   crash recovery and that segment's end: a slave there holds records
+//!   the master lost. (A master that lost records and has since written
+//!   others over the slave's position is not detected here; the slave will
+//!   have to prove its position with its last record, see
+//!   docs/architecture.md.)
 
 use ringmq_protocol::message::{
     CrcCheck, Decoded, RecordError, RecordView, decode_entry, verify_body_crc,
@@ -51,7 +62,8 @@ impl CommitLog {
     ///
     /// # Errors
     /// [`StorageError::InvalidArgument`] for `from` below the min offset
-    /// (retention removed it) or past the acknowledgeable position;
+    /// (retention removed it), past the acknowledgeable position, or
+    /// between the fence of the last crash recovery and its segment end;
     /// [`StorageError::Record`] when `from` is not a record boundary; disk
     /// errors of the read.
     pub fn replica_bytes(
@@ -68,6 +80,16 @@ impl CommitLog {
             )));
         }
         let size = self.config.segment_size_bytes;
+        if let Some(fence) = self.fenced_at
+            && from > fence
+            && from < (fence / size + 1) * size
+        {
+            // Past the fence of this log's last crash recovery: what the
+            // slave has there, this log lost (or never made durable).
+            return Err(StorageError::InvalidArgument(format!(
+                "replication from {from}: past {fence}, where this log's crash recovery ended it; the slave holds records this log lost"
+            )));
+        }
         let bound = ack.min((from / size + 1) * size);
         let mut want = (bound - from).min(max_bytes.max(BLANK_SIZE) as u64) as usize;
         loop {

@@ -75,6 +75,11 @@ pub struct StoreConfig {
     /// hours are local hours, as in RocketMQ (the store reads no clock or
     /// time zone itself).
     pub time_zone_offset_minutes: i32,
+    /// The store of a replication slave, whose CommitLog holds only its
+    /// master's records ([`Store::append_replicated`](crate::store::Store::append_replicated)):
+    /// abnormal recovery continues after the last valid record, where the
+    /// master's stream goes on, instead of in a fresh segment.
+    pub replica: bool,
 }
 
 impl StoreConfig {
@@ -102,6 +107,7 @@ impl StoreConfig {
             commit_log_recycle_segments: COMMIT_LOG_RECYCLE_SEGMENTS_DEFAULT,
             commit_log_remove_step_bytes: COMMIT_LOG_REMOVE_STEP_BYTES_DEFAULT,
             time_zone_offset_minutes: 0,
+            replica: false,
         }
     }
 
@@ -149,6 +155,7 @@ impl StoreConfig {
             tail_cache_bytes: self.tail_cache_bytes,
             recycle_segments_max: self.commit_log_recycle_segments,
             remove_step_bytes: self.commit_log_remove_step_bytes,
+            replica: self.replica,
         }
     }
 }

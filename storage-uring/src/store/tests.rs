@@ -1571,34 +1571,128 @@ fn a_slave_fed_the_masters_chunks_holds_its_log_and_answers_its_reads() {
         master.query_message("T", "k3", 10, 0, i64::MAX).phy_offsets
     );
     assert_eq!(by_key.phy_offsets.len(), 1);
-    // A kill -9 of the slave: recovery takes the replicated log as its own.
+    // A kill -9 of the slave: recovery takes the replicated log as its own
+    // and, a replica, ends it where the master's goes on (no fence).
     let disk = slave.disk_mut().crash(CrashKind::ProcessKill);
-    let (mut slave, report) = Store::open(disk, config(FlushMode::Sync), T0 + 20_000).unwrap();
+    let (mut slave, report) = Store::open(disk, replica_config(), T0 + 20_000).unwrap();
     assert!(report.abnormal);
-    // It holds the same records, and the fence recovery wrote after them.
-    let recovered = replica_stream(&mut slave, 1 << 20);
-    assert_same_bytes(&recovered[..expected.len().min(recovered.len())], &expected);
-    let fence = recovered[expected.len()..].to_vec();
-    let end = master.commit_log().appender().encoded();
-    assert_eq!(fence.len(), 8);
-    assert!(fence.ends_with_blank(end, size), "{fence:?}");
-    assert_eq!(
-        slave.commit_log().appender().encoded(),
-        (end / size + 1) * size
-    );
+    assert!(!report.recovery.fenced);
+    assert_same_bytes(&replica_stream(&mut slave, 1 << 20), &expected);
     assert_eq!(
         slave.queue_max_offset("U", 0),
         master.queue_max_offset("U", 0)
     );
-    // But its log now ends at the start of the next segment, past the
-    // master's end, and the master refuses to serve it from there: a slave
-    // needs a recovery that does not fence (not built yet).
+    // The master goes on and the slave follows.
+    fill_for_replication(&mut master, 6, T0 + 30_000);
+    replicate(&mut master, &mut slave, 7_000, T0 + 40_000);
+    assert_same_bytes(
+        &replica_stream(&mut slave, 1 << 20),
+        &replica_stream(&mut master, 1 << 20),
+    );
+    assert_eq!(
+        slave.queue_max_offset("T", 0),
+        master.queue_max_offset("T", 0)
+    );
+}
+
+/// A slave's store: SYNC_FLUSH, a replica.
+fn replica_config() -> StoreConfig {
+    let mut config = config(FlushMode::Sync);
+    config.replica = true;
+    config
+}
+
+#[test]
+fn a_slave_that_loses_power_mid_stream_recovers_and_catches_up_byte_for_byte() {
+    for seed in 0..20 {
+        let mut master = open_sim(40 + seed, FlushMode::Async);
+        fill_for_replication(&mut master, 3, T0);
+        let (mut slave, _) = Store::open(
+            SimDisk::new(SimConfig::new(60 + seed)),
+            replica_config(),
+            T0,
+        )
+        .unwrap();
+        // Part of the log, polled but not settled: writes and fdatasyncs
+        // are in flight when the power goes.
+        let mut acks = Vec::new();
+        for _ in 0..(5 + seed % 7) {
+            let from = slave.commit_log().appender().encoded();
+            let chunk = master.replica_bytes(from, 9_000).unwrap();
+            slave.append_replicated(from, &chunk, T0).unwrap();
+            slave.poll(T0, &mut acks).unwrap();
+        }
+        let durable = slave.commit_log().appender().durable();
+        let kind = if seed % 2 == 0 {
+            CrashKind::PowerLoss
+        } else {
+            CrashKind::ProcessKill
+        };
+        let disk = slave.disk_mut().crash(kind);
+        let (mut slave, report) = Store::open(disk, replica_config(), T0 + 1_000).unwrap();
+        assert!(report.abnormal);
+        let end = slave.commit_log().appender().encoded();
+        assert!(end >= durable, "seed {seed}: {end} < durable {durable}");
+        replicate(&mut master, &mut slave, 9_000, T0 + 2_000);
+        assert_same_bytes(
+            &replica_stream(&mut slave, 1 << 20),
+            &replica_stream(&mut master, 1 << 20),
+        );
+        for topic in ["T", "U"] {
+            assert_eq!(
+                slave.queue_max_offset(topic, 0),
+                master.queue_max_offset(topic, 0),
+                "seed {seed} {topic}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_master_that_lost_what_its_slave_has_refuses_to_serve_past_its_fence() {
+    let config = config(FlushMode::Async);
+    let (mut master, _) =
+        Store::open(SimDisk::new(SimConfig::new(80)), config.clone(), T0).unwrap();
     let mut acks = Vec::new();
-    master.append(&message(b"after"), T0 + 30_000).unwrap();
-    settle(&mut master, T0 + 30_000, &mut acks);
-    let from = slave.commit_log().appender().encoded();
-    let error = master.replica_bytes(from, 1 << 20).unwrap_err();
-    assert!(matches!(error, StorageError::InvalidArgument(_)), "{error}");
+    // Ten messages made durable by the timed fdatasync, then ten only
+    // written (polled at the same time, so no fdatasync is due).
+    for n in 0..20u64 {
+        let now_ms = if n < 10 { T0 } else { T0 + 1_000 };
+        master.append(&message(&[n as u8; 500]), now_ms).unwrap();
+        master.poll(now_ms, &mut acks).unwrap();
+        if n == 9 {
+            settle(&mut master, T0 + 1_000, &mut acks);
+            while master.commit_log().appender().durable()
+                < master.commit_log().appender().encoded()
+            {
+                master
+                    .poll_wait(T0 + 1_000, std::time::Duration::ZERO, &mut acks)
+                    .unwrap();
+            }
+        }
+    }
+    settle(&mut master, T0 + 1_000, &mut acks);
+    let (mut slave, _) =
+        Store::open(SimDisk::new(SimConfig::new(81)), replica_config(), T0).unwrap();
+    replicate(&mut master, &mut slave, 1 << 20, T0);
+    let slave_end = slave.commit_log().appender().encoded();
+    assert!(master.commit_log().appender().durable() < slave_end);
+    let disk = master.disk_mut().crash(CrashKind::PowerLoss);
+    let (mut master, report) = Store::open(disk, config, T0 + 1_000).unwrap();
+    assert!(report.recovery.fenced);
+    let fence = report.recovery.scan.end;
+    assert!(fence < slave_end, "the master lost records the slave has");
+    // The master goes on in its fresh segment, past the slave's end.
+    master.append(&message(b"new"), T0 + 1_000).unwrap();
+    settle(&mut master, T0 + 1_000, &mut acks);
+    assert!(master.commit_log().appender().encoded() > slave_end);
+    let error = master.replica_bytes(slave_end, 1 << 20).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("the slave holds records this log lost"),
+        "{error}"
+    );
 }
 
 #[test]
