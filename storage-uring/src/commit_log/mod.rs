@@ -43,6 +43,7 @@ pub mod crc_combine;
 pub mod record_crc;
 pub mod recovery;
 mod replica;
+pub use replica::{RecordMark, ReplicaPosition};
 pub mod segment;
 pub(crate) mod write_bufs;
 
@@ -223,6 +224,9 @@ pub struct CommitLog {
     /// Where recovery wrote its fence (a BLANK), appends having gone on in
     /// the fresh segment after it (see [`CommitLog::open`]).
     fenced_at: Option<u64>,
+    /// The last record (local offset, size), where known: always after an
+    /// append, and on a replica after `open` (see `replica`).
+    last_record: Option<(u64, u32)>,
     stats: SegmentStats,
 }
 
@@ -256,6 +260,7 @@ impl CommitLog {
         let first_base = segments.segments().first().map_or(0, |s| s.base);
         let segment_start = segments.base_of(scan_from).max(first_base);
         let mut scan_from = scan_from.max(first_base);
+        let mut last_record = None;
         let mut scan_at = |disk: &mut _, from| {
             scan(
                 disk,
@@ -263,7 +268,10 @@ impl CommitLog {
                 config.shard_id,
                 from,
                 verify_crc_from,
-                visit,
+                &mut |local, view| {
+                    last_record = Some((local, view.total_size()));
+                    visit(local, view);
+                },
             )
         };
         let mut outcome = scan_at(disk, scan_from)?;
@@ -317,6 +325,25 @@ impl CommitLog {
             partial.extend_from_slice(&buf.as_slice()[..(end - end_base - block) as usize]);
             disk.recycle(buf);
         }
+        let first_base = segments.segments().first().map_or(0, |s| s.base);
+        if config.replica && last_record.is_none() && append_from > first_base {
+            // A slave proves its position to its master with its last record
+            // (see `replica`): when the scan did not pass it, read the
+            // segment that holds it once more (at most one segment, at open).
+            let from = segments.base_of(append_from - 1).max(first_base);
+            scan(
+                disk,
+                &segments,
+                config.shard_id,
+                from,
+                u64::MAX,
+                &mut |local, view| {
+                    if local + u64::from(view.total_size()) <= append_from {
+                        last_record = Some((local, view.total_size()));
+                    }
+                },
+            )?;
+        }
         let active = segments
             .get(append_from)
             .expect("the append segment exists");
@@ -369,6 +396,7 @@ impl CommitLog {
             reusing: false,
             shrinking: Vec::new(),
             fenced_at: fenced.then_some(end),
+            last_record,
             stats: SegmentStats::default(),
         };
         Ok((log, report))
@@ -542,6 +570,7 @@ impl CommitLog {
                 crc_combine_fast,
             );
             self.appender.advance(n, None);
+            self.last_record = Some((pos, size));
             pos += n as u64;
         }
         self.appender.mark_append_end(pos);

@@ -29,10 +29,14 @@
 //!   finds what the master has) or fail the scan's checks.
 //! - A master does not serve a position between the fence of its own last
 //!   crash recovery and that segment's end: a slave there holds records
-//!   the master lost. (A master that lost records and has since written
-//!   others over the slave's position is not detected here; the slave will
-//!   have to prove its position with its last record, see
-//!   docs/architecture.md.)
+//!   the master lost.
+//! - Before serving a slave, a master checks the slave's position
+//!   ([`CommitLog::check_replica_position`]): it must hold the slave's last
+//!   record byte for byte (CRC-32C) where the slave has it, followed by the
+//!   slave's end or by a BLANK up to it, so a master that lost records and
+//!   wrote others over the slave's position refuses it. A replica knows its
+//!   last record after every append, and after `open` (which reads the
+//!   segment holding it again when the recovery scan did not pass it).
 
 use ringmq_protocol::message::{
     CrcCheck, Decoded, RecordError, RecordView, decode_entry, verify_body_crc,
@@ -43,6 +47,27 @@ use crate::aligned::BLOCK_SIZE;
 use crate::disk::Disk;
 use crate::error::StorageError;
 use crate::limits::{PENDING_WRITE_BYTES_MAX, RECORD_SIZE_MAX};
+
+/// Where a slave's log ends, with what proves it is its master's there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaPosition {
+    /// Shard-local offset after the slave's last record (or after the
+    /// BLANK that follows it: a segment start).
+    pub end: u64,
+    /// The slave's last record; None for an empty log.
+    pub last_record: Option<RecordMark>,
+}
+
+/// One record, identified by position, size and the CRC-32C of its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordMark {
+    /// Shard-local offset.
+    pub offset: u64,
+    /// Its TOTALSIZE.
+    pub size: u32,
+    /// CRC-32C of its bytes.
+    pub crc: u32,
+}
 
 /// One entry of a checked chunk.
 enum Checked<'a> {
@@ -72,24 +97,9 @@ impl CommitLog {
         from: u64,
         max_bytes: usize,
     ) -> Result<Vec<u8>, StorageError> {
+        self.check_replica_from(from)?;
         let ack = self.appender.ack_position();
-        if from < self.min_offset || from > ack {
-            return Err(StorageError::InvalidArgument(format!(
-                "replication from {from}: the log holds [{}, {ack})",
-                self.min_offset
-            )));
-        }
         let size = self.config.segment_size_bytes;
-        if let Some(fence) = self.fenced_at
-            && from > fence
-            && from < (fence / size + 1) * size
-        {
-            // Past the fence of this log's last crash recovery: what the
-            // slave has there, this log lost (or never made durable).
-            return Err(StorageError::InvalidArgument(format!(
-                "replication from {from}: past {fence}, where this log's crash recovery ended it; the slave holds records this log lost"
-            )));
-        }
         let bound = ack.min((from / size + 1) * size);
         let mut want = (bound - from).min(max_bytes.max(BLANK_SIZE) as u64) as usize;
         loop {
@@ -121,6 +131,133 @@ impl CommitLog {
             }
             want = grown;
         }
+    }
+
+    /// Master side: whether a slave may be served from `from` at all: within
+    /// this log's acknowledgeable bytes, and not between the fence of its
+    /// last crash recovery and that segment's end.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`], saying why not.
+    fn check_replica_from(&self, from: u64) -> Result<(), StorageError> {
+        let ack = self.appender.ack_position();
+        if from < self.min_offset || from > ack {
+            return Err(StorageError::InvalidArgument(format!(
+                "replication from {from}: the log holds [{}, {ack})",
+                self.min_offset
+            )));
+        }
+        let size = self.config.segment_size_bytes;
+        if let Some(fence) = self.fenced_at
+            && from > fence
+            && from < (fence / size + 1) * size
+        {
+            // Past the fence of this log's last crash recovery: what the
+            // slave has there, this log lost (or never made durable).
+            return Err(StorageError::InvalidArgument(format!(
+                "replication from {from}: past {fence}, where this log's crash recovery ended it; the slave holds records this log lost"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Slave side: where this log ends and its last record, which the
+    /// master checks ([`CommitLog::check_replica_position`]) before it
+    /// serves this slave from there.
+    ///
+    /// # Errors
+    /// [`StorageError::Busy`] while the last record is not written yet
+    /// (poll, then ask again); disk errors reading it.
+    pub fn replica_position(
+        &mut self,
+        disk: &mut impl Disk,
+    ) -> Result<ReplicaPosition, StorageError> {
+        let end = self.appender.encoded();
+        let Some((start, size)) = self.last_record else {
+            return Ok(ReplicaPosition {
+                end,
+                last_record: None,
+            });
+        };
+        let offset = shard_offset(self.config.shard_id, start);
+        let Some(bytes) = self.read(disk, offset, size as usize)? else {
+            return Err(StorageError::Busy {
+                pending_bytes: self.appender.pending_bytes(),
+            });
+        };
+        Ok(ReplicaPosition {
+            end,
+            last_record: Some(RecordMark {
+                offset: start,
+                size,
+                crc: crc32c::crc32c(&bytes),
+            }),
+        })
+    }
+
+    /// Master side: whether this log holds the slave's last record, byte
+    /// for byte, where the slave has it, followed by the slave's end (or
+    /// by a BLANK up to it): only then do the two logs agree up to there.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`] saying where the logs part (or
+    /// why the position cannot be served); disk errors of the reads.
+    pub fn check_replica_position(
+        &mut self,
+        disk: &mut impl Disk,
+        position: &ReplicaPosition,
+    ) -> Result<(), StorageError> {
+        let end = position.end;
+        self.check_replica_from(end)?;
+        let Some(last) = position.last_record else {
+            if end == 0 {
+                return Ok(());
+            }
+            return Err(StorageError::InvalidArgument(format!(
+                "a slave log ending at {end} names no last record"
+            )));
+        };
+        let diverged = |what: String| {
+            StorageError::InvalidArgument(format!(
+                "the slave's log ending at {end} is not this log's: {what}"
+            ))
+        };
+        let record_end = last.offset + u64::from(last.size);
+        if last.offset < self.min_offset {
+            return Err(diverged(format!(
+                "its last record at {} is below this log's min offset {}",
+                last.offset, self.min_offset
+            )));
+        }
+        let offset = shard_offset(self.config.shard_id, last.offset);
+        let bytes = self.read(disk, offset, last.size as usize)?;
+        if bytes.as_deref().map(crc32c::crc32c) != Some(last.crc) {
+            return Err(diverged(format!(
+                "this log holds other bytes at its last record ({}, {} bytes)",
+                last.offset, last.size
+            )));
+        }
+        if record_end == end {
+            return Ok(());
+        }
+        let size = self.config.segment_size_bytes;
+        let blank_fits = record_end < end && end.is_multiple_of(size) && end - size <= record_end;
+        if blank_fits
+            && let Some(blank) = self.read(
+                disk,
+                shard_offset(self.config.shard_id, record_end),
+                BLANK_SIZE,
+            )?
+            && matches!(
+                decode_entry(&blank, CrcCheck::Skip),
+                Ok(Decoded::Blank { total_size }) if record_end + u64::from(total_size) == end
+            )
+        {
+            return Ok(());
+        }
+        Err(diverged(format!(
+            "its last record ends at {record_end}, and this log has no BLANK from there to {end}"
+        )))
     }
 
     /// Slave side: appends `bytes`, whole records from a master's
@@ -199,6 +336,7 @@ impl CommitLog {
                     }
                     self.appender.active().tail_mut()[..n].copy_from_slice(record);
                     self.appender.advance(n, None);
+                    self.last_record = Some((*at, n as u32));
                     pos = at + n as u64;
                 }
                 Checked::Blank(at) => {

@@ -7,6 +7,7 @@
 
 use super::Store;
 use super::recover::Dispatcher;
+use crate::commit_log::ReplicaPosition;
 use crate::disk::Disk;
 use crate::error::StorageError;
 
@@ -20,6 +21,28 @@ impl<D: Disk> Store<D> {
     pub fn replica_bytes(&mut self, from: u64, max_bytes: usize) -> Result<Vec<u8>, StorageError> {
         self.commit_log
             .replica_bytes(&mut self.disk, from, max_bytes)
+    }
+
+    /// Slave side: where this log ends and its last record, for the
+    /// master's [`Store::check_replica_position`].
+    ///
+    /// # Errors
+    /// As [`crate::commit_log::CommitLog::replica_position`].
+    pub fn replica_position(&mut self) -> Result<ReplicaPosition, StorageError> {
+        self.commit_log.replica_position(&mut self.disk)
+    }
+
+    /// Master side: whether this log agrees with a slave's up to the
+    /// slave's end, so that it may be served from there.
+    ///
+    /// # Errors
+    /// As [`crate::commit_log::CommitLog::check_replica_position`].
+    pub fn check_replica_position(
+        &mut self,
+        position: &ReplicaPosition,
+    ) -> Result<(), StorageError> {
+        self.commit_log
+            .check_replica_position(&mut self.disk, position)
     }
 
     /// Slave side: appends a master's chunk at local `from` (this log's

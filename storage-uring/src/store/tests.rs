@@ -1434,10 +1434,16 @@ fn open_sim(seed: u64, mode: FlushMode) -> Store<SimDisk> {
 /// `now_ms` until the log has `segments` segments, and settles.
 fn fill_for_replication(store: &mut Store<SimDisk>, segments: u64, now_ms: u64) {
     let size = store.config().segment_size_bytes;
+    fill_until(store, (segments - 1) * size + size / 3, now_ms, |n| n as u8);
+}
+
+/// As [`fill_for_replication`] until the log passes local `end`, the
+/// bodies of the `n`th message filled with `byte(n)`.
+fn fill_until(store: &mut Store<SimDisk>, end: u64, now_ms: u64, byte: impl Fn(u64) -> u8) {
     let mut acks = Vec::new();
     let mut n = 0u64;
-    while store.commit_log().encoded_offset() < (segments - 1) * size + size / 3 {
-        let body = vec![n as u8; 300 + (n as usize * 37) % 700];
+    while store.commit_log().encoded_offset() < end {
+        let body = vec![byte(n); 300 + (n as usize * 37) % 700];
         let keys = format!("TAGS\x01A\x02KEYS\x01k{n}\x02");
         let mut m = message(&body);
         m.properties = keys.as_bytes();
@@ -1602,17 +1608,19 @@ fn replica_config() -> StoreConfig {
     config
 }
 
+/// A slave's store on a fresh simulated disk of `seed`, opened at `T0`.
+fn open_replica(seed: u64) -> Store<SimDisk> {
+    Store::open(SimDisk::new(SimConfig::new(seed)), replica_config(), T0)
+        .unwrap()
+        .0
+}
+
 #[test]
 fn a_slave_that_loses_power_mid_stream_recovers_and_catches_up_byte_for_byte() {
     for seed in 0..20 {
         let mut master = open_sim(40 + seed, FlushMode::Async);
         fill_for_replication(&mut master, 3, T0);
-        let (mut slave, _) = Store::open(
-            SimDisk::new(SimConfig::new(60 + seed)),
-            replica_config(),
-            T0,
-        )
-        .unwrap();
+        let mut slave = open_replica(60 + seed);
         // Part of the log, polled but not settled: writes and fdatasyncs
         // are in flight when the power goes.
         let mut acks = Vec::new();
@@ -1672,8 +1680,7 @@ fn a_master_that_lost_what_its_slave_has_refuses_to_serve_past_its_fence() {
         }
     }
     settle(&mut master, T0 + 1_000, &mut acks);
-    let (mut slave, _) =
-        Store::open(SimDisk::new(SimConfig::new(81)), replica_config(), T0).unwrap();
+    let mut slave = open_replica(81);
     replicate(&mut master, &mut slave, 1 << 20, T0);
     let slave_end = slave.commit_log().appender().encoded();
     assert!(master.commit_log().appender().durable() < slave_end);
@@ -1806,4 +1813,82 @@ fn replica_bytes_answers_whole_acknowledgeable_records_from_a_record_boundary() 
         error.to_string().contains("not a record boundary"),
         "{error}"
     );
+}
+
+#[test]
+fn a_master_checks_a_slaves_position_by_its_last_record_at_every_step_and_after_a_restart() {
+    let mut master = open_sim(90, FlushMode::Async);
+    fill_for_replication(&mut master, 3, T0);
+    let mut slave = open_replica(91);
+    let empty = slave.replica_position().unwrap();
+    assert_eq!((empty.end, empty.last_record), (0, None));
+    master.check_replica_position(&empty).unwrap();
+    let size = slave.config().segment_size_bytes;
+    let mut at_segment_start = 0;
+    let mut acks = Vec::new();
+    loop {
+        let from = slave.commit_log().appender().encoded();
+        let chunk = master.replica_bytes(from, 6_000).unwrap();
+        if chunk.is_empty() {
+            break;
+        }
+        slave.append_replicated(from, &chunk, T0).unwrap();
+        // Acknowledgeable (durable: the slave flushes synchronously).
+        while slave.commit_log().appender().durable() < slave.commit_log().appender().encoded() {
+            slave
+                .poll_wait(T0, std::time::Duration::ZERO, &mut acks)
+                .unwrap();
+        }
+        let position = slave.replica_position().unwrap();
+        assert_eq!(position.end, slave.commit_log().appender().encoded());
+        if position.end.is_multiple_of(size) {
+            at_segment_start += 1;
+        }
+        master.check_replica_position(&position).unwrap();
+    }
+    assert!(
+        at_segment_start >= 2,
+        "ended at a segment start {at_segment_start} times"
+    );
+    // A clean restart: the slave finds its last record again.
+    let expected = slave.replica_position().unwrap();
+    let disk = slave.shutdown(T0, &mut acks).unwrap();
+    let (mut slave, report) = Store::open(disk, replica_config(), T0 + 1_000).unwrap();
+    assert!(!report.abnormal);
+    assert_eq!(slave.replica_position().unwrap(), expected);
+    master.check_replica_position(&expected).unwrap();
+}
+
+#[test]
+fn a_master_refuses_a_slave_whose_last_record_it_does_not_hold() {
+    let mut master = open_sim(92, FlushMode::Async);
+    fill_for_replication(&mut master, 2, T0);
+    let mut slave = open_replica(93);
+    replicate(&mut master, &mut slave, 5_000, T0);
+    // Another master, with records of the same sizes at the same offsets
+    // but other bodies.
+    let mut other = open_sim(94, FlushMode::Async);
+    let end = master.commit_log().encoded_offset();
+    fill_until(&mut other, end, T0, |n| !(n as u8));
+    let mut acks = Vec::new();
+    assert_eq!(
+        other.commit_log().encoded_offset(),
+        master.commit_log().encoded_offset(),
+        "the same layout"
+    );
+    let position = slave.replica_position().unwrap();
+    master.check_replica_position(&position).unwrap();
+    let error = other.check_replica_position(&position).unwrap_err();
+    assert!(error.to_string().contains("holds other bytes"), "{error}");
+    // A slave ahead of its master.
+    let mut behind = open_sim(95, FlushMode::Async);
+    behind.append(&message(b"one"), T0).unwrap();
+    settle(&mut behind, T0, &mut acks);
+    let error = behind.check_replica_position(&position).unwrap_err();
+    assert!(error.to_string().contains("the log holds"), "{error}");
+    // A position whose last record does not end where it says.
+    let mut wrong = position;
+    wrong.end -= 8;
+    let error = master.check_replica_position(&wrong).unwrap_err();
+    assert!(error.to_string().contains("no BLANK"), "{error}");
 }
