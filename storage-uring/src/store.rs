@@ -441,9 +441,7 @@ impl<D: Disk> Store<D> {
                 "a batch must target one queue".into(),
             ));
         }
-        if let Some(used_ratio) = self.disk_full {
-            return Err(StorageError::DiskFull { used_ratio });
-        }
+        self.check_disk_space()?;
         if let Some(m) = messages
             .iter()
             .find(|m| m.body.len() > MESSAGE_SIZE_MAX_BYTES)
@@ -456,6 +454,17 @@ impl<D: Disk> Store<D> {
         let queue_index = self.queues.index_or_create(first.topic, first.queue_id)?;
         let next_queue_offset = self.queues.queue_at(queue_index).max_offset();
         Ok((queue_index, next_queue_offset))
+    }
+
+    /// Refuses appends while the disk is nearly full.
+    ///
+    /// # Errors
+    /// [`StorageError::DiskFull`].
+    fn check_disk_space(&self) -> Result<(), StorageError> {
+        match self.disk_full {
+            Some(used_ratio) => Err(StorageError::DiskFull { used_ratio }),
+            None => Ok(()),
+        }
     }
 
     fn record_spec<'a>(

@@ -325,7 +325,6 @@ impl CommitLog {
             partial.extend_from_slice(&buf.as_slice()[..(end - end_base - block) as usize]);
             disk.recycle(buf);
         }
-        let first_base = segments.segments().first().map_or(0, |s| s.base);
         if config.replica && last_record.is_none() && append_from > first_base {
             // A slave proves its position to its master with its last record
             // (see `replica`): when the scan did not pass it, read the
@@ -463,12 +462,48 @@ impl CommitLog {
         records: &mut [RecordSpec<'_>],
         sizes: &mut Vec<u32>,
     ) -> Result<u64, StorageError> {
-        if self.appender.failure().is_some() {
-            return Err(StorageError::NotWritable {
+        self.check_writable()?;
+        self.encode_records(disk, records, sizes)
+    }
+
+    /// Refuses appends once a commit log write failed.
+    ///
+    /// # Errors
+    /// [`StorageError::NotWritable`].
+    fn check_writable(&self) -> Result<(), StorageError> {
+        match self.appender.failure() {
+            Some(_) => Err(StorageError::NotWritable {
                 reason: "a commit log write failed",
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses `bytes` more while too much waits for the disk.
+    ///
+    /// # Errors
+    /// [`StorageError::Busy`].
+    fn check_pending_room(&self, bytes: usize) -> Result<(), StorageError> {
+        if self.appender.pending_bytes() + bytes > PENDING_WRITE_BYTES_MAX {
+            return Err(StorageError::Busy {
+                pending_bytes: self.appender.pending_bytes(),
             });
         }
-        self.encode_records(disk, records, sizes)
+        Ok(())
+    }
+
+    /// The most bytes one append (a record or a whole batch) may take: a
+    /// write buffer less a block (it must fit a fresh buffer after the
+    /// partial block), and half a segment.
+    fn batch_max(&self) -> usize {
+        (self.appender.buffer_size() - BLOCK_SIZE)
+            .min((self.config.segment_size_bytes as usize) / 2)
+    }
+
+    /// The end of the segment that holds local `offset`.
+    fn segment_end(&self, offset: u64) -> u64 {
+        let size = self.config.segment_size_bytes;
+        (offset / size + 1) * size
     }
 
     /// Encodes `records` into the active buffer, each with its CRC trailer
@@ -505,8 +540,7 @@ impl CommitLog {
             total += size;
             sizes.push(size as u32);
         }
-        let batch_max = (self.appender.buffer_size() - BLOCK_SIZE)
-            .min((self.config.segment_size_bytes as usize) / 2);
+        let batch_max = self.batch_max();
         if total > batch_max {
             return Err(StorageError::MessageTooLarge {
                 size: total,
@@ -516,11 +550,7 @@ impl CommitLog {
         if records.is_empty() {
             return Err(StorageError::InvalidArgument("empty batch".into()));
         }
-        if self.appender.pending_bytes() + total > PENDING_WRITE_BYTES_MAX {
-            return Err(StorageError::Busy {
-                pending_bytes: self.appender.pending_bytes(),
-            });
-        }
+        self.check_pending_room(total)?;
         let size = self.config.segment_size_bytes;
         let mut pos = self.appender.encoded();
         let segment_end = self.appender.active_segment_base() + size;
@@ -570,9 +600,10 @@ impl CommitLog {
                 crc_combine_fast,
             );
             self.appender.advance(n, None);
-            self.last_record = Some((pos, size));
             pos += n as u64;
         }
+        let last_size = *sizes.last().expect("a batch is not empty");
+        self.last_record = Some((pos - u64::from(last_size), last_size));
         self.appender.mark_append_end(pos);
         Ok(first)
     }

@@ -43,10 +43,9 @@ use ringmq_protocol::message::{
 };
 
 use super::{BLANK_SIZE, CommitLog, record_crc, shard_offset};
-use crate::aligned::BLOCK_SIZE;
 use crate::disk::Disk;
 use crate::error::StorageError;
-use crate::limits::{PENDING_WRITE_BYTES_MAX, RECORD_SIZE_MAX};
+use crate::limits::RECORD_SIZE_MAX;
 
 /// Where a slave's log ends, with what proves it is its master's there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,9 +97,7 @@ impl CommitLog {
         max_bytes: usize,
     ) -> Result<Vec<u8>, StorageError> {
         self.check_replica_from(from)?;
-        let ack = self.appender.ack_position();
-        let size = self.config.segment_size_bytes;
-        let bound = ack.min((from / size + 1) * size);
+        let bound = self.appender.ack_position().min(self.segment_end(from));
         let mut want = (bound - from).min(max_bytes.max(BLANK_SIZE) as u64) as usize;
         loop {
             if want == 0 {
@@ -147,10 +144,9 @@ impl CommitLog {
                 self.min_offset
             )));
         }
-        let size = self.config.segment_size_bytes;
         if let Some(fence) = self.fenced_at
             && from > fence
-            && from < (fence / size + 1) * size
+            && from < self.segment_end(fence)
         {
             // Past the fence of this log's last crash recovery: what the
             // slave has there, this log lost (or never made durable).
@@ -240,9 +236,9 @@ impl CommitLog {
         if record_end == end {
             return Ok(());
         }
-        let size = self.config.segment_size_bytes;
-        let blank_fits = record_end < end && end.is_multiple_of(size) && end - size <= record_end;
-        if blank_fits
+        // A BLANK fits only when the end is the end of the last record's
+        // segment.
+        if self.segment_end(record_end) == end
             && let Some(blank) = self.read(
                 disk,
                 shard_offset(self.config.shard_id, record_end),
@@ -281,22 +277,14 @@ impl CommitLog {
         bytes: &[u8],
         visit: &mut dyn FnMut(u64, &RecordView<'_>),
     ) -> Result<u64, StorageError> {
-        if self.appender.failure().is_some() {
-            return Err(StorageError::NotWritable {
-                reason: "a commit log write failed",
-            });
-        }
+        self.check_writable()?;
         let end = self.appender.encoded();
         if from != end {
             return Err(StorageError::InvalidArgument(format!(
                 "replicated bytes for {from}, but the log ends at {end}"
             )));
         }
-        if self.appender.pending_bytes() + bytes.len() > PENDING_WRITE_BYTES_MAX {
-            return Err(StorageError::Busy {
-                pending_bytes: self.appender.pending_bytes(),
-            });
-        }
+        self.check_pending_room(bytes.len())?;
         let checked = self.check_replicated(from, bytes)?;
         let mut appended = 0;
         let result = self.append_checked(disk, from, &checked, &mut appended);
@@ -343,7 +331,7 @@ impl CommitLog {
                     if *at > marked {
                         self.appender.mark_append_end(*at);
                     }
-                    let segment_end = (at / size + 1) * size;
+                    let segment_end = self.segment_end(*at);
                     self.seal_segment(disk, *at, segment_end)?;
                     pos = segment_end;
                     marked = segment_end;
@@ -363,8 +351,9 @@ impl CommitLog {
         from: u64,
         bytes: &'a [u8],
     ) -> Result<Vec<Checked<'a>>, StorageError> {
-        let size = self.config.segment_size_bytes;
         let shard_id = self.config.shard_id;
+        // Each record at most what one append of the master may take.
+        let record_max = self.batch_max().min(RECORD_SIZE_MAX);
         let refuse = |at: u64, reason: String| StorageError::Record {
             commit_log_offset: shard_offset(shard_id, at),
             reason: format!("replicated chunk refused: {reason}"),
@@ -372,7 +361,7 @@ impl CommitLog {
         let mut checked = Vec::new();
         let (mut i, mut pos) = (0usize, from);
         while i < bytes.len() {
-            let segment_end = (pos / size + 1) * size;
+            let segment_end = self.segment_end(pos);
             // BODYCRC is checked here rather than by the decoder, so that
             // the body's CRC, computed once, serves the record CRC too.
             match decode_entry(&bytes[i..], CrcCheck::Skip) {
@@ -385,9 +374,6 @@ impl CommitLog {
                             format!("its PHYSICALOFFSET is {physical_offset}"),
                         ));
                     }
-                    let record_max = (self.appender.buffer_size() - BLOCK_SIZE)
-                        .min(size as usize / 2)
-                        .min(RECORD_SIZE_MAX);
                     if n as usize > record_max {
                         return Err(refuse(
                             pos,

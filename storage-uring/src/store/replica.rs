@@ -62,9 +62,7 @@ impl<D: Disk> Store<D> {
         bytes: &[u8],
         now_ms: u64,
     ) -> Result<u64, StorageError> {
-        if let Some(used_ratio) = self.disk_full {
-            return Err(StorageError::DiskFull { used_ratio });
-        }
+        self.check_disk_space()?;
         let mut dispatcher = Dispatcher {
             queues: &mut self.queues,
             index: &mut self.index,

@@ -1852,6 +1852,11 @@ fn a_master_checks_a_slaves_position_by_its_last_record_at_every_step_and_after_
     );
     // A clean restart: the slave finds its last record again.
     let expected = slave.replica_position().unwrap();
+    assert_eq!(
+        master.replica_position().unwrap(),
+        expected,
+        "the master's own appends (batches too) name the same last record"
+    );
     let disk = slave.shutdown(T0, &mut acks).unwrap();
     let (mut slave, report) = Store::open(disk, replica_config(), T0 + 1_000).unwrap();
     assert!(!report.abnormal);
