@@ -13,6 +13,7 @@ pub mod features;
 pub mod namesrv;
 pub mod persist;
 pub mod queue_lock;
+pub mod replication;
 pub mod route;
 pub mod runtime_info;
 pub mod server;

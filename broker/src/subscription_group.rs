@@ -289,6 +289,37 @@ impl SubscriptionGroupTable {
         }
     }
 
+    /// A slave takes its master's table whole, with its data version
+    /// (Java's `SlaveSynchronize.syncSubscriptionGroupConfig`); empty change
+    /// when the master's groups are what the table holds.
+    pub fn replace_from_master(&mut self, master: &SubscriptionGroupWrapper) -> GroupTableChange {
+        let forbidden = master.forbidden_table.clone().unwrap_or_default();
+        if master.subscription_group_table == self.groups && forbidden == self.forbidden_table {
+            return GroupTableChange::default();
+        }
+        let updated = master
+            .subscription_group_table
+            .iter()
+            .filter(|(name, config)| self.groups.get(*name) != Some(*config))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let deleted = self
+            .groups
+            .keys()
+            .filter(|name| !master.subscription_group_table.contains_key(*name))
+            .cloned()
+            .collect();
+        self.groups = master.subscription_group_table.clone();
+        self.forbidden_table = forbidden;
+        self.data_version = master.data_version;
+        self.publish();
+        GroupTableChange {
+            updated,
+            deleted,
+            clean_offsets_of: Vec::new(),
+        }
+    }
+
     /// Removes `group` and its forbidden entries; empty change if absent.
     pub fn delete(&mut self, group: &str, now_ms: i64) -> GroupTableChange {
         let removed = self.groups.remove(group).is_some();
@@ -632,5 +663,29 @@ mod tests {
             .join()
             .unwrap();
         assert!(seen);
+    }
+
+    #[test]
+    fn a_slave_takes_its_masters_groups_whole_and_reports_what_changed() {
+        let mut master = SubscriptionGroupTable::new(true, NOW);
+        master.update_and_create(
+            &update_request(&SubscriptionGroupConfig::new("kept")),
+            NOW + 1,
+        );
+        let mut slave = SubscriptionGroupTable::new(true, NOW + 50);
+        slave.update_and_create(
+            &update_request(&SubscriptionGroupConfig::new("gone")),
+            NOW + 51,
+        );
+        let change = slave.replace_from_master(&master.wrapper());
+        assert_eq!(change.updated, ["kept"]);
+        assert_eq!(change.deleted, ["gone"]);
+        assert_eq!(
+            slave.wrapper(),
+            master.wrapper(),
+            "same groups, same data version"
+        );
+        assert!(slave.snapshot().get("kept").is_some());
+        assert!(slave.replace_from_master(&master.wrapper()).is_empty());
     }
 }

@@ -928,6 +928,37 @@ impl TopicConfigTable {
         }
     }
 
+    /// A slave takes its master's table whole, with its data version
+    /// (Java's `SlaveSynchronize.syncTopicConfig`); empty change when the
+    /// master's topics are what the table holds.
+    pub fn replace_from_master(
+        &mut self,
+        master: &TopicConfigSerializeWrapper,
+    ) -> TopicTableChange {
+        if master.topic_config_table == self.topics {
+            return TopicTableChange::default();
+        }
+        let registered = master
+            .topic_config_table
+            .iter()
+            .filter(|(name, config)| self.topics.get(*name) != Some(*config))
+            .map(|(_, config)| config.clone())
+            .collect();
+        let deleted = self
+            .topics
+            .keys()
+            .filter(|name| !master.topic_config_table.contains_key(*name))
+            .cloned()
+            .collect();
+        self.topics = master.topic_config_table.clone();
+        self.data_version = master.data_version;
+        self.publish();
+        TopicTableChange {
+            registered,
+            deleted,
+        }
+    }
+
     /// Removes `topic` (Java's `deleteTopicConfig`); empty change if absent.
     pub fn delete_topic(&mut self, topic: &str, now_ms: i64) -> TopicTableChange {
         if self.topics.remove(topic).is_none() {
@@ -1554,5 +1585,31 @@ mod tests {
             .resolve_for_send("%RETRY%t", "TBW102", 4, false, NOW)
             .unwrap();
         assert_eq!(sent.config.write_queue_nums, 4);
+    }
+
+    #[test]
+    fn a_slave_takes_its_masters_table_whole_and_reports_what_changed() {
+        let mut master = table();
+        master.handle(&create_request("Kept", 4, 6), NOW + 1);
+        master.handle(&create_request("Changed", 4, 6), NOW + 2);
+        let mut slave = TopicConfigTable::new(TopicConfigSettings::default(), NOW + 50);
+        slave.handle(&create_request("Changed", 2, 6), NOW + 51);
+        slave.handle(&create_request("OnlyOnSlave", 1, 6), NOW + 52);
+        let change = slave.replace_from_master(&master.wrapper());
+        let registered: Vec<&str> = change
+            .registered
+            .iter()
+            .map(|config| config.topic_name.as_str())
+            .collect();
+        assert_eq!(registered, ["Changed", "Kept"]);
+        assert_eq!(change.deleted, ["OnlyOnSlave"]);
+        assert_eq!(
+            slave.wrapper(),
+            master.wrapper(),
+            "same topics, same data version"
+        );
+        assert_eq!(slave.snapshot().get("Changed").unwrap().read_queue_nums, 4);
+        // Nothing new on the master: nothing to do.
+        assert!(slave.replace_from_master(&master.wrapper()).is_empty());
     }
 }

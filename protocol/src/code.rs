@@ -334,6 +334,10 @@ pub mod request_code {
         AUTH_GET_ACL = 3009,
         /// ACL 2.0: list ACLs.
         AUTH_LIST_ACL = 3010,
+        /// ringmq's own: a slave shard pulls its master shard's CommitLog
+        /// bytes (header [`crate::header::ReplicaPullRequestHeader`]); not a
+        /// RocketMQ code.
+        RINGMQ_REPLICA_PULL = 9101,
         /// Pop consumption (JSON headers only).
         POP_MESSAGE = 200050,
         /// Pop ack.

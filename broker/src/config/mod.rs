@@ -229,7 +229,9 @@ pub struct BrokerConfig {
     pub broker_ip2: Option<IpAddr>,
     /// `listenPort` (10911). The fast port is `listenPort - 2`.
     pub listen_port: u16,
-    /// `haListenPort`: `None` (or 0 in the file) = `listenPort + 1`.
+    /// `haListenPort`: `None` (or 0 in the file) = `listenPort + 1`. Registered
+    /// with the name servers as `haServerAddr`; nothing listens on it (ringmq's
+    /// replication uses the remoting port, docs/architecture.md "Replication").
     pub ha_listen_port: Option<u16>,
     /// `namesrvAddr`: `host:port` list; `None` = embedded name server.
     pub namesrv_addrs: Option<Vec<String>>,

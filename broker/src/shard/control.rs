@@ -278,7 +278,7 @@ impl ShardHandler {
     }
 
     /// As [`ShardHandler::publish_topics`], for `subscriptionGroup.json`.
-    fn publish_groups(&mut self, change: &GroupTableChange) -> Option<WriteTicket> {
+    pub(crate) fn publish_groups(&mut self, change: &GroupTableChange) -> Option<WriteTicket> {
         if change.updated.is_empty()
             && change.deleted.is_empty()
             && change.clean_offsets_of.is_empty()

@@ -93,6 +93,10 @@ pub enum ShardMsg {
     StatsRequest(u64),
     /// A shard's runtime counters for query `id` (to shard 0).
     Stats(u64, Box<crate::runtime_info::RuntimeStats>),
+    /// A slave's replicator thread calls its shard.
+    Replica(super::replica::ReplicaCall),
+    /// A slave's copy of its master's topic and group tables (to shard 0).
+    MasterConfig(Box<super::replica::MasterConfig>),
 }
 
 /// This shard's ends of the channels.

@@ -34,6 +34,7 @@ pub mod link;
 mod offsets;
 mod pull;
 pub mod query;
+pub mod replica;
 mod reply; // wired by txn
 pub mod runtime;
 pub mod schedule; // wired by schedule
@@ -138,6 +139,9 @@ pub struct ShardHandler {
     delay: schedule::DelayState,
     /// The timer wheel, on the owner of the timer queue (wired by schedule).
     timer: Option<timer::TimerState>,
+    /// Master/slave replication (slave connections, held replica pulls,
+    /// replicated appends waiting for their ack).
+    replica: replica::ReplicaState,
 }
 
 impl std::fmt::Debug for ShardHandler {
@@ -238,6 +242,7 @@ impl ShardHandler {
                 None,
             ),
             timer: None,
+            replica: replica::ReplicaState::default(),
         }
     }
 
@@ -402,6 +407,16 @@ impl ShardHandler {
             | request_code::CHECK_CLIENT_CONFIG
             | request_code::SEND_REPLY_MESSAGE
             | request_code::SEND_REPLY_MESSAGE_V2 => self.shard_route(0),
+            request_code::RINGMQ_REPLICA_PULL => {
+                match cmd
+                    .ext_fields
+                    .get("shard")
+                    .and_then(|t| t.parse::<u16>().ok())
+                {
+                    Some(shard) if shard < self.settings.shard_count => self.shard_route(shard),
+                    _ => Route::Here,
+                }
+            }
             _ => Route::Here,
         }
     }
@@ -502,6 +517,7 @@ impl ShardHandler {
             request_code::CONSUMER_SEND_MSG_BACK => self.send_back(request, now_ms),
             request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),
             request_code::QUERY_MESSAGE => self.query_message(request),
+            request_code::RINGMQ_REPLICA_PULL => self.replica_pull(*request, now_ms, true),
             _ if self.id == 0 => self.control_request(request, now_ms),
             code => {
                 let answer = response(
@@ -563,6 +579,8 @@ impl ShardHandler {
                     }
                 }
                 ShardMsg::QueryResult(query, part) => self.on_query_result(query, *part),
+                ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
+                ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
             }
         }
     }
@@ -652,6 +670,7 @@ impl RequestHandler for ShardHandler {
         self.tps.record(now_ms, self.stats.tps_counters());
         self.control_tick(now_ms);
         self.persist_offsets(now_ms);
+        self.expire_replica_peers(now_ms);
     }
 
     fn take_close_requests(&mut self, out: &mut Vec<ConnectionId>) {
@@ -665,6 +684,8 @@ impl RequestHandler for ShardHandler {
     fn on_turn(&mut self, now_ms: i64) {
         self.drain_inbox(now_ms);
         self.poll_store(now_ms);
+        self.run_replica_master(now_ms);
+        self.run_replica_slave(now_ms);
         self.run_delay(now_ms); // wired by schedule
         self.run_timer(now_ms); // wired by schedule
         self.expire_held(now_ms);
@@ -687,7 +708,7 @@ impl RequestHandler for ShardHandler {
             // Another shard's inbox is full: retry soon, without spinning.
             return Some(BACKLOG_RETRY);
         }
-        let mut bound = if self.pending_sends.is_empty() {
+        let mut bound = if self.pending_sends.is_empty() && self.replica.waits.is_empty() {
             STORE_IDLE_POLL
         } else {
             PENDING_ACK_POLL
@@ -702,7 +723,12 @@ impl RequestHandler for ShardHandler {
             // The persister wakes the ring; this only bounds a lost wake-up.
             bound = bound.min(PERSIST_ANSWER_POLL);
         }
-        if let Some(deadline) = self.held.iter().map(|held| held.deadline_ms).min() {
+        let replica_deadlines = self.replica.held.iter().map(|held| held.deadline_ms);
+        let pull_deadlines = self.held.iter().map(|held| held.deadline_ms);
+        let deadlines = pull_deadlines
+            .chain(replica_deadlines)
+            .chain(self.slave_wait_deadline());
+        if let Some(deadline) = deadlines.min() {
             let now = crate::shard::runtime::wall_clock_ms();
             let until = Duration::from_millis(deadline.saturating_sub(now).max(0) as u64);
             bound = bound.min(until);
@@ -713,11 +739,13 @@ impl RequestHandler for ShardHandler {
     fn has_pending(&self) -> bool {
         !self.pending_sends.is_empty()
             || !self.held.is_empty()
+            || self.replica_pending()
             || self.links.as_ref().is_some_and(Links::has_backlog)
     }
 
     fn on_stop(&mut self, now_ms: i64) {
         self.answer_all_held(now_ms);
+        self.answer_held_replica_pulls(now_ms);
     }
 }
 

@@ -26,6 +26,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -50,6 +51,7 @@ use crate::namesrv::register::{
 };
 use crate::namesrv::{NameServer, NameServerSettings};
 use crate::persist::{ConfigDir, ConfigFile, PersistError, Persister, PersisterHandle};
+use crate::replication::{MasterAddress, Replicator};
 use crate::route::Router;
 use crate::server::{
     NameServerHandler, SERVER_OWNER, Server, ServerConfig, ShutdownHandle, open_kv_config,
@@ -228,6 +230,9 @@ fn store_config(config: &BrokerConfig, shard: u16, store_host: SocketAddr) -> St
     store.commit_log_remove_step_bytes = config.commit_log_remove_step_bytes;
     store.sync_flush_timeout_ms = config.sync_flush_timeout_ms;
     store.tail_cache_bytes = config.tail_cache_size_bytes as usize;
+    // A slave's log ends where its master's stream goes on (no fence at
+    // recovery).
+    store.replica = !config.broker_role.is_master();
     // Expired-file deletion (fileReservedTime at deleteWhen, or early above
     // diskMaxUsedSpaceRatio); the refusal of writes stays at the store's
     // diskSpaceWarningLevelRatio default.
@@ -378,7 +383,10 @@ fn spawn_shard(start: ShardStart) -> Result<JoinHandle<Result<(), String>>, Brok
 
 /// Sends one request on `stream` and reads its answer (blocking, bounded by
 /// [`REGISTER_TIMEOUT`]).
-fn call(stream: &mut TcpStream, request: &RemotingCommand) -> std::io::Result<RemotingCommand> {
+pub(crate) fn call(
+    stream: &mut TcpStream,
+    request: &RemotingCommand,
+) -> std::io::Result<RemotingCommand> {
     let mut out = Vec::new();
     request
         .encode(SerializeType::Json, &mut out)
@@ -425,16 +433,19 @@ struct Registrar {
     namesrvs: Vec<String>,
     streams: Vec<Option<TcpStream>>,
     opaque: i32,
+    /// A slave's: where the name servers say its master is.
+    master: Option<MasterAddress>,
 }
 
 impl Registrar {
-    fn new(identity: BrokerIdentity, namesrvs: Vec<String>) -> Self {
+    fn new(identity: BrokerIdentity, namesrvs: Vec<String>, master: Option<MasterAddress>) -> Self {
         let streams = namesrvs.iter().map(|_| None).collect();
         Registrar {
             identity,
             namesrvs,
             streams,
             opaque: 0,
+            master,
         }
     }
 
@@ -463,11 +474,17 @@ impl Registrar {
             .map(|(name, config)| (name.to_owned(), config.clone()))
             .collect();
         let mut accepted = 0;
+        let mut master = None;
         for index in 0..self.namesrvs.len() {
             let request = register_broker_request(&self.identity, topics.data_version(), &table);
             let addr = self.namesrvs[index].clone();
             match self.call(index, request) {
-                Ok(answer) if answer.code == 0 => accepted += 1,
+                Ok(answer) if answer.code == 0 => {
+                    accepted += 1;
+                    if let Some(addr) = answer.ext_fields.get("masterAddr") {
+                        master.get_or_insert_with(|| addr.to_owned());
+                    }
+                }
                 Ok(answer) => tracing::warn!(
                     namesrv = %addr,
                     code = answer.code,
@@ -476,6 +493,11 @@ impl Registrar {
                 ),
                 Err(error) => tracing::warn!(namesrv = %addr, %error, "registering failed"),
             }
+        }
+        if let Some(slot) = &self.master
+            && accepted > 0
+        {
+            slot.set(master.as_deref().filter(|addr| !addr.is_empty()));
         }
         accepted
     }
@@ -737,9 +759,14 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
     for links in &link_senders {
         let _ = links.send((senders.clone(), wakers.clone()));
     }
-    drop(senders);
+    let inbox_senders = senders;
 
-    let mut registrar = Registrar::new(BrokerIdentity::from_config(&config), namesrvs.clone());
+    let master = (!config.broker_role.is_master()).then(MasterAddress::default);
+    let mut registrar = Registrar::new(
+        BrokerIdentity::from_config(&config),
+        namesrvs.clone(),
+        master.clone(),
+    );
     if registrar.register_all(&topics) == 0 {
         tracing::warn!("no name server accepted the registration; retrying in the background");
     }
@@ -768,8 +795,31 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
                 reason: error.to_string(),
             })?
     };
+    // A slave's replicator threads (not joined: each ends when its shard
+    // has stopped, or within one socket timeout of the stop).
+    let replicas_stop = Arc::new(AtomicBool::new(false));
+    if let Some(master) = master {
+        for (id, ready) in readies.iter().enumerate() {
+            Replicator {
+                shard: id as u16,
+                shard_count,
+                segment_size: config.commit_log_segment_size_bytes,
+                inbox: inbox_senders[id].clone(),
+                waker: ready.waker.clone(),
+                master: master.clone(),
+                stop: replicas_stop.clone(),
+            }
+            .spawn()
+            .map_err(|error| BrokerError::Thread {
+                name: format!("ringmq-replica-{id}"),
+                reason: error.to_string(),
+            })?;
+        }
+    }
+    drop(inbox_senders);
     let stops: Vec<ShutdownHandle> = readies.iter().map(|ready| ready.shutdown.clone()).collect();
     signal::spawn_signal_thread_with(move || {
+        replicas_stop.store(true, Ordering::Relaxed);
         for stop in &stops {
             stop.request();
         }

@@ -235,7 +235,8 @@ impl ShardHandler {
 
     /// Delivers the due entries of every owned level (called every turn).
     pub(crate) fn run_delay(&mut self, now_ms: i64) {
-        if self.store.is_none() || self.stopping {
+        // A slave delivers nothing: its master's deliveries are replicated.
+        if self.store.is_none() || self.stopping || !self.settings.is_master {
             return;
         }
         for index in 0..self.delay.owned.len() {
@@ -249,6 +250,9 @@ impl ShardHandler {
 
     /// How long the shard may sleep before a level is due.
     pub(crate) fn delay_wait_bound(&self, now_ms: i64) -> Option<Duration> {
+        if !self.settings.is_master {
+            return None;
+        }
         let due = self.delay.next_due_ms()?;
         Some(Duration::from_millis(
             due.saturating_sub(now_ms).max(0) as u64

@@ -152,8 +152,20 @@ fn with_cluster(properties: &[u8], cluster: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// What a slave answers a write (Java's store answers SERVICE_NOT_AVAILABLE
+/// to a put on a slave).
+fn slave_refuses_writes() -> RemotingCommand {
+    response(
+        response_code::SERVICE_NOT_AVAILABLE,
+        "service not available now: this broker is a slave (brokerRole=SLAVE); send to its master",
+    )
+}
+
 impl ShardHandler {
     pub(crate) fn send(&mut self, request: Box<Request>, now_ms: i64) {
+        if !self.settings.is_master {
+            return self.reply(request.reply, slave_refuses_writes());
+        }
         let header = match decode_send_header(&request.cmd) {
             Ok(header) => header,
             Err(remark) => {
@@ -558,12 +570,19 @@ impl ShardHandler {
         };
         header.set_region(DEFAULT_REGION, true);
         let answer = RemotingCommand::new_response(code, 0, None).with_custom_header(&header);
-        self.reply(pending.reply, answer);
+        if code == response_code::SUCCESS && self.waits_for_slave(pending.reply) {
+            self.await_slave(pending.reply, answer, now_ms);
+        } else {
+            self.reply(pending.reply, answer);
+        }
         self.wake_held(&pending.topic, pending.queue_id, now_ms);
     }
 
     /// CONSUMER_SEND_MSG_BACK on the shard holding the original record.
     pub(crate) fn send_back(&mut self, request: Box<Request>, now_ms: i64) {
+        if !self.settings.is_master {
+            return self.reply(request.reply, slave_refuses_writes());
+        }
         let header: ConsumerSendMsgBackRequestHeader = match request.cmd.decode_custom_header() {
             Ok(header) => header,
             Err(error) => {

@@ -186,7 +186,9 @@ impl ShardHandler {
 
     /// Reads new timer entries and delivers the due ones (every turn).
     pub(crate) fn run_timer(&mut self, now_ms: i64) {
-        if self.timer.is_none() || self.store.is_none() || self.stopping {
+        // A slave delivers nothing: its master's deliveries are replicated.
+        if self.timer.is_none() || self.store.is_none() || self.stopping || !self.settings.is_master
+        {
             return;
         }
         self.enqueue_timer_entries();
@@ -207,7 +209,7 @@ impl ShardHandler {
     /// How long the shard may sleep before the wheel's next slot.
     pub(crate) fn timer_wait_bound(&self, now_ms: i64) -> Option<Duration> {
         let state = self.timer.as_ref()?;
-        if state.wheel.is_empty() {
+        if state.wheel.is_empty() || !self.settings.is_master {
             return None;
         }
         Some(Duration::from_millis(

@@ -71,6 +71,11 @@ fn broker_logs(store: &Path) -> Vec<(PathBuf, String)> {
         .collect()
 }
 
+/// The logs of every broker started on `store`, in start order.
+pub fn broker_logs_text(store: &Path) -> String {
+    broker_logs(store).into_iter().map(|(_, log)| log).collect()
+}
+
 /// An empty store root named after `label` and this process.
 pub fn fresh_store(label: &str) -> StoreDir {
     let dir = std::env::temp_dir().join(format!(

@@ -42,6 +42,7 @@ mod namesrv;
 mod offset;
 mod pull;
 mod query;
+mod replica;
 mod send;
 mod transaction;
 
@@ -51,6 +52,7 @@ pub use namesrv::*;
 pub use offset::*;
 pub use pull::*;
 pub use query::*;
+pub use replica::*;
 pub use send::*;
 pub use transaction::*;
 

@@ -1,0 +1,308 @@
+//! A slave's replicator threads: one per shard, each pulling its master's
+//! shard of the same id with RINGMQ_REPLICA_PULL over the master's remoting
+//! port and handing the chunks to its own shard, which appends them
+//! ([`crate::shard::replica`]).
+//!
+//! ```text
+//!  registrar: REGISTER_BROKER answer ─ masterAddr ─▶ MasterAddress
+//!  thread k: connect(masterAddr) ─▶ Position (shard k) ─▶ loop {
+//!      REPLICA_PULL(offset, durableOffset, last record on the first) ─▶ chunk
+//!      ─▶ Append(from, chunk) (shard k) ─▶ answered once acknowledgeable ─▶ offset = end }
+//!  any error: log, drop the connection, wait, start again from Position
+//!  thread 0, at start and every 10 s: GET_ALL_TOPIC_CONFIG + GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+//!      ─▶ MasterConfig (shard 0 takes the tables, as Java's SlaveSynchronize)
+//! ```
+//!
+//! The thread blocks on its socket and on its shard's answers; neither is
+//! the data path of a shard, whose only contact with it is its inbox.
+//!
+//! # Invariants
+//! - `durableOffset` is never past what the slave's store acknowledged
+//!   (its flush mode's position).
+//! - Each session starts from the store's own position, so a refused or
+//!   failed chunk is never skipped.
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ringmq_protocol::code::{request_code, response_code};
+use ringmq_protocol::command::{ExtFields, RemotingCommand};
+use ringmq_protocol::header::{CustomHeader, ReplicaPullRequestHeader};
+use ringmq_protocol::json::{SubscriptionGroupWrapper, TopicConfigSerializeWrapper};
+use ringmq_storage::ring::Waker;
+
+use crate::shard::link::ShardMsg;
+use crate::shard::replica::{MasterConfig, REPLICA_CHUNK_BYTES_MAX, ReplicaCall};
+
+/// How long a master may hold one replica pull that finds nothing new.
+pub const REPLICA_SUSPEND_MS: i64 = 1_000;
+/// Connect and write timeout, and how much longer than the suspension a
+/// replica pull's answer may take.
+pub const REPLICA_IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Wait before connecting again after a failed session.
+pub const REPLICA_RETRY_DELAY: Duration = Duration::from_secs(1);
+/// Wait before trying again after the master refused the slave's position.
+pub const REPLICA_REFUSED_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// How often the thread of shard 0 fetches the master's topic and group
+/// tables (Java's `SlaveSynchronize` period); also at every session start.
+pub const MASTER_CONFIG_SYNC_PERIOD: Duration = Duration::from_secs(10);
+/// Longest a shard may take to answer its replicator (a SYNC_FLUSH ack
+/// behind a slow disk included).
+pub const REPLICA_SHARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The master's remoting address as the name server last reported it
+/// (`masterAddr` of the REGISTER_BROKER answer), shared by the registrar
+/// and the replicator threads.
+#[derive(Debug, Clone, Default)]
+pub struct MasterAddress(Arc<Mutex<Option<String>>>);
+
+impl MasterAddress {
+    /// Records what a name server answered (None: no master registered).
+    pub fn set(&self, addr: Option<&str>) {
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slot.as_deref() != addr {
+            tracing::info!(master = ?addr, "the name server reports the master at");
+            *slot = addr.map(str::to_owned);
+        }
+    }
+
+    /// The address, if known.
+    pub fn get(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+/// What one replicator thread needs.
+#[derive(Debug)]
+pub struct Replicator {
+    /// The shard it feeds (and pulls from the master).
+    pub shard: u16,
+    /// Shards of this broker (the master's must be equal).
+    pub shard_count: u16,
+    /// This broker's CommitLog segment size (the master's must be equal).
+    pub segment_size: u64,
+    /// The shard's inbox and waker.
+    pub inbox: SyncSender<ShardMsg>,
+    /// Wakes the shard after a message.
+    pub waker: Waker,
+    /// Where the master is.
+    pub master: MasterAddress,
+    /// Set at stop.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Why a session ended.
+#[derive(Debug)]
+enum SessionEnd {
+    /// Stop requested, or the shard is gone.
+    Stop,
+    /// The connection failed (or no master is known).
+    Io(String),
+    /// The master refused the slave, or the shard refused a chunk.
+    Refused(String),
+}
+
+impl Replicator {
+    /// Starts the thread.
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn spawn(self) -> std::io::Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name(format!("ringmq-replica-{}", self.shard))
+            .spawn(move || self.run())
+    }
+
+    fn run(self) {
+        let mut last_error = String::new();
+        while !self.stop.load(Ordering::Relaxed) {
+            let delay = match self.session() {
+                SessionEnd::Stop => return,
+                SessionEnd::Io(error) => {
+                    if error != last_error {
+                        tracing::warn!(shard = self.shard, %error, "replication from the master stopped; retrying");
+                        last_error = error;
+                    }
+                    REPLICA_RETRY_DELAY
+                }
+                SessionEnd::Refused(error) => {
+                    tracing::error!(shard = self.shard, %error, "replication refused; retrying");
+                    last_error = error;
+                    REPLICA_REFUSED_RETRY_DELAY
+                }
+            };
+            std::thread::sleep(delay);
+        }
+    }
+
+    /// Calls the shard and waits for its answer.
+    fn call_shard<T>(
+        &self,
+        call: impl FnOnce(mpsc::Sender<Result<T, String>>) -> ReplicaCall,
+    ) -> Result<T, SessionEnd> {
+        let (tx, rx) = mpsc::channel();
+        if self.inbox.send(ShardMsg::Replica(call(tx))).is_err() {
+            return Err(SessionEnd::Stop);
+        }
+        if let Err(error) = self.waker.wake() {
+            tracing::warn!(shard = self.shard, %error, "waking the shard failed");
+        }
+        match rx.recv_timeout(REPLICA_SHARD_TIMEOUT) {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(SessionEnd::Refused(format!("the slave's store: {error}"))),
+            Err(RecvTimeoutError::Disconnected) => Err(SessionEnd::Stop),
+            Err(RecvTimeoutError::Timeout) => Err(SessionEnd::Refused(format!(
+                "the shard did not answer in {REPLICA_SHARD_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    fn session(&self) -> SessionEnd {
+        match self.try_session() {
+            Ok(()) => SessionEnd::Stop,
+            Err(end) => end,
+        }
+    }
+
+    fn try_session(&self) -> Result<(), SessionEnd> {
+        let Some(addr) = self.master.get() else {
+            return Err(SessionEnd::Io(
+                "no master registered with the name server".into(),
+            ));
+        };
+        let mut stream =
+            connect(&addr).map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
+        let (position, ack) = self.call_shard(ReplicaCall::Position)?;
+        let mut from = position.end;
+        let mut durable = ack.min(from);
+        let mut last_record = position.last_record;
+        let mut opaque = 0i32;
+        let mut config_synced: Option<Instant> = None;
+        tracing::info!(shard = self.shard, master = %addr, from, "replicating from the master");
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.shard == 0
+                && config_synced.is_none_or(|at| at.elapsed() >= MASTER_CONFIG_SYNC_PERIOD)
+            {
+                self.sync_master_config(&mut stream, &addr, &mut opaque)?;
+                config_synced = Some(Instant::now());
+            }
+            let header = ReplicaPullRequestHeader {
+                shard: i32::from(self.shard),
+                shard_count: i32::from(self.shard_count),
+                segment_size: self.segment_size as i64,
+                offset: from as i64,
+                durable_offset: durable as i64,
+                last_offset: last_record.map(|mark| mark.offset as i64),
+                last_size: last_record.map(|mark| mark.size as i32),
+                last_crc: last_record.map(|mark| i64::from(mark.crc)),
+                max_bytes: REPLICA_CHUNK_BYTES_MAX as i32,
+                suspend_millis: REPLICA_SUSPEND_MS,
+            };
+            let request = RemotingCommand::new_request(
+                request_code::RINGMQ_REPLICA_PULL,
+                header.to_ext_fields(),
+            );
+            let answer = call_master(&mut stream, &addr, &mut opaque, request)?;
+            // Proven once per connection.
+            last_record = None;
+            let Some(bytes) = answer.body.filter(|body| !body.is_empty()) else {
+                continue;
+            };
+            let end = self.call_shard(|reply| ReplicaCall::Append { from, bytes, reply })?;
+            from = end;
+            durable = end;
+        }
+        Ok(())
+    }
+}
+
+impl Replicator {
+    /// Fetches the master's topic and group tables and hands them to shard 0.
+    fn sync_master_config(
+        &self,
+        stream: &mut TcpStream,
+        addr: &str,
+        opaque: &mut i32,
+    ) -> Result<(), SessionEnd> {
+        let fetch = |code| RemotingCommand::new_request(code, ExtFields::new());
+        let topics = call_master(
+            stream,
+            addr,
+            opaque,
+            fetch(request_code::GET_ALL_TOPIC_CONFIG),
+        )?;
+        let groups = call_master(
+            stream,
+            addr,
+            opaque,
+            fetch(request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG),
+        )?;
+        let bad = |what: &str, error: String| {
+            SessionEnd::Refused(format!(
+                "the master {addr} sent a {what} that does not decode: {error}"
+            ))
+        };
+        let config = MasterConfig {
+            topics: TopicConfigSerializeWrapper::from_json(topics.body_bytes())
+                .map_err(|error| bad("topic table", error.to_string()))?,
+            groups: SubscriptionGroupWrapper::from_json(groups.body_bytes())
+                .map_err(|error| bad("group table", error.to_string()))?,
+        };
+        if self
+            .inbox
+            .send(ShardMsg::MasterConfig(Box::new(config)))
+            .is_err()
+        {
+            return Err(SessionEnd::Stop);
+        }
+        if let Err(error) = self.waker.wake() {
+            tracing::warn!(shard = self.shard, %error, "waking the shard failed");
+        }
+        Ok(())
+    }
+}
+
+/// One request to the master and its SUCCESS answer.
+fn call_master(
+    stream: &mut TcpStream,
+    addr: &str,
+    opaque: &mut i32,
+    mut request: RemotingCommand,
+) -> Result<RemotingCommand, SessionEnd> {
+    *opaque = opaque.wrapping_add(1);
+    request.opaque = *opaque;
+    let answer = crate::shard::runtime::call(stream, &request)
+        .map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
+    if answer.code != response_code::SUCCESS {
+        return Err(SessionEnd::Refused(format!(
+            "the master {addr} answered {} to {}: {}",
+            answer.code,
+            request.code,
+            answer.remark.as_deref().unwrap_or("")
+        )));
+    }
+    Ok(answer)
+}
+
+fn connect(addr: &str) -> std::io::Result<TcpStream> {
+    let target = addr
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to nothing")))?;
+    let stream = TcpStream::connect_timeout(&target, REPLICA_IO_TIMEOUT)?;
+    let suspend = Duration::from_millis(REPLICA_SUSPEND_MS as u64);
+    stream.set_read_timeout(Some(suspend + REPLICA_IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(REPLICA_IO_TIMEOUT))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}

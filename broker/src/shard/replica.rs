@@ -1,0 +1,477 @@
+//! Master/slave replication on the shards (docs/architecture.md,
+//! "Replication").
+//!
+//! Master: RINGMQ_REPLICA_PULL goes to the shard it names, which checks
+//! the slave's position once per connection ([`Store::check_replica_position`]
+//! with the slave's last record), then answers whole records from the
+//! slave's end ([`Store::replica_bytes`]); a pull that finds nothing new is
+//! held until the store acknowledges more or its `suspendMillis` passes.
+//!
+//! Slave: the replicator thread of each shard ([`crate::replication`])
+//! asks its shard for the log's position and hands it the master's chunks
+//! ([`ReplicaCall`]); the shard appends them ([`Store::append_replicated`])
+//! and answers once they are acknowledgeable under its own flush mode, so
+//! the `durableOffset` the thread reports next never runs ahead of the log.
+//!
+//! [`Store::check_replica_position`]: ringmq_storage::store::Store::check_replica_position
+//! [`Store::replica_bytes`]: ringmq_storage::store::Store::replica_bytes
+//! [`Store::append_replicated`]: ringmq_storage::store::Store::append_replicated
+//!
+//! SYNC_MASTER: a send the store acknowledged is answered once a slave's
+//! reported `durableOffset` covers the master's ack position at that
+//! moment (which covers the record), FLUSH_SLAVE_TIMEOUT after
+//! `syncFlushTimeout`, or SLAVE_NOT_AVAILABLE at once when no slave pulled
+//! within [`REPLICA_PEER_ALIVE_MS`] or the closest one is more than
+//! [`REPLICA_IN_SYNC_GAP_MAX`] behind (Java's `haMaxGapNotInSync`). The
+//! message is stored in every case, as in Java.
+//!
+//! ```text
+//!  slave thread ──Position──▶ slave shard ──(end, last record)──▶ thread
+//!  thread ──REPLICA_PULL(offset, durable, last record)──▶ master shard k
+//!        ◀── body: whole records from offset (held while none) ──
+//!  thread ──Append(from, body)──▶ slave shard ── ack position ≥ end ──▶ thread
+//! ```
+//!
+//! # Invariants
+//! - A master serves a connection from an offset only after checking the
+//!   slave's last record there, or from the end of what it served that
+//!   connection last.
+//! - A held replica pull is answered exactly once: when the store
+//!   acknowledges past its offset, at its deadline, or at stop.
+//! - A slave answers an append only once the ack position passes its end.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::Sender;
+
+use bytes::Bytes;
+use ringmq_protocol::code::response_code;
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::header::{ReplicaPullRequestHeader, ReplicaPullResponseHeader};
+use ringmq_protocol::json::{SubscriptionGroupWrapper, TopicConfigSerializeWrapper};
+use ringmq_storage::commit_log::{RecordMark, ReplicaPosition};
+
+use super::link::{ReplyTo, Request};
+use super::{ShardHandler, response};
+use crate::config::BrokerRole;
+use crate::server::ConnectionId;
+
+/// Most bytes one replica pull answers (about: a larger record comes whole).
+pub const REPLICA_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Longest a master holds a replica pull that finds nothing new.
+pub const REPLICA_SUSPEND_MS_MAX: i64 = 5_000;
+/// A slave connection not heard from for this long is forgotten (its
+/// next pull must prove its position again).
+pub const REPLICA_PEER_IDLE_MS: i64 = 60_000;
+/// A slave that pulled within this long counts as connected for
+/// SYNC_MASTER (a caught-up slave's pull is held for at most
+/// [`REPLICA_SUSPEND_MS_MAX`], then renewed).
+pub const REPLICA_PEER_ALIVE_MS: i64 = 2 * REPLICA_SUSPEND_MS_MAX;
+/// A slave further behind than this is not in sync: SYNC_MASTER sends are
+/// answered SLAVE_NOT_AVAILABLE rather than waiting (Java's
+/// `haMaxGapNotInSync` default).
+pub const REPLICA_IN_SYNC_GAP_MAX: u64 = 256 * 1024 * 1024;
+
+/// A slave's call to its own shard, from its replicator thread.
+#[derive(Debug)]
+pub enum ReplicaCall {
+    /// Where the log ends, its last record, and the ack position.
+    Position(Sender<Result<(ReplicaPosition, u64), String>>),
+    /// Append a master's chunk at `from`; answered with the new end once
+    /// acknowledgeable.
+    Append {
+        /// Shard-local offset: the log's end.
+        from: u64,
+        /// Whole records, as the master sent them.
+        bytes: Bytes,
+        /// Where the answer goes.
+        reply: Sender<Result<u64, String>>,
+    },
+}
+
+/// The master's topic and subscription group tables, as a slave fetches
+/// them every [`crate::replication::MASTER_CONFIG_SYNC_PERIOD`] (Java's
+/// `SlaveSynchronize`), so that it serves pulls of its master's topics.
+#[derive(Debug)]
+pub struct MasterConfig {
+    /// GET_ALL_TOPIC_CONFIG's body.
+    pub topics: TopicConfigSerializeWrapper,
+    /// GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body.
+    pub groups: SubscriptionGroupWrapper,
+}
+
+/// A slave connection as its master's shard knows it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReplicaPeer {
+    /// Where its next pull starts if it took everything served.
+    next: u64,
+    /// What it reported durable last.
+    pub(crate) durable: u64,
+    /// When it pulled last (ms since the epoch).
+    seen_ms: i64,
+}
+
+/// A replica pull waiting for the store to acknowledge past its offset.
+#[derive(Debug)]
+pub(crate) struct HeldReplicaPull {
+    request: Request,
+    from: u64,
+    pub(crate) deadline_ms: i64,
+}
+
+/// A slave's append waiting to become acknowledgeable.
+#[derive(Debug)]
+pub(crate) struct ReplicaWait {
+    end: u64,
+    reply: Sender<Result<u64, String>>,
+}
+
+/// A SYNC_MASTER send waiting for a slave.
+#[derive(Debug)]
+pub(crate) struct SlaveWait {
+    /// The master's ack position when the send was acknowledged locally.
+    end: u64,
+    deadline_ms: i64,
+    reply: ReplyTo,
+    /// The SUCCESS answer, sent as it is or with another code.
+    answer: RemotingCommand,
+}
+
+/// The replication state of one shard.
+#[derive(Debug, Default)]
+pub(crate) struct ReplicaState {
+    /// Master: slave connections by (server shard, connection).
+    pub(crate) peers: HashMap<(u16, ConnectionId), ReplicaPeer>,
+    /// Master: pulls waiting for new records.
+    pub(crate) held: Vec<HeldReplicaPull>,
+    /// Slave: appends waiting for their ack.
+    pub(crate) waits: Vec<ReplicaWait>,
+    /// SYNC_MASTER: sends waiting for a slave, in ack order (so both
+    /// their ends and their deadlines grow from front to back).
+    pub(crate) slave_waits: VecDeque<SlaveWait>,
+}
+
+/// What a replica pull gets now.
+enum Served {
+    Answer(RemotingCommand),
+    Hold { from: u64, suspend_ms: i64 },
+}
+
+impl ShardHandler {
+    /// Executes RINGMQ_REPLICA_PULL on the shard it names; `first` is
+    /// false when a held pull is executed again (it is answered, not held).
+    pub(crate) fn replica_pull(&mut self, request: Request, now_ms: i64, first: bool) {
+        match self.serve_replica_pull(&request, now_ms, first) {
+            Served::Answer(answer) => self.reply(request.reply, answer),
+            Served::Hold { from, suspend_ms } => self.replica.held.push(HeldReplicaPull {
+                request,
+                from,
+                deadline_ms: now_ms + suspend_ms.clamp(0, REPLICA_SUSPEND_MS_MAX),
+            }),
+        }
+    }
+
+    /// The answer to a replica pull, or the word to hold it.
+    fn serve_replica_pull(&mut self, request: &Request, now_ms: i64, first: bool) -> Served {
+        let header: ReplicaPullRequestHeader = match request.cmd.decode_custom_header() {
+            Ok(header) => header,
+            Err(error) => {
+                return Served::Answer(response(response_code::SYSTEM_ERROR, error.to_string()));
+            }
+        };
+        if !self.settings.is_master {
+            return Served::Answer(response(
+                response_code::SERVICE_NOT_AVAILABLE,
+                "this broker is a slave: replicate from its master".to_owned(),
+            ));
+        }
+        let shard_count = i32::from(self.settings.shard_count);
+        if header.shard_count != shard_count || header.shard != i32::from(self.id) {
+            return Served::Answer(response(
+                response_code::SYSTEM_ERROR,
+                format!(
+                    "the slave has {} shards and asks for shard {}; this master has {shard_count} \
+                     (a slave needs its master's shard count)",
+                    header.shard_count, header.shard
+                ),
+            ));
+        }
+        let segment_size = self.store().config().segment_size_bytes;
+        if u64::try_from(header.segment_size).ok() != Some(segment_size) {
+            return Served::Answer(response(
+                response_code::SYSTEM_ERROR,
+                format!(
+                    "the slave's CommitLog segments are {} bytes, this master's {segment_size} \
+                     (mapedFileSizeCommitLog must be equal)",
+                    header.segment_size
+                ),
+            ));
+        }
+        let (Ok(from), Ok(durable)) = (
+            u64::try_from(header.offset),
+            u64::try_from(header.durable_offset),
+        ) else {
+            return Served::Answer(response(
+                response_code::SYSTEM_ERROR,
+                format!(
+                    "negative offset {} or durableOffset {}",
+                    header.offset, header.durable_offset
+                ),
+            ));
+        };
+        let key = (request.reply.shard, request.reply.conn);
+        let known = self
+            .replica
+            .peers
+            .get(&key)
+            .is_some_and(|peer| peer.next == from);
+        if first && !known {
+            let last_record = match (header.last_offset, header.last_size, header.last_crc) {
+                (Some(offset), Some(size), Some(crc)) => Some(RecordMark {
+                    offset: offset.max(0) as u64,
+                    size: size.max(0) as u32,
+                    crc: crc.clamp(0, i64::from(u32::MAX)) as u32,
+                }),
+                (None, None, None) if from == 0 => None,
+                _ => {
+                    return Served::Answer(response(
+                        response_code::SYSTEM_ERROR,
+                        format!(
+                            "a replica pull from {from} on a new connection must name the \
+                             slave's last record (lastOffset, lastSize, lastCrc)"
+                        ),
+                    ));
+                }
+            };
+            let position = ReplicaPosition {
+                end: from,
+                last_record,
+            };
+            if let Err(error) = self.store_mut().check_replica_position(&position) {
+                tracing::warn!(shard = self.id, peer = %request.peer, %error, "a slave's position is refused");
+                return Served::Answer(response(response_code::SYSTEM_ERROR, error.to_string()));
+            }
+        }
+        let bytes = match self.store_mut().replica_bytes(
+            from,
+            REPLICA_CHUNK_BYTES_MAX.min(header.max_bytes.max(1) as usize),
+        ) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(shard = self.id, peer = %request.peer, %error, "a replica pull failed");
+                self.replica.peers.remove(&key);
+                return Served::Answer(response(response_code::SYSTEM_ERROR, error.to_string()));
+            }
+        };
+        self.replica.peers.insert(
+            key,
+            ReplicaPeer {
+                next: from + bytes.len() as u64,
+                // Never past the slave's own end, whatever it reports.
+                durable: durable.min(from),
+                seen_ms: now_ms,
+            },
+        );
+        self.release_slave_waits(now_ms);
+        if bytes.is_empty() && first && header.suspend_millis > 0 && !self.stopping() {
+            return Served::Hold {
+                from,
+                suspend_ms: header.suspend_millis,
+            };
+        }
+        let master_offset = self.store().commit_log().appender().ack_position();
+        let answer = RemotingCommand::new_response(response_code::SUCCESS, 0, None)
+            .with_custom_header(&ReplicaPullResponseHeader {
+                master_offset: master_offset as i64,
+            })
+            .with_body(Bytes::from(bytes));
+        Served::Answer(answer)
+    }
+
+    /// After the store's poll: answers the SYNC_MASTER sends a slave has
+    /// now, the held replica pulls the store now has records for, and those
+    /// whose deadline passed.
+    pub(crate) fn run_replica_master(&mut self, now_ms: i64) {
+        self.release_slave_waits(now_ms);
+        if self.replica.held.is_empty() || self.store.is_none() {
+            return;
+        }
+        let ack = self.store().commit_log().appender().ack_position();
+        let due = |held: &HeldReplicaPull| held.from < ack || held.deadline_ms <= now_ms;
+        // Called every turn while a caught-up slave waits: no allocation
+        // unless one is due.
+        if !self.replica.held.iter().any(due) {
+            return;
+        }
+        let (due, rest): (Vec<HeldReplicaPull>, Vec<HeldReplicaPull>) =
+            std::mem::take(&mut self.replica.held)
+                .into_iter()
+                .partition(due);
+        self.replica.held = rest;
+        for held in due {
+            self.replica_pull(held.request, now_ms, false);
+        }
+    }
+
+    /// Every tick: forgets slave connections idle for [`REPLICA_PEER_IDLE_MS`].
+    pub(crate) fn expire_replica_peers(&mut self, now_ms: i64) {
+        self.replica
+            .peers
+            .retain(|_, peer| now_ms - peer.seen_ms < REPLICA_PEER_IDLE_MS);
+    }
+
+    /// A stop began: answer every held replica pull now.
+    pub(crate) fn answer_held_replica_pulls(&mut self, now_ms: i64) {
+        for held in std::mem::take(&mut self.replica.held) {
+            self.replica_pull(held.request, now_ms, false);
+        }
+        self.release_slave_waits(now_ms);
+    }
+
+    /// Slave: a call from this shard's replicator thread.
+    pub(crate) fn on_replica_call(&mut self, call: ReplicaCall, now_ms: i64) {
+        if self.store.is_none() {
+            return;
+        }
+        match call {
+            ReplicaCall::Position(reply) => {
+                let ack = self.store().commit_log().appender().ack_position();
+                let position = self
+                    .store_mut()
+                    .replica_position()
+                    .map(|position| (position, ack))
+                    .map_err(|error| error.to_string());
+                let _ = reply.send(position);
+            }
+            ReplicaCall::Append { from, bytes, reply } => {
+                match self
+                    .store_mut()
+                    .append_replicated(from, &bytes, now_ms.max(0) as u64)
+                {
+                    Ok(end) => self.replica.waits.push(ReplicaWait { end, reply }),
+                    Err(error) => {
+                        tracing::warn!(shard = self.id, from, %error, "a replicated chunk is refused");
+                        let _ = reply.send(Err(error.to_string()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Slave, shard 0: takes the master's topic and group tables (persisted
+    /// and shown to the other shards as any change is).
+    pub(crate) fn apply_master_config(&mut self, config: &MasterConfig) {
+        let Some(control) = self.control.as_mut() else {
+            return;
+        };
+        let topics = control.topics.replace_from_master(&config.topics);
+        let groups = control.groups.replace_from_master(&config.groups);
+        if !topics.is_empty() || !groups.is_empty() {
+            tracing::info!(
+                topics = topics.registered.len(),
+                topics_deleted = topics.deleted.len(),
+                groups = groups.updated.len(),
+                groups_deleted = groups.deleted.len(),
+                "took the master's topic and group configs"
+            );
+        }
+        self.publish_topics(&topics);
+        self.publish_groups(&groups);
+    }
+
+    /// Slave, after the store's poll: answers the appends now acknowledgeable
+    /// (or failed with the appender).
+    pub(crate) fn run_replica_slave(&mut self, _now_ms: i64) {
+        if self.replica.waits.is_empty() || self.store.is_none() {
+            return;
+        }
+        let appender = self.store().commit_log().appender();
+        let ack = appender.ack_position();
+        let failure = appender.failure().map(str::to_owned);
+        self.replica.waits.retain(|wait| {
+            if wait.end <= ack {
+                let _ = wait.reply.send(Ok(wait.end));
+                false
+            } else if let Some(failure) = &failure {
+                let _ = wait.reply.send(Err(format!("the store failed: {failure}")));
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Whether replication holds answers (a stop waits for them).
+    pub(crate) fn replica_pending(&self) -> bool {
+        !self.replica.held.is_empty()
+            || !self.replica.waits.is_empty()
+            || !self.replica.slave_waits.is_empty()
+    }
+
+    /// Whether an acknowledged send to `reply` waits for a slave: on a
+    /// SYNC_MASTER, for client connections (internal deliveries do not).
+    pub(crate) fn waits_for_slave(&self, reply: ReplyTo) -> bool {
+        self.settings.broker_config.broker_role == BrokerRole::SyncMaster
+            && reply.conn != super::schedule::INTERNAL_CONN
+            && reply.conn != super::transaction::INTERNAL_CONN
+    }
+
+    /// SYNC_MASTER: answers `answer` once a slave has the store's ack
+    /// position durable, or at once with SLAVE_NOT_AVAILABLE when no slave
+    /// is in sync (see the module doc).
+    pub(crate) fn await_slave(&mut self, reply: ReplyTo, mut answer: RemotingCommand, now_ms: i64) {
+        let end = self.store().commit_log().appender().ack_position();
+        let in_sync = self.replica.peers.values().any(|peer| {
+            now_ms - peer.seen_ms <= REPLICA_PEER_ALIVE_MS
+                && end.saturating_sub(peer.durable) < REPLICA_IN_SYNC_GAP_MAX
+        });
+        if !in_sync || self.stopping() {
+            answer.code = response_code::SLAVE_NOT_AVAILABLE;
+            return self.reply(reply, answer);
+        }
+        let timeout = self.settings.broker_config.sync_flush_timeout_ms;
+        self.replica.slave_waits.push_back(SlaveWait {
+            end,
+            deadline_ms: now_ms.saturating_add(timeout as i64),
+            reply,
+            answer,
+        });
+        self.release_slave_waits(now_ms);
+    }
+
+    /// Answers the sends a slave now has durable, and those past their
+    /// deadline (FLUSH_SLAVE_TIMEOUT); at stop, all of them.
+    pub(crate) fn release_slave_waits(&mut self, now_ms: i64) {
+        if self.replica.slave_waits.is_empty() {
+            return;
+        }
+        let durable = self
+            .replica
+            .peers
+            .values()
+            .map(|peer| peer.durable)
+            .max()
+            .unwrap_or(0);
+        let stopping = self.stopping();
+        while let Some(wait) = self.replica.slave_waits.front() {
+            let covered = wait.end <= durable;
+            if !covered && wait.deadline_ms > now_ms && !stopping {
+                break;
+            }
+            let Some(mut wait) = self.replica.slave_waits.pop_front() else {
+                break;
+            };
+            if !covered {
+                wait.answer.code = response_code::FLUSH_SLAVE_TIMEOUT;
+            }
+            self.reply(wait.reply, wait.answer);
+        }
+    }
+
+    /// The earliest SYNC_MASTER deadline, for the turn's wait bound.
+    pub(crate) fn slave_wait_deadline(&self) -> Option<i64> {
+        self.replica
+            .slave_waits
+            .front()
+            .map(|wait| wait.deadline_ms)
+    }
+}

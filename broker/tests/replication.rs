@@ -1,0 +1,433 @@
+//! Master/slave replication between two real `ringmq broker` processes over
+//! loopback: a slave (brokerRole=SLAVE, brokerId=1) finds its master through
+//! the master's embedded name server, pulls every shard's CommitLog and
+//! holds the same records at the same offsets, refuses sends, and keeps
+//! what it has when the master is killed and when it is itself killed.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test harness: a failure is the test's answer"
+)]
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Broker, Client, fresh_store, send_message_request, start_broker};
+use ringmq_protocol::code::{request_code, response_code};
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::header::{
+    CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, PullMessageRequestHeader,
+    PullMessageResponseHeader, PullSysFlag, ReplicaPullRequestHeader, SendMessageResponseHeader,
+    ViewMessageRequestHeader,
+};
+use ringmq_protocol::message::{CrcCheck, iter_pull_body};
+
+const SHARDS: &str = "--shards=2";
+const TOPIC: &str = "Replicated";
+const QUEUES: i32 = 4;
+
+fn start_master(store: &Path) -> Option<Broker> {
+    start_broker(store, &[SHARDS.into()])
+}
+
+fn start_slave(store: &Path, master: &Broker) -> Option<Broker> {
+    start_broker(
+        store,
+        &[
+            SHARDS.into(),
+            "--brokerRole=SLAVE".into(),
+            "--brokerId=1".into(),
+            format!("--namesrvAddr=127.0.0.1:{}", master.namesrv_port),
+        ],
+    )
+}
+
+impl Client {
+    fn max_offset(&mut self, queue_id: i32) -> i64 {
+        let header = GetMaxOffsetRequestHeader {
+            topic: TOPIC.to_owned(),
+            queue_id,
+            committed: true,
+            broker_name: None,
+        };
+        let answer = self.call_ok(RemotingCommand::new_request(
+            request_code::GET_MAX_OFFSET,
+            header.to_ext_fields(),
+        ));
+        let header: GetMaxOffsetResponseHeader = answer.decode_custom_header().unwrap();
+        header.offset
+    }
+
+    /// Every record of a queue, by PULL_MESSAGE from offset 0 (not held).
+    fn pull_all(&mut self, queue_id: i32) -> Vec<Vec<u8>> {
+        let mut records = Vec::new();
+        let mut offset = 0;
+        loop {
+            let header = PullMessageRequestHeader {
+                consumer_group: "replica-readers".to_owned(),
+                topic: TOPIC.to_owned(),
+                queue_id,
+                queue_offset: offset,
+                max_msg_nums: 32,
+                sys_flag: PullSysFlag::SUBSCRIPTION,
+                subscription: Some("*".to_owned()),
+                expression_type: Some("TAG".to_owned()),
+                ..PullMessageRequestHeader::default()
+            };
+            let answer = self.call(RemotingCommand::new_request(
+                request_code::PULL_MESSAGE,
+                header.to_ext_fields(),
+            ));
+            if answer.code == response_code::PULL_NOT_FOUND {
+                return records;
+            }
+            assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+            let pulled: PullMessageResponseHeader = answer.decode_custom_header().unwrap();
+            for record in iter_pull_body(answer.body_bytes(), CrcCheck::Verify) {
+                records.push(record.unwrap().body().to_vec());
+            }
+            offset = pulled.next_begin_offset;
+        }
+    }
+
+    /// VIEW_MESSAGE_BY_ID: the stored record at a CommitLog offset.
+    fn view(&mut self, offset: i64) -> RemotingCommand {
+        let header = ViewMessageRequestHeader {
+            offset,
+            topic: None,
+        };
+        self.call(RemotingCommand::new_request(
+            request_code::VIEW_MESSAGE_BY_ID,
+            header.to_ext_fields(),
+        ))
+    }
+}
+
+/// The CommitLog offset in an offset message id (its last 8 bytes).
+fn commit_log_offset(msg_id: &str) -> i64 {
+    i64::from_str_radix(&msg_id[msg_id.len() - 16..], 16).unwrap()
+}
+
+/// Sends `count` messages over the queues; returns their CommitLog offsets.
+fn send_some(master: &mut Client, first: usize, count: usize) -> Vec<i64> {
+    (first..first + count)
+        .map(|n| {
+            let body = format!("replicated message {n} {}", "x".repeat(n % 700));
+            let request = send_message_request(
+                "pg",
+                TOPIC,
+                (n % QUEUES as usize) as i32,
+                1_700_000_000_000,
+                format!("KEYS\u{1}key-{n}\u{2}"),
+                body.as_bytes(),
+            );
+            let answer: SendMessageResponseHeader =
+                master.call_ok(request).decode_custom_header().unwrap();
+            commit_log_offset(&answer.msg_id)
+        })
+        .collect()
+}
+
+/// Waits until the slave's queues end where the master's do.
+fn wait_caught_up(master: &mut Client, slave: &mut Client) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for queue_id in 0..QUEUES {
+        let want = master.max_offset(queue_id);
+        loop {
+            let have = slave.max_offset(queue_id);
+            if have == want {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "queue {queue_id}: the slave has {have} entries, the master {want}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Every record is on the slave byte for byte as on the master.
+fn assert_same_records(master: &mut Client, slave: &mut Client, offsets: &[i64]) {
+    for &offset in offsets {
+        let on_master = master.view(offset);
+        assert_eq!(
+            on_master.code,
+            response_code::SUCCESS,
+            "{:?}",
+            on_master.remark
+        );
+        let on_slave = slave.view(offset);
+        assert_eq!(
+            on_slave.code,
+            response_code::SUCCESS,
+            "offset {offset} on the slave: {:?}",
+            on_slave.remark
+        );
+        assert_eq!(
+            on_slave.body_bytes(),
+            on_master.body_bytes(),
+            "offset {offset}"
+        );
+    }
+}
+
+fn assert_slave_holds(slave: &mut Client, expected: &[(i64, Vec<u8>)]) {
+    for (offset, record) in expected {
+        let answer = slave.view(*offset);
+        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+        assert_eq!(answer.body_bytes(), record.as_slice(), "offset {offset}");
+    }
+}
+
+#[test]
+fn a_slave_holds_its_masters_records_refuses_sends_and_keeps_them_when_either_is_killed() {
+    let master_store = fresh_store("repl-master");
+    let slave_store = fresh_store("repl-slave");
+    let Some(master) = start_master(&master_store) else {
+        return;
+    };
+    let mut to_master = master.connect();
+    to_master.create_topic(TOPIC, QUEUES);
+    // Records written before the slave exists, then while it follows.
+    let mut offsets = send_some(&mut to_master, 0, 120);
+    let slave = start_slave(&slave_store, &master).unwrap();
+    let mut to_slave = slave.connect();
+    offsets.extend(send_some(&mut to_master, 120, 120));
+    wait_caught_up(&mut to_master, &mut to_slave);
+    assert_same_records(&mut to_master, &mut to_slave, &offsets);
+    // Consumers pull the same messages from the slave (it took the
+    // master's topic table).
+    let pulled: Vec<Vec<Vec<u8>>> = (0..QUEUES).map(|q| to_master.pull_all(q)).collect();
+    assert_eq!(pulled.iter().map(Vec::len).sum::<usize>(), 240);
+    for queue_id in 0..QUEUES {
+        assert_eq!(
+            to_slave.pull_all(queue_id),
+            pulled[queue_id as usize],
+            "queue {queue_id}"
+        );
+    }
+
+    // A slave takes no writes.
+    let refused = to_slave.call(send_message_request(
+        "pg",
+        TOPIC,
+        0,
+        1_700_000_000_000,
+        String::new(),
+        b"to the slave",
+    ));
+    assert_eq!(
+        refused.code,
+        response_code::SERVICE_NOT_AVAILABLE,
+        "{:?}",
+        refused.remark
+    );
+    // Nor does it serve replication itself.
+    let cascade = to_slave.call(RemotingCommand::new_request(
+        request_code::RINGMQ_REPLICA_PULL,
+        ReplicaPullRequestHeader {
+            shard: 0,
+            shard_count: 2,
+            segment_size: 16 * 1024 * 1024,
+            offset: 0,
+            durable_offset: 0,
+            max_bytes: 1024,
+            ..ReplicaPullRequestHeader::default()
+        }
+        .to_ext_fields(),
+    ));
+    assert_eq!(
+        cascade.code,
+        response_code::SERVICE_NOT_AVAILABLE,
+        "{:?}",
+        cascade.remark
+    );
+
+    let expected: Vec<(i64, Vec<u8>)> = offsets
+        .iter()
+        .map(|&offset| (offset, to_master.view(offset).body_bytes().to_vec()))
+        .collect();
+    // The master dies: the slave still serves everything.
+    drop(to_master);
+    master.kill_nine();
+    assert_slave_holds(&mut to_slave, &expected);
+    for queue_id in 0..QUEUES {
+        assert_eq!(
+            to_slave.pull_all(queue_id),
+            pulled[queue_id as usize],
+            "queue {queue_id}"
+        );
+    }
+    // The slave dies too, and recovers what it had.
+    drop(to_slave);
+    slave.kill_nine();
+    let master = start_master(&master_store).unwrap();
+    let slave = start_slave(&slave_store, &master).unwrap();
+    let mut to_slave = slave.connect();
+    assert_slave_holds(&mut to_slave, &expected);
+    // And follows its restarted master on.
+    let mut to_master = master.connect();
+    let more = send_some(&mut to_master, 240, 40);
+    wait_caught_up(&mut to_master, &mut to_slave);
+    assert_same_records(&mut to_master, &mut to_slave, &more);
+}
+
+#[test]
+fn a_slave_with_another_shard_count_is_refused_and_stays_empty() {
+    let master_store = fresh_store("repl-master-shards");
+    let slave_store = fresh_store("repl-slave-shards");
+    let Some(master) = start_master(&master_store) else {
+        return;
+    };
+    let mut to_master = master.connect();
+    to_master.create_topic(TOPIC, QUEUES);
+    send_some(&mut to_master, 0, 10);
+    let mut to_master = master.connect();
+    let answer = to_master.call(RemotingCommand::new_request(
+        request_code::RINGMQ_REPLICA_PULL,
+        ReplicaPullRequestHeader {
+            shard: 0,
+            shard_count: 1,
+            segment_size: 16 * 1024 * 1024,
+            offset: 0,
+            durable_offset: 0,
+            max_bytes: 1024,
+            ..ReplicaPullRequestHeader::default()
+        }
+        .to_ext_fields(),
+    ));
+    assert_eq!(answer.code, response_code::SYSTEM_ERROR);
+    let remark = answer.remark.unwrap_or_default();
+    assert!(remark.contains("shard count"), "{remark}");
+    // A real slave with one shard: refused, so it holds nothing.
+    let slave = start_broker(
+        &slave_store,
+        &[
+            "--shards=1".into(),
+            "--brokerRole=SLAVE".into(),
+            "--brokerId=1".into(),
+            format!("--namesrvAddr=127.0.0.1:{}", master.namesrv_port),
+        ],
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let mut to_slave = slave.connect();
+    assert_eq!(to_slave.max_offset(0), 0);
+    drop(slave);
+    let log = common::broker_logs_text(&slave_store);
+    assert!(
+        log.contains("shard count"),
+        "the slave's log says why: {log}"
+    );
+}
+
+#[test]
+fn a_sync_master_answers_once_its_slave_has_the_message_and_says_when_it_cannot() {
+    let master_store = fresh_store("repl-sync-master");
+    let slave_store = fresh_store("repl-sync-slave");
+    let Some(master) = start_broker(
+        &master_store,
+        &[
+            SHARDS.into(),
+            "--brokerRole=SYNC_MASTER".into(),
+            "--syncFlushTimeout=1000".into(),
+        ],
+    ) else {
+        return;
+    };
+    let mut to_master = master.connect();
+    to_master.create_topic(TOPIC, QUEUES);
+    let lonely = to_master.call(send_message_request(
+        "pg",
+        TOPIC,
+        0,
+        1_700_000_000_000,
+        String::new(),
+        b"before any slave",
+    ));
+    // Stored, but no slave has it.
+    assert_eq!(
+        lonely.code,
+        response_code::SLAVE_NOT_AVAILABLE,
+        "{:?}",
+        lonely.remark
+    );
+    assert_eq!(to_master.max_offset(0), 1);
+
+    let slave = start_slave(&slave_store, &master).unwrap();
+    let mut to_slave = slave.connect();
+    // The slave's first pulls come within a second or so.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut sent = 0usize;
+    loop {
+        let request = send_message_request(
+            "pg",
+            TOPIC,
+            (sent % QUEUES as usize) as i32,
+            1_700_000_000_000,
+            String::new(),
+            format!("sync {sent}").as_bytes(),
+        );
+        let answer = to_master.call(request);
+        sent += 1;
+        if answer.code == response_code::SUCCESS {
+            break;
+        }
+        assert_eq!(
+            answer.code,
+            response_code::SLAVE_NOT_AVAILABLE,
+            "{:?}",
+            answer.remark
+        );
+        assert!(Instant::now() < deadline, "the slave never came in sync");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // From now on every SUCCESS means the slave holds the record already.
+    for n in 0..60 {
+        let request = send_message_request(
+            "pg",
+            TOPIC,
+            n % QUEUES,
+            1_700_000_000_000,
+            String::new(),
+            format!("sync {n} {}", "y".repeat(n as usize * 37)).as_bytes(),
+        );
+        let answer = to_master.call_ok(request);
+        let header: SendMessageResponseHeader = answer.decode_custom_header().unwrap();
+        let offset = commit_log_offset(&header.msg_id);
+        let on_slave = to_slave.view(offset);
+        assert_eq!(
+            on_slave.code,
+            response_code::SUCCESS,
+            "send {n}: {:?}",
+            on_slave.remark
+        );
+        assert_eq!(on_slave.body_bytes(), to_master.view(offset).body_bytes());
+    }
+    // The slave dies: a send waits for it syncFlushTimeout, then says so.
+    drop(to_slave);
+    slave.kill_nine();
+    let started = Instant::now();
+    let answer = to_master.call(send_message_request(
+        "pg",
+        TOPIC,
+        1,
+        1_700_000_000_000,
+        String::new(),
+        b"after the slave",
+    ));
+    assert_eq!(
+        answer.code,
+        response_code::FLUSH_SLAVE_TIMEOUT,
+        "{:?}",
+        answer.remark
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+}

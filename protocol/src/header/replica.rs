@@ -1,0 +1,51 @@
+//! RINGMQ_REPLICA_PULL (9101): ringmq's own request, by which a slave's
+//! shard pulls its master's shard's CommitLog. Not a RocketMQ command:
+//! Java's classic HA streams one CommitLog over the HA port, while a
+//! ringmq broker has one CommitLog per shard (docs/architecture.md,
+//! "Replication").
+//!
+//! The slave names where its log ends (`offset`, shard-local) and what it
+//! has made durable; on the first pull of a connection it also names its
+//! last record (`lastOffset`, `lastSize`, `lastCrc`), which the master
+//! checks against its own log before serving it. The answer's body is
+//! whole records from `offset`, possibly empty.
+
+use super::custom_header;
+
+custom_header! {
+    /// The slave's pull.
+    pub struct ReplicaPullRequestHeader {
+        /// `shard`: the shard whose CommitLog is pulled (the slave's shard
+        /// of the same id appends it).
+        shard: required i32 = "shard",
+        /// `shardCount`: the slave's shard count (must be the master's).
+        shard_count: required i32 = "shardCount",
+        /// `segmentSize`: the slave's CommitLog segment size (must be the
+        /// master's: a BLANK ends a segment at the same offset on both).
+        segment_size: required i64 = "segmentSize",
+        /// `offset`: shard-local end of the slave's log; the chunk starts here.
+        offset: required i64 = "offset",
+        /// `durableOffset`: shard-local end of what the slave made durable.
+        durable_offset: required i64 = "durableOffset",
+        /// `lastOffset`: the slave's last record (with `lastSize` and
+        /// `lastCrc`), on the first pull of a connection.
+        last_offset: optional i64 = "lastOffset",
+        /// `lastSize`: its TOTALSIZE.
+        last_size: optional i32 = "lastSize",
+        /// `lastCrc`: the CRC-32C of its bytes.
+        last_crc: optional i64 = "lastCrc",
+        /// `maxBytes`: about this many bytes at most (a larger record comes whole).
+        max_bytes: required i32 = "maxBytes",
+        /// `suspendMillis`: how long the master may hold a pull that finds
+        /// nothing new.
+        suspend_millis: required i64 = "suspendMillis",
+    }
+}
+
+custom_header! {
+    /// The master's answer (the body holds the records).
+    pub struct ReplicaPullResponseHeader {
+        /// `masterOffset`: shard-local end of what the master acknowledges.
+        master_offset: required i64 = "masterOffset",
+    }
+}
