@@ -36,6 +36,11 @@ import org.junit.jupiter.api.Assumptions;
  * {@link #restart()} skip the calling test through a JUnit assumption, since another party owns
  * that broker.
  *
+ * <p>A broker may also register with a {@link NameServerUnderTest} instead of running its own name
+ * server ({@code --namesrvAddr=HOST:PORT} in place of {@code --namesrvListenPort}), under a name it
+ * shares with other brokers (a master and its slave): {@link #start(String, String,
+ * NameServerUnderTest, int, String...)}.
+ *
  * <p>Without either property every test fails: a missing binary must not look like a pass.
  */
 final class BrokerUnderTest implements AutoCloseable {
@@ -58,36 +63,35 @@ final class BrokerUnderTest implements AutoCloseable {
     private final String brokerName;
     private final int listenPort;
     private final int namesrvPort;
+    /** The name server the broker registers with; {@code null}: its embedded one on namesrvPort. */
+    private final String registersWith;
     private final String external;
     private final List<String> command;
     private final File log;
     private final Path storeDir;
     private Process process;
 
-    private BrokerUnderTest(String testName, int listenPort, List<String> extraArgs) throws IOException {
+    private BrokerUnderTest(String testName, String brokerName, String registersWith, int listenPort,
+            List<String> extraArgs) throws IOException {
         this.testName = testName;
-        this.brokerName = "java-" + testName;
+        this.brokerName = brokerName;
         this.listenPort = listenPort;
         // Leaves listenPort - 2 (RocketMQ's fast port) and listenPort + 1 (its HA port) alone.
         this.namesrvPort = listenPort + 6;
-        String ext = System.getProperty("ringmq.external.namesrv");
-        this.external = ext == null || ext.isBlank() ? null : ext.trim();
+        this.registersWith = registersWith;
+        this.external = externalNamesrv();
         this.log = new File(ItSupport.targetDir(), "ringmq-" + testName + ".log");
         this.storeDir = new File(ItSupport.targetDir(), "ringmq-store-" + testName).toPath();
         this.command = new ArrayList<>();
         if (external == null) {
-            String bin = System.getProperty("ringmq.bin");
-            if (bin == null || bin.isEmpty()) {
-                fail("system property ringmq.bin (path of the ringmq binary) is not set and "
-                        + "ringmq.external.namesrv is not given; run through scripts/java-tests.sh");
-            }
-            if (!new File(bin).canExecute()) {
-                fail("ringmq.bin=" + bin + " is not an executable file");
-            }
-            command.add(bin);
+            command.add(binary());
             command.add("broker");
             command.add("--listenPort=" + listenPort);
-            command.add("--namesrvListenPort=" + namesrvPort);
+            if (registersWith == null) {
+                command.add("--namesrvListenPort=" + namesrvPort);
+            } else {
+                command.add("--namesrvAddr=" + registersWith);
+            }
             command.add("--storePathRootDir=" + storeDir);
             command.add("--brokerIP1=" + HOST);
             command.add("--brokerName=" + brokerName);
@@ -107,7 +111,28 @@ final class BrokerUnderTest implements AutoCloseable {
      */
     static BrokerUnderTest start(String testName, int listenPort, String... extraArgs) throws Exception {
         ItSupport.configureClientLogging();
-        BrokerUnderTest broker = new BrokerUnderTest(testName, ItSupport.port(listenPort), List.of(extraArgs));
+        return launchFresh(new BrokerUnderTest(testName, "java-" + testName, null, ItSupport.port(listenPort),
+                List.of(extraArgs)));
+    }
+
+    /**
+     * Starts broker {@code brokerName} (not derived from {@code testName}: a master and its slave
+     * share it) for {@code testName} on {@code listenPort} (plus the port offset) with a fresh store,
+     * registered with {@code namesrv} and without a name server of its own. Only for brokers this
+     * harness starts (see {@link #assumeStartable}).
+     *
+     * @param extraArgs further {@code --KEY=VALUE} options (e.g. {@code --brokerRole=SLAVE})
+     */
+    static BrokerUnderTest start(String testName, String brokerName, NameServerUnderTest namesrv, int listenPort,
+            String... extraArgs) throws Exception {
+        assumeStartable("a broker registered with a name server of the harness");
+        ItSupport.configureClientLogging();
+        return launchFresh(new BrokerUnderTest(testName, brokerName, namesrv.addr(), ItSupport.port(listenPort),
+                List.of(extraArgs)));
+    }
+
+    /** Starts {@code broker} on a fresh store and log, unless it is external. */
+    private static BrokerUnderTest launchFresh(BrokerUnderTest broker) throws Exception {
         if (!broker.isExternal()) {
             deleteRecursively(broker.storeDir);
             Files.createDirectories(broker.storeDir);
@@ -124,12 +149,52 @@ final class BrokerUnderTest implements AutoCloseable {
 
     /** The name server address clients are given. */
     String namesrvAddr() {
-        return external != null ? external : HOST + ":" + namesrvPort;
+        if (external != null) {
+            return external;
+        }
+        return registersWith != null ? registersWith : HOST + ":" + namesrvPort;
+    }
+
+    /** The broker's own address ({@code 127.0.0.1:listenPort}), e.g. for requests to a slave. */
+    String addr() {
+        if (external != null) {
+            fail("the address of an external broker is the name server's to tell");
+        }
+        return HOST + ":" + listenPort;
     }
 
     /** The test log of the started broker, for failure messages. */
     String logPath() {
         return external != null ? "(external broker at " + external + ")" : log.getPath();
+    }
+
+    /**
+     * Skips the calling test (JUnit assumption) when the tests run against an external broker:
+     * for tests that start brokers (and name servers) of their own.
+     */
+    static void assumeStartable(String what) {
+        String ext = externalNamesrv();
+        Assumptions.assumeTrue(ext == null, () -> what + " needs processes this harness starts; the tests run "
+                + "against the broker(s) of ringmq.external.namesrv=" + ext);
+    }
+
+    /** The system property {@code ringmq.external.namesrv}, or {@code null} when not given. */
+    private static String externalNamesrv() {
+        String ext = System.getProperty("ringmq.external.namesrv");
+        return ext == null || ext.isBlank() ? null : ext.trim();
+    }
+
+    /** The ringmq binary (system property {@code ringmq.bin}); fails the test when there is none. */
+    static String binary() {
+        String bin = System.getProperty("ringmq.bin");
+        if (bin == null || bin.isEmpty()) {
+            fail("system property ringmq.bin (path of the ringmq binary) is not set and "
+                    + "ringmq.external.namesrv is not given; run through scripts/java-tests.sh");
+        }
+        if (!new File(bin).canExecute()) {
+            fail("ringmq.bin=" + bin + " is not an executable file");
+        }
+        return bin;
     }
 
     /** Skips the calling test (JUnit assumption) when the broker is external. */
@@ -264,8 +329,21 @@ final class BrokerUnderTest implements AutoCloseable {
         }
     }
 
+    /**
+     * Kills {@code p} and anything it started when the test JVM exits, unless {@link #killTree}
+     * or {@link #forget} comes first (for the other processes the harness starts).
+     */
+    static void killAtExit(Process p) {
+        LIVE.add(p);
+    }
+
+    /** Forgets a {@link #killAtExit} process that exited. */
+    static void forget(Process p) {
+        LIVE.remove(p);
+    }
+
     /** SIGKILL to the process and anything it started; waits for each to disappear. */
-    private static void killTree(Process p) {
+    static void killTree(Process p) {
         LIVE.remove(p);
         List<ProcessHandle> all = new ArrayList<>();
         p.toHandle().descendants().forEach(all::add);
@@ -282,7 +360,7 @@ final class BrokerUnderTest implements AutoCloseable {
         }
     }
 
-    private static void deleteRecursively(Path dir) throws IOException {
+    static void deleteRecursively(Path dir) throws IOException {
         if (!Files.exists(dir)) {
             return;
         }

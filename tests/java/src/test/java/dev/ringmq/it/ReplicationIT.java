@@ -1,0 +1,381 @@
+package dev.ringmq.it;
+
+import static dev.ringmq.it.ItSupport.await;
+import static dev.ringmq.it.ItSupport.body;
+import static dev.ringmq.it.ItSupport.message;
+import static dev.ringmq.it.ItSupport.unique;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayDeque;
+import java.util.Deque;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
+
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.impl.CommunicationMode;
+import org.apache.rocketmq.client.impl.MQClientAPIImpl;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.MixAll;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageDecoder;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.common.topic.TopicValidator;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.header.SendMessageRequestHeader;
+import org.apache.rocketmq.remoting.protocol.route.BrokerData;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * Master/slave replication seen through the official client: a master and a slave of the same
+ * {@code brokerName} ({@code --brokerRole=SLAVE --brokerId=1}) register with one standalone
+ * {@code ringmq namesrv}, so that the name server outlives a master killed with SIGKILL (an
+ * embedded one would die with it). Then the name server routes the broker name to the slave alone,
+ * and a consumer reads from it ({@code findBrokerAddressInSubscribe} falls back from the master to
+ * brokerId 1).
+ *
+ * <p>The topic is created on the master before the slave starts: a slave takes its master's
+ * topic table when it connects (and every 10 s). A consumer group is new to the slave (it does
+ * not sync consumer offsets), so it starts at CONSUME_FROM_FIRST_OFFSET.
+ *
+ * <p>Replication is fast enough that an ASYNC_MASTER killed right after its acknowledgements has
+ * rarely, if ever, an acknowledged message its slave lacks; what tells a SYNC_MASTER apart is its
+ * SLAVE_NOT_AVAILABLE to a send while it has no slave.
+ *
+ * <p>Needs brokers this harness starts, so it is skipped against an external broker.
+ */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class ReplicationIT {
+    /**
+     * Each test uses PORT + 20 * n (its master; its name server 6 above, as an embedded one would
+     * be) and PORT + 20 * n + 10 (its slave).
+     */
+    static final int PORT = 23800;
+    static final int QUEUES = 4;
+    /** Master and slave must have the same shard count (and CommitLog segment size). */
+    static final String SHARDS = "--shards=2";
+    /** Messages sent to the ASYNC_MASTER. */
+    static final int COUNT = 200;
+    /** SEND_OKs from the SYNC_MASTER before it is killed. */
+    static final int ACKED_BEFORE_KILL = 100;
+    /** Upper bound of sends, so the loop ends even if the kill never lands. */
+    static final int MAX_SENDS = 100_000;
+
+    /** What the running test started, closed the last first after it. */
+    private final Deque<AutoCloseable> started = new ArrayDeque<>();
+
+    /** A name server, a master registered with it with the test's topic, and the master's slave. */
+    record Pair(NameServerUnderTest namesrv, BrokerUnderTest master, BrokerUnderTest slave, String brokerName,
+            DefaultMQAdminExt admin, List<MessageQueue> queues) {
+    }
+
+    /** What a test does on the master before its slave starts. */
+    @FunctionalInterface
+    interface BeforeSlave {
+        void run(BrokerUnderTest master, List<MessageQueue> queues) throws Exception;
+    }
+
+    @BeforeEach
+    void assumeStartable() {
+        BrokerUnderTest.assumeStartable("replication between a master and a slave");
+    }
+
+    @AfterEach
+    void closeStarted() throws Exception {
+        Exception first = null;
+        while (!started.isEmpty()) {
+            try {
+                started.pop().close();
+            } catch (Exception e) {
+                if (first == null) {
+                    first = e;
+                } else {
+                    first.addSuppressed(e);
+                }
+            }
+        }
+        if (first != null) {
+            throw first;
+        }
+    }
+
+    private <T extends AutoCloseable> T keep(T resource) {
+        started.push(resource);
+        return resource;
+    }
+
+    /**
+     * Starts test {@code n}'s name server and master ({@code masterArgs} added), creates
+     * {@code topic} on the master, then starts the slave and waits until the name server lists
+     * both under the broker name.
+     */
+    Pair startPair(int n, String label, String topic, String... masterArgs) throws Exception {
+        return startPair(n, label, topic, (master, queues) -> {
+        }, masterArgs);
+    }
+
+    /** {@link #startPair(int, String, String, String...)}, running {@code beforeSlave} before the slave starts. */
+    Pair startPair(int n, String label, String topic, BeforeSlave beforeSlave, String... masterArgs)
+            throws Exception {
+        int base = PORT + 20 * n;
+        String brokerName = "java-" + label;
+        NameServerUnderTest namesrv = keep(NameServerUnderTest.start(label + "-namesrv", base + 6));
+        String[] args = new String[masterArgs.length + 1];
+        args[0] = SHARDS;
+        System.arraycopy(masterArgs, 0, args, 1, masterArgs.length);
+        BrokerUnderTest master = keep(BrokerUnderTest.start(label + "-master", brokerName, namesrv, base, args));
+        Clients clients = keep(new Clients(() -> master));
+        DefaultMQAdminExt admin = clients.startAdmin();
+        List<MessageQueue> queues = clients.createTopic(admin, topic, QUEUES);
+        beforeSlave.run(master, queues);
+        BrokerUnderTest slave = keep(BrokerUnderTest.start(label + "-slave", brokerName, namesrv, base + 10,
+                SHARDS, "--brokerRole=SLAVE", "--brokerId=1"));
+        await("master and slave of " + brokerName + " registered with " + namesrv.addr(), () -> {
+            Map<Long, String> addrs = brokerAddrs(admin, brokerName);
+            return master.addr().equals(addrs.get(MixAll.MASTER_ID)) && slave.addr().equals(addrs.get(1L));
+        }, () -> "broker addresses " + brokerAddrs(admin, brokerName) + "; logs " + master.logPath() + ", "
+                + slave.logPath());
+        return new Pair(namesrv, master, slave, brokerName, admin, queues);
+    }
+
+    /** The addresses the name server lists under {@code brokerName}, by broker id (empty if none). */
+    static Map<Long, String> brokerAddrs(DefaultMQAdminExt admin, String brokerName) throws Exception {
+        BrokerData data = admin.examineBrokerClusterInfo().getBrokerAddrTable().get(brokerName);
+        return data == null ? Map.of() : new TreeMap<>(data.getBrokerAddrs());
+    }
+
+    /** GET_MAX_OFFSET of {@code queue} asked of the broker at {@code addr}. */
+    static long maxOffsetAt(DefaultMQAdminExt admin, String addr, MessageQueue queue) throws Exception {
+        return api(admin).getMaxOffset(addr, queue, ItSupport.ADMIN_TIMEOUT_MS);
+    }
+
+    static MQClientAPIImpl api(DefaultMQAdminExt admin) {
+        return admin.getDefaultMQAdminExtImpl().getMqClientInstance().getMQClientAPIImpl();
+    }
+
+    /** Queue id: master's max offset / slave's max offset, for failure messages. */
+    static String maxOffsets(Pair pair) {
+        StringBuilder text = new StringBuilder();
+        for (MessageQueue queue : pair.queues()) {
+            text.append(queue.getQueueId()).append(": ");
+            for (BrokerUnderTest broker : List.of(pair.master(), pair.slave())) {
+                try {
+                    text.append(maxOffsetAt(pair.admin(), broker.addr(), queue));
+                } catch (Exception e) {
+                    text.append(e.getClass().getSimpleName());
+                }
+                text.append(broker == pair.master() ? " (master) / " : " (slave); ");
+            }
+        }
+        return text.toString();
+    }
+
+    /** Waits until the name server lists only the slave under the broker name (the master was killed). */
+    static void awaitOnlyTheSlave(Pair pair) throws Exception {
+        await("the name server dropping the killed master of " + pair.brokerName(),
+                () -> brokerAddrs(pair.admin(), pair.brokerName()).equals(Map.of(1L, pair.slave().addr())),
+                () -> "broker addresses " + brokerAddrs(pair.admin(), pair.brokerName()) + "; name server log "
+                        + pair.namesrv().logPath());
+    }
+
+    /**
+     * Starts a push consumer of a new group (CONSUME_FROM_FIRST_OFFSET) through the name server of
+     * {@code pair} and waits until it received every key of {@code expected}.
+     *
+     * @return everything it received
+     */
+    ConcurrentLinkedQueue<MessageExt> consumeFromSlave(Pair pair, String topic, Set<String> expected)
+            throws Exception {
+        ConcurrentLinkedQueue<MessageExt> received = new ConcurrentLinkedQueue<>();
+        Clients consumers = keep(new Clients(pair::slave));
+        consumers.startPushConsumer(unique("repl-group"), "repl-consumer", topic, ItSupport.collectInto(received));
+        ItSupport.awaitKeys("every message from the slave " + pair.slave().addr(), ItSupport.WAIT_MS, received,
+                expected);
+        return received;
+    }
+
+    /**
+     * Every message of {@code received} was sent ({@code sent}) with the same tags and body, and the
+     * one of each key in {@code acked} sits at the queue and offset of its SEND_OK.
+     */
+    static void assertAsSent(Map<String, Message> sent, Map<String, SendResult> acked,
+            ConcurrentLinkedQueue<MessageExt> received) {
+        Set<String> atTheirPlace = new TreeSet<>();
+        for (MessageExt message : received) {
+            Message original = sent.get(message.getKeys());
+            assertNotNull(original, "received a message never sent: " + message);
+            assertEquals(original.getTags(), message.getTags(), "tags of " + message.getKeys());
+            assertEquals(body(original), body(message), "body of " + message.getKeys());
+            SendResult result = acked.get(message.getKeys());
+            if (result != null) {
+                assertEquals(result.getMsgId(), message.getMsgId(), "msgId of " + message.getKeys());
+                if (result.getMessageQueue().getQueueId() == message.getQueueId()
+                        && result.getQueueOffset() == message.getQueueOffset()) {
+                    atTheirPlace.add(message.getKeys());
+                }
+            }
+        }
+        Set<String> elsewhere = new TreeSet<>(acked.keySet());
+        elsewhere.removeAll(atTheirPlace);
+        assertTrue(elsewhere.isEmpty(), "not at the queue/offset their SEND_OK named on the slave: " + elsewhere);
+    }
+
+    @Test
+    void aConsumerReadsEveryMessageFromTheSlaveAfterTheMasterIsKilled() throws Exception {
+        String topic = unique("repl");
+        Pair pair = startPair(0, "repl-async", topic);
+        DefaultMQProducer producer = keep(new Clients(pair::master)).startProducer(unique("repl-producer"));
+        Map<String, Message> sent = new LinkedHashMap<>();
+        Map<String, SendResult> acked = new LinkedHashMap<>();
+        for (int i = 0; i < COUNT; i++) {
+            Message message = message(topic, "TagRepl" + (i % 3), topic + "-key-" + i, "replicated body " + i);
+            acked.put(message.getKeys(), ItSupport.sendOk(producer, message, "send " + i));
+            sent.put(message.getKeys(), message);
+        }
+        // An ASYNC_MASTER answers before its slave has a message: wait until the slave's queues end
+        // where the master's do.
+        await("the slave's queues as long as the master's", () -> {
+            long total = 0;
+            for (MessageQueue queue : pair.queues()) {
+                long master = maxOffsetAt(pair.admin(), pair.master().addr(), queue);
+                if (maxOffsetAt(pair.admin(), pair.slave().addr(), queue) != master) {
+                    return false;
+                }
+                total += master;
+            }
+            return total == COUNT;
+        }, () -> maxOffsets(pair));
+
+        pair.master().kill9();
+        awaitOnlyTheSlave(pair);
+        ConcurrentLinkedQueue<MessageExt> received = consumeFromSlave(pair, topic, sent.keySet());
+        assertEquals(sent.keySet(), ItSupport.keys(received), "keys received from the slave");
+        assertAsSent(sent, acked, received);
+        // A slave whose master is gone still stops cleanly (exit status 0 within the bound).
+        pair.slave().stop();
+    }
+
+    @Test
+    void aSyncMasterAcknowledgesOnlyWhatItsSlaveHas() throws Exception {
+        String topic = unique("repl-sync");
+        Map<String, Message> attempted = new ConcurrentHashMap<>();
+        AtomicReference<DefaultMQProducer> started = new AtomicReference<>();
+        Pair pair = startPair(1, "repl-sync", topic, (master, queues) -> {
+            DefaultMQProducer first = keep(new Clients(() -> master)).startProducer(unique("repl-sync-producer"));
+            // One attempt per send: a retry inside the client would blur which attempt was acked.
+            first.setRetryTimesWhenSendFailed(0);
+            started.set(first);
+            // Stored, but not acknowledged: no slave has it.
+            Message lonely = message(topic, "TagLonely", topic + "-lonely", "sent before the slave started");
+            attempted.put(lonely.getKeys(), lonely);
+            SendResult result = first.send(lonely);
+            assertEquals(SendStatus.SLAVE_NOT_AVAILABLE, result.getSendStatus(),
+                    () -> "a SYNC_MASTER without a slave answered " + result);
+        }, "--brokerRole=SYNC_MASTER");
+        DefaultMQProducer producer = started.get();
+        Map<String, SendResult> acked = new ConcurrentHashMap<>();
+        Map<String, Integer> failures = new ConcurrentHashMap<>();
+        AtomicReference<Throwable> unexpected = new AtomicReference<>();
+        AtomicBoolean stopSending = new AtomicBoolean();
+        Thread sender = new Thread(() -> {
+            for (int i = 0; i < MAX_SENDS && !stopSending.get(); i++) {
+                Message message = message(topic, "TagSync" + (i % 3), topic + "-key-" + i, "sync body " + i);
+                attempted.put(message.getKeys(), message);
+                try {
+                    SendResult result = producer.send(message);
+                    if (result.getSendStatus() == SendStatus.SEND_OK) {
+                        acked.put(message.getKeys(), result);
+                    } else {
+                        // SLAVE_NOT_AVAILABLE until the slave's first pull, FLUSH_SLAVE_TIMEOUT.
+                        failures.merge(result.getSendStatus().name(), 1, Integer::sum);
+                    }
+                } catch (Exception e) {
+                    failures.merge(e.getClass().getSimpleName(), 1, Integer::sum);
+                } catch (Throwable t) {
+                    unexpected.set(t);
+                    return;
+                }
+            }
+        }, "repl-sync-sender");
+        sender.start();
+        try {
+            await(ACKED_BEFORE_KILL + " SEND_OKs from the SYNC_MASTER",
+                    () -> acked.size() >= ACKED_BEFORE_KILL || !sender.isAlive(),
+                    () -> acked.size() + " acked, other outcomes " + failures + "; " + maxOffsets(pair));
+            // Right after the acknowledgements, no waiting for the slave: it must have them already.
+            pair.master().kill9();
+        } finally {
+            stopSending.set(true);
+            sender.join(TimeUnit.SECONDS.toMillis(60));
+        }
+        assertFalse(sender.isAlive(), "the sender thread did not stop");
+        assertNull(unexpected.get(), "sender thread error");
+        assertTrue(acked.size() >= ACKED_BEFORE_KILL, "acked before the kill: " + acked.size()
+                + ", other outcomes " + failures);
+        awaitOnlyTheSlave(pair);
+
+        // Sends that were not acknowledged may or may not have reached the slave.
+        ConcurrentLinkedQueue<MessageExt> received = consumeFromSlave(pair, topic, acked.keySet());
+        assertAsSent(attempted, acked, received);
+    }
+
+    @Test
+    void aSlaveRefusesSends() throws Exception {
+        String topic = unique("repl-refuse");
+        Pair pair = startPair(2, "repl-refuse", topic);
+        DefaultMQProducer producer = keep(new Clients(pair::master)).startProducer(unique("repl-refuse-producer"));
+        Message message = message(topic, "TagRefused", topic + "-key-0", "sent to the slave");
+        SendMessageRequestHeader header = new SendMessageRequestHeader();
+        header.setProducerGroup(producer.getProducerGroup());
+        header.setTopic(topic);
+        header.setDefaultTopic(TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC);
+        header.setDefaultTopicQueueNums(QUEUES);
+        header.setQueueId(0);
+        header.setSysFlag(0);
+        header.setBornTimestamp(System.currentTimeMillis());
+        header.setFlag(message.getFlag());
+        header.setProperties(MessageDecoder.messageProperties2String(message.getProperties()));
+        header.setReconsumeTimes(0);
+        header.setBatch(false);
+        MQClientAPIImpl api = producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl();
+        MQBrokerException refused = assertThrows(MQBrokerException.class,
+                () -> api.sendMessage(pair.slave().addr(), pair.brokerName(), message, header,
+                        ItSupport.SEND_TIMEOUT_MS, CommunicationMode.SYNC, null, null),
+                "SEND_MESSAGE straight to the slave");
+        assertEquals(ResponseCode.SERVICE_NOT_AVAILABLE, refused.getResponseCode(), () -> "answer: " + refused);
+
+        // A message sent through the name server goes to the master, and on to the slave; the
+        // refused one is stored on neither.
+        Message accepted = message(topic, "TagAccepted", topic + "-key-1", "sent to the master");
+        MessageQueue queue = ItSupport.sendOk(producer, accepted, "send to the master").getMessageQueue();
+        await("the accepted message on the slave", () -> maxOffsetAt(pair.admin(), pair.slave().addr(), queue) == 1,
+                () -> maxOffsets(pair));
+        for (BrokerUnderTest broker : List.of(pair.master(), pair.slave())) {
+            long total = 0;
+            for (MessageQueue each : pair.queues()) {
+                total += maxOffsetAt(pair.admin(), broker.addr(), each);
+            }
+            assertEquals(1, total, "messages stored on " + broker + ": " + maxOffsets(pair));
+        }
+    }
+}
