@@ -348,6 +348,33 @@ impl ConsumerOffsetTable {
         out
     }
 
+    /// A slave takes its master's offsets of the queues `owns_queue`
+    /// accepts (Java's `SlaveSynchronize.syncConsumerOffset`): each one the
+    /// master has replaces the slave's; offsets only the slave has stay.
+    /// Returns how many changed (the table is dirty when any did).
+    pub fn take_from_master(
+        &mut self,
+        master: &ConsumerOffsetFile,
+        owns_queue: impl Fn(i32) -> bool,
+    ) -> usize {
+        let mut changed = 0;
+        for (key, queues) in &master.offset_table {
+            for (&queue_id, &offset) in queues.iter().filter(|(q, _)| owns_queue(**q)) {
+                let entry = self.offsets.entry(key.clone()).or_default();
+                if entry.insert(queue_id, offset) != Some(offset) {
+                    changed += 1;
+                }
+            }
+        }
+        if changed > 0 {
+            self.dirty = true;
+            if let Some(version) = master.data_version {
+                self.data_version = version;
+            }
+        }
+        changed
+    }
+
     /// Loads `consumerOffset.json`, keeping the queues `owns_queue` accepts
     /// (this shard's). Loading does not make the table dirty.
     ///
@@ -613,5 +640,28 @@ mod tests {
         assert_eq!(offset_key("T", "g"), "T@g");
         assert_eq!(split_offset_key("T@g"), Some(("T", "g")));
         assert_eq!(split_offset_key("broken"), None);
+    }
+
+    #[test]
+    fn a_slave_takes_its_masters_offsets_of_its_own_queues() {
+        let mut master = ConsumerOffsetTable::new(NOW);
+        master.commit("g", "t", 0, 40, NOW);
+        master.commit("g", "t", 1, 41, NOW);
+        master.commit("g", "t", 2, 42, NOW);
+        let mut slave = ConsumerOffsetTable::new(NOW);
+        slave.commit("g", "t", 0, 7, NOW);
+        slave.commit("only-here", "t", 0, 9, NOW);
+        slave.mark_persisted(NOW);
+        // The slave's shard owns the even queues.
+        let changed = slave.take_from_master(&master.to_file(), |queue_id| queue_id % 2 == 0);
+        assert_eq!(changed, 2);
+        assert!(slave.is_dirty());
+        assert_eq!(slave.query("g", "t", 0), Some(40));
+        assert_eq!(slave.query("g", "t", 1), None, "not this shard's queue");
+        assert_eq!(slave.query("g", "t", 2), Some(42));
+        assert_eq!(slave.query("only-here", "t", 0), Some(9));
+        slave.mark_persisted(NOW);
+        assert_eq!(slave.take_from_master(&master.to_file(), |q| q % 2 == 0), 0);
+        assert!(!slave.is_dirty(), "nothing new, nothing to write");
     }
 }

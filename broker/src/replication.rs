@@ -9,8 +9,9 @@
 //!      REPLICA_PULL(offset, durableOffset, last record on the first) ─▶ chunk
 //!      ─▶ Append(from, chunk) (shard k) ─▶ answered once acknowledgeable ─▶ offset = end }
 //!  any error: log, drop the connection, wait, start again from Position
-//!  thread 0, at start and every 10 s: GET_ALL_TOPIC_CONFIG + GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-//!      ─▶ MasterConfig (shard 0 takes the tables, as Java's SlaveSynchronize)
+//!  at start and every 10 s (Java's SlaveSynchronize): thread k: RINGMQ_REPLICA_OFFSETS
+//!      ─▶ MasterOffsets (shard k takes its queues' consumer offsets); thread 0 also
+//!      GET_ALL_TOPIC_CONFIG + GET_ALL_SUBSCRIPTIONGROUP_CONFIG ─▶ MasterConfig (shard 0)
 //! ```
 //!
 //! The thread blocks on its socket and on its shard's answers; neither is
@@ -22,7 +23,7 @@
 //! - Each session starts from the store's own position, so a refused or
 //!   failed chunk is never skipped.
 
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -31,12 +32,17 @@ use std::time::{Duration, Instant};
 
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
-use ringmq_protocol::header::{CustomHeader, ReplicaPullRequestHeader};
-use ringmq_protocol::json::{SubscriptionGroupWrapper, TopicConfigSerializeWrapper};
+use ringmq_protocol::header::{
+    CustomHeader, ReplicaOffsetsRequestHeader, ReplicaPullRequestHeader,
+};
+use ringmq_protocol::json::{
+    ConsumerOffsetFile, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
+};
 use ringmq_storage::ring::Waker;
 
 use crate::shard::link::ShardMsg;
 use crate::shard::replica::{MasterConfig, REPLICA_CHUNK_BYTES_MAX, ReplicaCall};
+use crate::shard::runtime::{call, connect};
 
 /// How long a master may hold one replica pull that finds nothing new.
 pub const REPLICA_SUSPEND_MS: i64 = 1_000;
@@ -47,8 +53,9 @@ pub const REPLICA_IO_TIMEOUT: Duration = Duration::from_secs(5);
 pub const REPLICA_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// Wait before trying again after the master refused the slave's position.
 pub const REPLICA_REFUSED_RETRY_DELAY: Duration = Duration::from_secs(5);
-/// How often the thread of shard 0 fetches the master's topic and group
-/// tables (Java's `SlaveSynchronize` period); also at every session start.
+/// How often each thread fetches its master shard's consumer offsets, and
+/// the thread of shard 0 the master's topic and group tables (Java's
+/// `SlaveSynchronize` period); also at every session start.
 pub const MASTER_CONFIG_SYNC_PERIOD: Duration = Duration::from_secs(10);
 /// Longest a shard may take to answer its replicator (a SYNC_FLUSH ack
 /// behind a slow disk included).
@@ -151,12 +158,7 @@ impl Replicator {
         call: impl FnOnce(mpsc::Sender<Result<T, String>>) -> ReplicaCall,
     ) -> Result<T, SessionEnd> {
         let (tx, rx) = mpsc::channel();
-        if self.inbox.send(ShardMsg::Replica(call(tx))).is_err() {
-            return Err(SessionEnd::Stop);
-        }
-        if let Err(error) = self.waker.wake() {
-            tracing::warn!(shard = self.shard, %error, "waking the shard failed");
-        }
+        self.tell_shard(ShardMsg::Replica(call(tx)))?;
         match rx.recv_timeout(REPLICA_SHARD_TIMEOUT) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(SessionEnd::Refused(format!("the slave's store: {error}"))),
@@ -180,21 +182,23 @@ impl Replicator {
                 "no master registered with the name server".into(),
             ));
         };
-        let mut stream =
-            connect(&addr).map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
+        let suspend = Duration::from_millis(REPLICA_SUSPEND_MS as u64);
+        let mut stream = connect(&addr, REPLICA_IO_TIMEOUT, suspend + REPLICA_IO_TIMEOUT)
+            .map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
         let (position, ack) = self.call_shard(ReplicaCall::Position)?;
         let mut from = position.end;
         let mut durable = ack.min(from);
         let mut last_record = position.last_record;
         let mut opaque = 0i32;
-        let mut config_synced: Option<Instant> = None;
+        let mut synced: Option<Instant> = None;
         tracing::info!(shard = self.shard, master = %addr, from, "replicating from the master");
         while !self.stop.load(Ordering::Relaxed) {
-            if self.shard == 0
-                && config_synced.is_none_or(|at| at.elapsed() >= MASTER_CONFIG_SYNC_PERIOD)
-            {
-                self.sync_master_config(&mut stream, &addr, &mut opaque)?;
-                config_synced = Some(Instant::now());
+            if synced.is_none_or(|at| at.elapsed() >= MASTER_CONFIG_SYNC_PERIOD) {
+                if self.shard == 0 {
+                    self.sync_master_config(&mut stream, &addr, &mut opaque)?;
+                }
+                self.sync_master_offsets(&mut stream, &addr, &mut opaque)?;
+                synced = Some(Instant::now());
             }
             let header = ReplicaPullRequestHeader {
                 shard: i32::from(self.shard),
@@ -227,6 +231,41 @@ impl Replicator {
 }
 
 impl Replicator {
+    /// Fetches the consumer offsets of the master's shard and hands them to
+    /// this shard.
+    fn sync_master_offsets(
+        &self,
+        stream: &mut TcpStream,
+        addr: &str,
+        opaque: &mut i32,
+    ) -> Result<(), SessionEnd> {
+        let header = ReplicaOffsetsRequestHeader {
+            shard: i32::from(self.shard),
+        };
+        let request = RemotingCommand::new_request(
+            request_code::RINGMQ_REPLICA_OFFSETS,
+            header.to_ext_fields(),
+        );
+        let answer = call_master(stream, addr, opaque, request)?;
+        let offsets = ConsumerOffsetFile::from_json(answer.body_bytes()).map_err(|error| {
+            SessionEnd::Refused(format!(
+                "the master {addr} sent consumer offsets that do not decode: {error}"
+            ))
+        })?;
+        self.tell_shard(ShardMsg::MasterOffsets(Box::new(offsets)))
+    }
+
+    /// Sends a message to this shard without waiting for an answer.
+    fn tell_shard(&self, msg: ShardMsg) -> Result<(), SessionEnd> {
+        if self.inbox.send(msg).is_err() {
+            return Err(SessionEnd::Stop);
+        }
+        if let Err(error) = self.waker.wake() {
+            tracing::warn!(shard = self.shard, %error, "waking the shard failed");
+        }
+        Ok(())
+    }
+
     /// Fetches the master's topic and group tables and hands them to shard 0.
     fn sync_master_config(
         &self,
@@ -258,17 +297,7 @@ impl Replicator {
             groups: SubscriptionGroupWrapper::from_json(groups.body_bytes())
                 .map_err(|error| bad("group table", error.to_string()))?,
         };
-        if self
-            .inbox
-            .send(ShardMsg::MasterConfig(Box::new(config)))
-            .is_err()
-        {
-            return Err(SessionEnd::Stop);
-        }
-        if let Err(error) = self.waker.wake() {
-            tracing::warn!(shard = self.shard, %error, "waking the shard failed");
-        }
-        Ok(())
+        self.tell_shard(ShardMsg::MasterConfig(Box::new(config)))
     }
 }
 
@@ -281,8 +310,8 @@ fn call_master(
 ) -> Result<RemotingCommand, SessionEnd> {
     *opaque = opaque.wrapping_add(1);
     request.opaque = *opaque;
-    let answer = crate::shard::runtime::call(stream, &request)
-        .map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
+    let answer =
+        call(stream, &request).map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
     if answer.code != response_code::SUCCESS {
         return Err(SessionEnd::Refused(format!(
             "the master {addr} answered {} to {}: {}",
@@ -292,17 +321,4 @@ fn call_master(
         )));
     }
     Ok(answer)
-}
-
-fn connect(addr: &str) -> std::io::Result<TcpStream> {
-    let target = addr
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to nothing")))?;
-    let stream = TcpStream::connect_timeout(&target, REPLICA_IO_TIMEOUT)?;
-    let suspend = Duration::from_millis(REPLICA_SUSPEND_MS as u64);
-    stream.set_read_timeout(Some(suspend + REPLICA_IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(REPLICA_IO_TIMEOUT))?;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
 }

@@ -14,7 +14,6 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use bytes::Bytes;
 use common::{Broker, Client, fresh_store, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
@@ -25,8 +24,7 @@ use ringmq_protocol::header::{
     QueryMessageRequestHeader, SendMessageResponseHeader,
 };
 use ringmq_protocol::json::{
-    JsonStyle, KvTable, SubscriptionGroupConfig, SubscriptionGroupWrapper,
-    TopicConfigSerializeWrapper,
+    KvTable, SubscriptionGroupConfig, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
 };
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
@@ -179,19 +177,6 @@ impl Client {
             request_code::CONSUMER_SEND_MSG_BACK,
             header.to_ext_fields(),
         ))
-    }
-
-    /// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with `group`.
-    fn put_group(&mut self, group: &SubscriptionGroupConfig) {
-        let mut body = Vec::new();
-        group.to_json(&mut body, JsonStyle::Java);
-        self.call_ok(
-            RemotingCommand::new_request(
-                request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                ExtFields::new(),
-            )
-            .with_body(Bytes::from(body)),
-        );
     }
 
     fn query_offset(&mut self, topic: &str, queue_id: i32) -> (i32, i64) {

@@ -19,9 +19,11 @@ use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
     CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, PullMessageRequestHeader,
-    PullMessageResponseHeader, PullSysFlag, ReplicaPullRequestHeader, SendMessageResponseHeader,
-    ViewMessageRequestHeader,
+    PullMessageResponseHeader, PullSysFlag, QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader, ReplicaPullRequestHeader, SendMessageResponseHeader,
+    UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader,
 };
+use ringmq_protocol::json::SubscriptionGroupConfig;
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
 const SHARDS: &str = "--shards=2";
@@ -92,6 +94,41 @@ impl Client {
         }
     }
 
+    /// UPDATE_CONSUMER_OFFSET of group `readers`.
+    fn commit_offset(&mut self, queue_id: i32, offset: i64) {
+        let header = UpdateConsumerOffsetRequestHeader {
+            consumer_group: "readers".to_owned(),
+            topic: TOPIC.to_owned(),
+            queue_id,
+            commit_offset: offset,
+            ..UpdateConsumerOffsetRequestHeader::default()
+        };
+        self.call_ok(RemotingCommand::new_request(
+            request_code::UPDATE_CONSUMER_OFFSET,
+            header.to_ext_fields(),
+        ));
+    }
+
+    /// QUERY_CONSUMER_OFFSET of group `readers`: None when there is none.
+    fn committed_offset(&mut self, queue_id: i32) -> Option<i64> {
+        let header = QueryConsumerOffsetRequestHeader {
+            consumer_group: "readers".to_owned(),
+            topic: TOPIC.to_owned(),
+            queue_id,
+            ..QueryConsumerOffsetRequestHeader::default()
+        };
+        let answer = self.call(RemotingCommand::new_request(
+            request_code::QUERY_CONSUMER_OFFSET,
+            header.to_ext_fields(),
+        ));
+        if answer.code == response_code::QUERY_NOT_FOUND {
+            return None;
+        }
+        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+        let header: QueryConsumerOffsetResponseHeader = answer.decode_custom_header().unwrap();
+        Some(header.offset)
+    }
+
     /// VIEW_MESSAGE_BY_ID: the stored record at a CommitLog offset.
     fn view(&mut self, offset: i64) -> RemotingCommand {
         let header = ViewMessageRequestHeader {
@@ -103,6 +140,21 @@ impl Client {
             header.to_ext_fields(),
         ))
     }
+}
+
+/// A first replica pull of shard 0 from offset 0, as a slave with
+/// `shard_count` shards and 16 MiB segments sends it.
+fn replica_pull_from_zero(shard_count: i32) -> RemotingCommand {
+    let header = ReplicaPullRequestHeader {
+        shard: 0,
+        shard_count,
+        segment_size: 16 * 1024 * 1024,
+        offset: 0,
+        durable_offset: 0,
+        max_bytes: 1024,
+        ..ReplicaPullRequestHeader::default()
+    };
+    RemotingCommand::new_request(request_code::RINGMQ_REPLICA_PULL, header.to_ext_fields())
 }
 
 /// The CommitLog offset in an offset message id (its last 8 bytes).
@@ -193,6 +245,12 @@ fn a_slave_holds_its_masters_records_refuses_sends_and_keeps_them_when_either_is
     to_master.create_topic(TOPIC, QUEUES);
     // Records written before the slave exists, then while it follows.
     let mut offsets = send_some(&mut to_master, 0, 120);
+    // A consumer group's progress on the master (every queue, so both
+    // shards), which the slave takes when it connects.
+    to_master.put_group(&SubscriptionGroupConfig::new("readers"));
+    for queue_id in 0..QUEUES {
+        to_master.commit_offset(queue_id, 10 + i64::from(queue_id));
+    }
     let slave = start_slave(&slave_store, &master).unwrap();
     let mut to_slave = slave.connect();
     offsets.extend(send_some(&mut to_master, 120, 120));
@@ -207,6 +265,13 @@ fn a_slave_holds_its_masters_records_refuses_sends_and_keeps_them_when_either_is
             to_slave.pull_all(queue_id),
             pulled[queue_id as usize],
             "queue {queue_id}"
+        );
+    }
+
+    for queue_id in 0..QUEUES {
+        assert_eq!(
+            to_slave.committed_offset(queue_id),
+            Some(10 + i64::from(queue_id))
         );
     }
 
@@ -226,19 +291,7 @@ fn a_slave_holds_its_masters_records_refuses_sends_and_keeps_them_when_either_is
         refused.remark
     );
     // Nor does it serve replication itself.
-    let cascade = to_slave.call(RemotingCommand::new_request(
-        request_code::RINGMQ_REPLICA_PULL,
-        ReplicaPullRequestHeader {
-            shard: 0,
-            shard_count: 2,
-            segment_size: 16 * 1024 * 1024,
-            offset: 0,
-            durable_offset: 0,
-            max_bytes: 1024,
-            ..ReplicaPullRequestHeader::default()
-        }
-        .to_ext_fields(),
-    ));
+    let cascade = to_slave.call(replica_pull_from_zero(2));
     assert_eq!(
         cascade.code,
         response_code::SERVICE_NOT_AVAILABLE,
@@ -285,20 +338,7 @@ fn a_slave_with_another_shard_count_is_refused_and_stays_empty() {
     let mut to_master = master.connect();
     to_master.create_topic(TOPIC, QUEUES);
     send_some(&mut to_master, 0, 10);
-    let mut to_master = master.connect();
-    let answer = to_master.call(RemotingCommand::new_request(
-        request_code::RINGMQ_REPLICA_PULL,
-        ReplicaPullRequestHeader {
-            shard: 0,
-            shard_count: 1,
-            segment_size: 16 * 1024 * 1024,
-            offset: 0,
-            durable_offset: 0,
-            max_bytes: 1024,
-            ..ReplicaPullRequestHeader::default()
-        }
-        .to_ext_fields(),
-    ));
+    let answer = to_master.call(replica_pull_from_zero(1));
     assert_eq!(answer.code, response_code::SYSTEM_ERROR);
     let remark = answer.remark.unwrap_or_default();
     assert!(remark.contains("shard count"), "{remark}");

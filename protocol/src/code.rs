@@ -338,6 +338,10 @@ pub mod request_code {
         /// bytes (header [`crate::header::ReplicaPullRequestHeader`]); not a
         /// RocketMQ code.
         RINGMQ_REPLICA_PULL = 9101,
+        /// ringmq's own: a slave shard fetches its master shard's consumer
+        /// offsets (header [`crate::header::ReplicaOffsetsRequestHeader`],
+        /// body as GET_ALL_CONSUMER_OFFSET's); not a RocketMQ code.
+        RINGMQ_REPLICA_OFFSETS = 9102,
         /// Pop consumption (JSON headers only).
         POP_MESSAGE = 200050,
         /// Pop ack.

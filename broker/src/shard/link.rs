@@ -97,6 +97,8 @@ pub enum ShardMsg {
     Replica(super::replica::ReplicaCall),
     /// A slave's copy of its master's topic and group tables (to shard 0).
     MasterConfig(Box<super::replica::MasterConfig>),
+    /// A slave's copy of its master shard's consumer offsets.
+    MasterOffsets(Box<ringmq_protocol::json::ConsumerOffsetFile>),
 }
 
 /// This shard's ends of the channels.

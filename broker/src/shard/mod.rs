@@ -407,7 +407,7 @@ impl ShardHandler {
             | request_code::CHECK_CLIENT_CONFIG
             | request_code::SEND_REPLY_MESSAGE
             | request_code::SEND_REPLY_MESSAGE_V2 => self.shard_route(0),
-            request_code::RINGMQ_REPLICA_PULL => {
+            request_code::RINGMQ_REPLICA_PULL | request_code::RINGMQ_REPLICA_OFFSETS => {
                 match cmd
                     .ext_fields
                     .get("shard")
@@ -518,6 +518,7 @@ impl ShardHandler {
             request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),
             request_code::QUERY_MESSAGE => self.query_message(request),
             request_code::RINGMQ_REPLICA_PULL => self.replica_pull(*request, now_ms, true),
+            request_code::RINGMQ_REPLICA_OFFSETS => self.replica_offsets(&request),
             _ if self.id == 0 => self.control_request(request, now_ms),
             code => {
                 let answer = response(
@@ -581,6 +582,7 @@ impl ShardHandler {
                 ShardMsg::QueryResult(query, part) => self.on_query_result(query, *part),
                 ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
                 ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
+                ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),
             }
         }
     }

@@ -47,13 +47,18 @@ use bytes::Bytes;
 use ringmq_protocol::code::response_code;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{ReplicaPullRequestHeader, ReplicaPullResponseHeader};
-use ringmq_protocol::json::{SubscriptionGroupWrapper, TopicConfigSerializeWrapper};
+use ringmq_protocol::json::{
+    ConsumerOffsetFile, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
+};
 use ringmq_storage::commit_log::{RecordMark, ReplicaPosition};
 
 use super::link::{ReplyTo, Request};
 use super::{ShardHandler, response};
 use crate::config::BrokerRole;
 use crate::server::ConnectionId;
+
+/// What a slave's replication request on a slave gets.
+const SLAVE_REMARK: &str = "this broker is a slave: replicate from its master";
 
 /// Most bytes one replica pull answers (about: a larger record comes whole).
 pub const REPLICA_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -181,7 +186,7 @@ impl ShardHandler {
         if !self.settings.is_master {
             return Served::Answer(response(
                 response_code::SERVICE_NOT_AVAILABLE,
-                "this broker is a slave: replicate from its master".to_owned(),
+                SLAVE_REMARK.to_owned(),
             ));
         }
         let shard_count = i32::from(self.settings.shard_count);
@@ -376,6 +381,31 @@ impl ShardHandler {
         }
         self.publish_topics(&topics);
         self.publish_groups(&groups);
+    }
+
+    /// Master: RINGMQ_REPLICA_OFFSETS, this shard's consumer offsets.
+    pub(crate) fn replica_offsets(&mut self, request: &Request) {
+        let answer = if self.settings.is_master {
+            self.offsets.get_all_consumer_offset(&request.cmd)
+        } else {
+            response(
+                response_code::SERVICE_NOT_AVAILABLE,
+                SLAVE_REMARK.to_owned(),
+            )
+        };
+        self.reply(request.reply, answer);
+    }
+
+    /// Slave: takes the master shard's consumer offsets of this shard's
+    /// queues (written with the next offset persist).
+    pub(crate) fn take_master_offsets(&mut self, master: &ConsumerOffsetFile) {
+        let (id, router) = (self.id, self.router);
+        let changed = self.offsets.take_from_master(master, |queue_id| {
+            queue_id >= 0 && router.shard_of(queue_id as u32).0 == id
+        });
+        if changed > 0 {
+            tracing::debug!(shard = id, changed, "took the master's consumer offsets");
+        }
     }
 
     /// Slave, after the store's poll: answers the appends now acknowledgeable

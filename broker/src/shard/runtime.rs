@@ -413,14 +413,20 @@ pub(crate) fn call(
     }
 }
 
-fn connect(addr: &str) -> std::io::Result<TcpStream> {
+/// A blocking connection to `addr` (host:port) for [`call`]: connect and
+/// write bounded by `timeout`, reads by `read_timeout`.
+pub(crate) fn connect(
+    addr: &str,
+    timeout: Duration,
+    read_timeout: Duration,
+) -> std::io::Result<TcpStream> {
     let target = addr
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to nothing")))?;
-    let stream = TcpStream::connect_timeout(&target, REGISTER_TIMEOUT)?;
-    stream.set_read_timeout(Some(REGISTER_TIMEOUT))?;
-    stream.set_write_timeout(Some(REGISTER_TIMEOUT))?;
+    let stream = TcpStream::connect_timeout(&target, timeout)?;
+    stream.set_read_timeout(Some(read_timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
@@ -457,7 +463,11 @@ impl Registrar {
         self.opaque = self.opaque.wrapping_add(1);
         request.opaque = self.opaque;
         if self.streams[index].is_none() {
-            self.streams[index] = Some(connect(&self.namesrvs[index])?);
+            self.streams[index] = Some(connect(
+                &self.namesrvs[index],
+                REGISTER_TIMEOUT,
+                REGISTER_TIMEOUT,
+            )?);
         }
         let stream = self.streams[index].as_mut().expect("connected above");
         let result = call(stream, &request);

@@ -17,11 +17,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ringmq_protocol::code::{SerializeType, request_code, response_code};
+use ringmq_protocol::command::ExtFields;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
 use ringmq_protocol::header::{
     CreateTopicRequestHeader, CustomHeader, SendMessageRequestHeaderV2, SendMessageResponseHeader,
 };
+use ringmq_protocol::json::{JsonStyle, SubscriptionGroupConfig};
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
@@ -288,6 +290,19 @@ impl Client {
                 return command;
             }
         }
+    }
+
+    /// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with `group`; asserts success.
+    pub fn put_group(&mut self, group: &SubscriptionGroupConfig) {
+        let mut body = Vec::new();
+        group.to_json(&mut body, JsonStyle::Java);
+        self.call_ok(
+            RemotingCommand::new_request(
+                request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                ExtFields::new(),
+            )
+            .with_body(Bytes::from(body)),
+        );
     }
 
     /// UPDATE_AND_CREATE_TOPIC with `queues` read and write queues; asserts

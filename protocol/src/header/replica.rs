@@ -9,6 +9,9 @@
 //! last record (`lastOffset`, `lastSize`, `lastCrc`), which the master
 //! checks against its own log before serving it. The answer's body is
 //! whole records from `offset`, possibly empty.
+//!
+//! RINGMQ_REPLICA_OFFSETS (9102): the consumer offsets of the master's
+//! shard, answered with GET_ALL_CONSUMER_OFFSET's body.
 
 use super::custom_header;
 
@@ -47,5 +50,13 @@ custom_header! {
     pub struct ReplicaPullResponseHeader {
         /// `masterOffset`: shard-local end of what the master acknowledges.
         master_offset: required i64 = "masterOffset",
+    }
+}
+
+custom_header! {
+    /// A slave's fetch of one master shard's consumer offsets.
+    pub struct ReplicaOffsetsRequestHeader {
+        /// `shard`: the master's shard.
+        shard: required i32 = "shard",
     }
 }
