@@ -133,7 +133,7 @@ impl Replicator {
     fn run(self) {
         let mut last_error = String::new();
         while !self.stop.load(Ordering::Relaxed) {
-            let delay = match self.session() {
+            let delay = match self.session(&mut last_error) {
                 SessionEnd::Stop => return,
                 SessionEnd::Io(error) => {
                     if error != last_error {
@@ -143,8 +143,11 @@ impl Replicator {
                     REPLICA_RETRY_DELAY
                 }
                 SessionEnd::Refused(error) => {
-                    tracing::error!(shard = self.shard, %error, "replication refused; retrying");
-                    last_error = error;
+                    // Said once per new reason (the operator acts on it).
+                    if error != last_error {
+                        tracing::error!(shard = self.shard, %error, "replication refused; retrying every 5 s");
+                        last_error = error;
+                    }
                     REPLICA_REFUSED_RETRY_DELAY
                 }
             };
@@ -169,14 +172,16 @@ impl Replicator {
         }
     }
 
-    fn session(&self) -> SessionEnd {
-        match self.try_session() {
+    /// One session; `last_error` is cleared once the master serves it (so
+    /// that the same failure is logged again when it comes back).
+    fn session(&self, last_error: &mut String) -> SessionEnd {
+        match self.try_session(last_error) {
             Ok(()) => SessionEnd::Stop,
             Err(end) => end,
         }
     }
 
-    fn try_session(&self) -> Result<(), SessionEnd> {
+    fn try_session(&self, last_error: &mut String) -> Result<(), SessionEnd> {
         let Some(addr) = self.master.get() else {
             return Err(SessionEnd::Io(
                 "no master registered with the name server".into(),
@@ -191,7 +196,7 @@ impl Replicator {
         let mut last_record = position.last_record;
         let mut opaque = 0i32;
         let mut synced: Option<Instant> = None;
-        tracing::info!(shard = self.shard, master = %addr, from, "replicating from the master");
+        let mut served = false;
         while !self.stop.load(Ordering::Relaxed) {
             if synced.is_none_or(|at| at.elapsed() >= MASTER_CONFIG_SYNC_PERIOD) {
                 if self.shard == 0 {
@@ -217,6 +222,11 @@ impl Replicator {
                 header.to_ext_fields(),
             );
             let answer = call_master(&mut stream, &addr, &mut opaque, request)?;
+            if !served {
+                served = true;
+                tracing::info!(shard = self.shard, master = %addr, from, "replicating from the master");
+                last_error.clear();
+            }
             // Proven once per connection.
             last_record = None;
             let Some(bytes) = answer.body.filter(|body| !body.is_empty()) else {
@@ -228,9 +238,7 @@ impl Replicator {
         }
         Ok(())
     }
-}
 
-impl Replicator {
     /// Fetches the consumer offsets of the master's shard and hands them to
     /// this shard.
     fn sync_master_offsets(
