@@ -17,11 +17,15 @@
 #     batch-100b    100 B in batches of 32, 2 connections x 32 requests in flight
 #     async-1k      1 KiB async, 4 connections x 256 in flight
 #     syncflush-1k  1 KiB async, 1,024 in flight, broker restarted in SYNC_FLUSH mode
+#     syncmaster-128b  as sync-128b, broker restarted as SYNC_MASTER (ASYNC_FLUSH) with one slave
+#                   beside it on the same machine (fresh stores; ringmq: a second `ringmq broker`
+#                   on 10921, same --shards; Apache: scripts/peer.sh --role sync-master-with-slave;
+#                   rocketmq-rust: skipped, no slave is wired up for it)
 #   plus one disk-floor run (4 KiB write+fdatasync, 1 MiB O_DIRECT) on the store's filesystem.
 # - Per target and workload: <target>/<workload>.json (summary), .hgrm, .hlog (interval log)
-#   and .txt (loadgen's output); ringmq/broker-async.log and broker-sync.log (the broker's log of
-#   each phase); then summary.md (compare tables with ratios when two targets
-#   ran) and plots/*.svg.
+#   and .txt (loadgen's output); ringmq/broker-async.log, broker-sync.log and
+#   broker-syncmaster.log (the broker's log of each phase; broker-syncmaster-slave.log the
+#   slave's); then summary.md (compare tables with ratios when two targets ran) and plots/*.svg.
 # - --quick: 5 s per workload after a 2 s warm-up (smoke run); default 30 s after 5 s.
 # - --only: run just the named workloads (an A/B of one workload), in suite order.
 # - Binaries: $LOADGEN_BIN and $RINGMQ_BIN if set, else built with cargo --release (in
@@ -33,6 +37,8 @@ readonly ROOT
 readonly PEER_SH="$ROOT/scripts/peer.sh"
 readonly NAMESRV_ADDR=127.0.0.1:9876
 readonly BROKER_ADDR=127.0.0.1:10911
+readonly SLAVE_PORT=10921 # the slave of the syncmaster mode
+readonly SLAVE_ADDR=127.0.0.1:$SLAVE_PORT
 readonly TOPIC=RingmqBench # not BenchmarkTest: Apache reserves it as a system topic
 readonly QUEUES=8
 readonly E2E_RATE="${BENCH_E2E_RATE:-2000}"
@@ -49,11 +55,13 @@ die() {
 }
 
 usage() {
-    sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
-# The workloads, in run order: name|flush|loadgen arguments|description.
+# The workloads, in run order: name|mode|loadgen arguments|description. The mode is the flush
+# type the broker is (re)started with (async, sync), or syncmaster: ASYNC_FLUSH, SYNC_MASTER, with
+# one slave.
 workloads() {
     cat <<EOF
 sync-128b|async|produce --mode sync --size 128 --senders 64|128 B, 64 sync senders (RocketMQ's default benchmark)
@@ -62,6 +70,7 @@ async-100b|async|produce --mode async --size 100 --senders 4 --inflight 256|100 
 batch-100b|async|produce --mode batch --size 100 --batch 32 --senders 2 --inflight 32|100 B in batches of 32, 2 connections x 32 requests in flight
 async-1k|async|produce --mode async --size 1024 --senders 4 --inflight 256|1 KiB async, 4 connections x 256 in flight
 syncflush-1k|sync|produce --mode async --size 1024 --senders 4 --inflight 256|1 KiB async, 1,024 in flight, SYNC_FLUSH broker
+syncmaster-128b|syncmaster|produce --mode sync --size 128 --senders 64|128 B, 64 sync senders, SYNC_MASTER (ASYNC_FLUSH) broker with one slave on the same machine
 EOF
 }
 
@@ -104,23 +113,31 @@ build_binaries() {
 
 port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
+# require_free_ports [PORT...]: the name server's, the broker's and any given port are free.
 require_free_ports() {
     local port
-    for port in 9876 10911; do
+    for port in 9876 10911 "$@"; do
         if port_open "$port"; then
             die "port $port is in use: stop whatever broker runs there first (scripts/peer.sh NAME status)"
         fi
     done
 }
 
-RINGMQ_NAMESRV_PID="" RINGMQ_BROKER_PID=""
+RINGMQ_NAMESRV_PID="" RINGMQ_BROKER_PID="" RINGMQ_SLAVE_PID=""
 
-# ringmq_start FLUSH: returns 0 when ready, 10 when the broker refuses to start (not built yet).
+# ringmq_start FLUSH [ROLE]: returns 0 when ready, 10 when the broker refuses to start (not built
+# yet, or a role it does not know). ROLE SYNC_MASTER also starts a slave (ringmq_start_slave).
 ringmq_start() {
-    local flush_type=$1 dir="$STORE_ROOT/ringmq"
+    local flush_type=$1 role=${2:-} dir="$STORE_ROOT/ringmq"
+    local -a role_args=()
     rm -rf "$dir"
     mkdir -p "$dir/store"
-    require_free_ports
+    if [[ -n "$role" ]]; then
+        role_args=("--brokerRole=$role")
+        require_free_ports "$SLAVE_PORT"
+    else
+        require_free_ports
+    fi
     "$RINGMQ" namesrv --listen-port 9876 --bind 127.0.0.1 >"$dir/namesrv.out" 2>&1 </dev/null &
     RINGMQ_NAMESRV_PID=$!
     local deadline=$((SECONDS + RINGMQ_READY_S))
@@ -129,9 +146,9 @@ ringmq_start() {
         ((SECONDS < deadline)) || die "ringmq namesrv not listening after ${RINGMQ_READY_S} s; read $dir/namesrv.out"
         sleep 0.3
     done
-    "$RINGMQ" broker -n "$NAMESRV_ADDR" --brokerIP1=127.0.0.1 --listenPort=10911 \
-        "--storePathRootDir=$dir/store" "--flushDiskType=$flush_type" \
-        >"$dir/broker.out" 2>&1 </dev/null &
+    local -a broker_args=(-n "$NAMESRV_ADDR" --brokerIP1=127.0.0.1 --listenPort=10911
+        "--storePathRootDir=$dir/store" "--flushDiskType=$flush_type" "${role_args[@]}")
+    "$RINGMQ" broker "${broker_args[@]}" >"$dir/broker.out" 2>&1 </dev/null &
     RINGMQ_BROKER_PID=$!
     deadline=$((SECONDS + RINGMQ_READY_S))
     until "$PEER_SH" rpc cluster-has-broker "$NAMESRV_ADDR" "$BROKER_ADDR" 2>/dev/null; do
@@ -150,6 +167,64 @@ ringmq_start() {
         fi
         sleep 0.3
     done
+    [[ "$role" == SYNC_MASTER ]] || return 0
+    # The master's effective configuration (ringmq does not answer GET_BROKER_CONFIG): the same
+    # flags with --print-config, from the same binary, on the same machine.
+    "$RINGMQ" broker "${broker_args[@]}" --print-config >"$dir/broker.config" 2>&1 </dev/null ||
+        die "ringmq broker --print-config failed; read $dir/broker.config"
+    local running
+    running=$(sed -n 's/^brokerRole=//p' "$dir/broker.config")
+    [[ "$running" == SYNC_MASTER ]] || die "ringmq broker runs with brokerRole=$running, not SYNC_MASTER"
+    ringmq_start_slave "$flush_type" "$(sed -n 's/^brokerName=//p' "$dir/broker.config")" \
+        "$(sed -n 's/^shards=//p' "$dir/broker.config")"
+}
+
+# ringmq_start_slave FLUSH NAME SHARDS: the master's slave, a second `ringmq broker` on SLAVE_PORT
+# with its own store under the run's store root (log: slave.out beside broker.out), the master's
+# brokerName and shard count; ready once the name server lists it as brokerId 1 of NAME.
+ringmq_start_slave() {
+    local flush_type=$1 name=$2 shards=$3 dir="$STORE_ROOT/ringmq"
+    [[ -n "$name" && "$shards" =~ ^[0-9]+$ ]] ||
+        die "no brokerName or shards in the master's configuration ($dir/broker.config)"
+    mkdir -p "$dir/slave-store"
+    log "ringmq: starting the slave ($SLAVE_ADDR, brokerName $name, $shards shards)"
+    "$RINGMQ" broker -n "$NAMESRV_ADDR" --brokerIP1=127.0.0.1 "--listenPort=$SLAVE_PORT" \
+        "--storePathRootDir=$dir/slave-store" "--flushDiskType=$flush_type" \
+        --brokerRole=SLAVE --brokerId=1 "--brokerName=$name" "--shards=$shards" \
+        >"$dir/slave.out" 2>&1 </dev/null &
+    RINGMQ_SLAVE_PID=$!
+    local deadline=$((SECONDS + RINGMQ_READY_S)) addr
+    while true; do
+        addr=$("$PEER_SH" rpc cluster-broker-id "$NAMESRV_ADDR" "$name" 1 2>/dev/null) || addr=""
+        [[ "$addr" == "$SLAVE_ADDR" ]] && break
+        if ! kill -0 "$RINGMQ_SLAVE_PID" 2>/dev/null; then
+            local status=0
+            wait "$RINGMQ_SLAVE_PID" || status=$?
+            RINGMQ_SLAVE_PID=""
+            ringmq_stop
+            die "ringmq slave exited with status $status: $(tail -n 1 "$dir/slave.out")"
+        fi
+        if ((SECONDS >= deadline)); then
+            ringmq_stop
+            die "ringmq slave not listed as brokerId 1 of $name within ${RINGMQ_READY_S} s; read $dir/slave.out"
+        fi
+        sleep 0.3
+    done
+    log "ringmq: slave registered as brokerId 1 of $name"
+    # Then until every shard's replicator logs "replicating from the master" (d54409f logs it once
+    # connected, before its first pull; later builds once the master answered that pull), so the
+    # master has the slave from the first send on.
+    local shard
+    for ((shard = 0; shard < shards; shard++)); do
+        until grep -q "replicating from the master shard=$shard " "$dir/slave.out"; do
+            if ! kill -0 "$RINGMQ_SLAVE_PID" 2>/dev/null || ((SECONDS >= deadline)); then
+                ringmq_stop
+                die "ringmq slave's shard $shard is not replicating within ${RINGMQ_READY_S} s; read $dir/slave.out"
+            fi
+            sleep 0.3
+        done
+    done
+    log "ringmq: slave replicating on its $shards shards"
 }
 
 # stop_child NAME PID: SIGTERM, bounded wait, then SIGKILL.
@@ -169,25 +244,44 @@ stop_child() {
 }
 
 ringmq_stop() {
+    stop_child "ringmq slave" "$RINGMQ_SLAVE_PID"
     stop_child "ringmq broker" "$RINGMQ_BROKER_PID"
     stop_child "ringmq namesrv" "$RINGMQ_NAMESRV_PID"
-    RINGMQ_BROKER_PID="" RINGMQ_NAMESRV_PID=""
+    RINGMQ_SLAVE_PID="" RINGMQ_BROKER_PID="" RINGMQ_NAMESRV_PID=""
 }
 
-# target_start TARGET FLUSH(async|sync)
+# mode_unsupported TARGET MODE: prints why TARGET cannot run MODE (exit 0), or exits 1 when it can.
+mode_unsupported() {
+    case "$1:$2" in
+        rocketmq-rust:syncmaster)
+            echo "scripts/peer.sh starts no slave for rocketmq-rust (not wired up; whether rocketmq-rust 1.0.0's master/slave replication works was not tried)"
+            ;;
+        *) return 1 ;;
+    esac
+}
+
+# target_start TARGET MODE(async|sync|syncmaster)
 target_start() {
     local target=$1 flush=$2
-    log "$target: starting with a fresh store, $flush flush"
+    log "$target: starting with a fresh store, $flush mode"
     case "$target" in
         ringmq)
-            local flush_type=ASYNC_FLUSH
-            [[ "$flush" == sync ]] && flush_type=SYNC_FLUSH
-            ringmq_start "$flush_type"
+            case "$flush" in
+                async) ringmq_start ASYNC_FLUSH ;;
+                sync) ringmq_start SYNC_FLUSH ;;
+                syncmaster) ringmq_start ASYNC_FLUSH SYNC_MASTER ;;
+            esac
             ;;
         *)
             stop_running_peer "$target"
-            require_free_ports
-            run_logged "$PEER_SH" "$target" start --flush "$flush" --fresh
+            local -a peer_args=(--flush "$flush")
+            if [[ "$flush" == syncmaster ]]; then
+                peer_args=(--flush async --role sync-master-with-slave)
+                require_free_ports "$SLAVE_PORT"
+            else
+                require_free_ports
+            fi
+            run_logged "$PEER_SH" "$target" start "${peer_args[@]}" --fresh
             PEER_STARTED=$target
             # Keep the configuration it ran with beside its results.
             local conf="${RINGMQ_PEERS_CACHE:-$ROOT/bench-results/.peers}/$target/run/conf"
@@ -207,14 +301,17 @@ stop_running_peer() {
     fi
 }
 
-# target_stop TARGET [FLUSH]: for ringmq, its log of the FLUSH phase is kept beside the results
-# (the next start wipes its directory).
+# target_stop TARGET [FLUSH]: for ringmq, its log of the FLUSH phase (and its slave's) is kept
+# beside the results (the next start wipes its directory).
 target_stop() {
     local target=$1 flush=${2:-}
     case "$target" in
         ringmq)
             ringmq_stop
             [[ -z "$flush" ]] || cp "$STORE_ROOT/ringmq/broker.out" "$OUT/ringmq/broker-$flush.log" 2>/dev/null || true
+            if [[ -n "$flush" && -f "$STORE_ROOT/ringmq/slave.out" ]]; then
+                cp "$STORE_ROOT/ringmq/slave.out" "$OUT/ringmq/broker-$flush-slave.log" 2>/dev/null || true
+            fi
             ;;
         *)
             "$PEER_SH" "$target" stop
@@ -273,17 +370,31 @@ run_workload() {
     fi
 }
 
-# run_target TARGET: every workload, restarting the broker when the flush mode changes.
+# run_target TARGET: every workload, restarting the broker when the mode changes; a workload whose
+# mode the target cannot run is reported as skipped.
 run_target() {
-    local target=$1 current="" name flush args description status
+    local target=$1 current="" name flush args description status why
     mkdir -p "$OUT/$target"
     local line
     for line in "${WORKLOADS[@]}"; do
         IFS='|' read -r name flush args description <<<"$line"
+        if why=$(mode_unsupported "$target" "$flush"); then
+            SKIPPED+=("$target/$name: skipped, $why")
+            SKIPPED_RUNS+=("$target/$name")
+            log "$target/$name: skipped ($why)"
+            continue
+        fi
         if [[ "$flush" != "$current" ]]; then
             [[ -n "$current" ]] && target_stop "$target" "$current"
+            current=""
             status=0
             target_start "$target" "$flush" || status=$?
+            if ((status == 10)) && [[ "$flush" == syncmaster ]]; then
+                SKIPPED+=("ringmq/$name: skipped, \`ringmq broker --brokerRole=SYNC_MASTER\` said: ${RINGMQ_REFUSAL#ringmq: }")
+                SKIPPED_RUNS+=("$target/$name")
+                log "ringmq: no SYNC_MASTER, $name skipped"
+                continue
+            fi
             if ((status == 10)); then
                 SKIPPED+=("ringmq: no broker yet, skipped (\`ringmq broker\` said: ${RINGMQ_REFUSAL#ringmq: })")
                 log "ringmq: no broker yet, skipped"
@@ -296,8 +407,15 @@ run_target() {
         fi
         run_workload "$target" "$name" "$args"
     done
-    target_stop "$target" "$current"
+    [[ -z "$current" ]] || target_stop "$target" "$current"
     RAN+=("$target")
+}
+
+# was_skipped TARGET/NAME
+was_skipped() {
+    local run
+    for run in "${SKIPPED_RUNS[@]}"; do [[ "$run" == "$1" ]] && return 0; done
+    return 1
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -313,6 +431,9 @@ machine_info() {
     printf -- '- store filesystem: %s at %s\n' "${fs:-?}" "$STORE_ROOT"
     printf -- '- java: %s\n' "$(java -version 2>&1 | head -n 1 || echo none)"
     printf -- '- loadgen and brokers share the machine (no CPU pinning); loopback TCP\n'
+    if printf '%s\n' "${WORKLOADS[@]}" | grep -q '^[^|]*|syncmaster|'; then
+        printf -- '- syncmaster: the slave runs on the same machine and cores as its master and loadgen\n'
+    fi
 }
 
 # row TARGET WORKLOAD FILE: one markdown table row from a JSON summary.
@@ -321,7 +442,14 @@ row() {
         def us: if . == null then "-" else (. | round | tostring) end;
         "| \($t) | \($w) | \(.msgs_per_s | round) | \(.mb_per_s * 100 | round / 100) | \(.errors) "
         + "| \(.p50_us | us) | \(.p99_us | us) | \(.p999_us | us) | \(.max_us | us) |"
-        + (if .e2e then " e2e: p50 \(.e2e.p50_us | us), p99 \(.e2e.p99_us | us), max \(.e2e.max_us | us); consumed \(.e2e.msgs_consumed) |" else " |" end)
+        + (if .e2e then " e2e: p50 \(.e2e.p50_us | us), p99 \(.e2e.p99_us | us), max \(.e2e.max_us | us); consumed \(.e2e.msgs_consumed)" else "" end)
+        + (if (.errors_by_code // {} | length) > 0
+           then " errors by code: \(.errors_by_code | to_entries
+                | map("\(.key)\({"10": " FLUSH_DISK_TIMEOUT", "11": " SLAVE_NOT_AVAILABLE",
+                                   "12": " FLUSH_SLAVE_TIMEOUT"}[.key] // "") × \(.value)")
+                | join(", "))"
+           else "" end)
+        + " |"
     ' "$3"
 }
 
@@ -339,8 +467,10 @@ write_summary() {
         printf -- '- targets run: %s\n' "${RAN[*]:-none}"
         for target in "${RAN[@]}"; do
             [[ "$target" == ringmq ]] && continue
-            printf -- '- %s: configuration files in %s/conf-async/ and conf-sync/ (written by scripts/peer.sh)\n' \
-                "$target" "$target"
+            local -a confs=()
+            for file in "$OUT/$target"/conf-*; do [[ -d "$file" ]] && confs+=("$target/${file##*/}/"); done
+            ((${#confs[@]} > 0)) || continue
+            printf -- '- %s: configuration files in %s (written by scripts/peer.sh)\n' "$target" "${confs[*]}"
         done
         for target in "${SKIPPED[@]}"; do printf -- '- %s\n' "$target"; done
         for target in "${FAILED[@]}"; do printf -- '- FAILED: %s\n' "$target"; done
@@ -363,6 +493,8 @@ write_summary() {
                 file="$OUT/$target/$name.json"
                 if [[ -f "$file" ]]; then
                     row "$target" "$name" "$file"
+                elif was_skipped "$target/$name"; then
+                    printf '| %s | %s | skipped | | | | | | | see above |\n' "$target" "$name"
                 else
                     printf '| %s | %s | failed | | | | | | | see %s/%s.txt |\n' "$target" "$name" "$target" "$name"
                 fi
@@ -451,7 +583,7 @@ main() {
     OUT="$(cd "$OUT" && pwd)"
     STORE_ROOT="${BENCH_STORE_DIR:-$ROOT/bench-results/.stores}"
     mkdir -p "$STORE_ROOT"
-    RAN=() SKIPPED=() FAILED=() PEER_STARTED=""
+    RAN=() SKIPPED=() SKIPPED_RUNS=() FAILED=() PEER_STARTED=""
     mapfile -t WORKLOADS < <(workloads)
     if [[ -n "$ONLY" ]]; then
         local -a kept=() wanted

@@ -3,11 +3,16 @@
 # can drive it beside ringmq. Facts behind every setting: /work/shared/docs/peers.md.
 #
 #   scripts/peer.sh rocketmq-rust|apache-rocketmq start|stop|status|install [--flush async|sync]
-#                   [--dir DIR] [--fresh]
-#   scripts/peer.sh rpc cluster-has-broker|create-topic|topic-queues|broker-config ...
+#                   [--role async-master|sync-master-with-slave] [--dir DIR] [--fresh]
+#   scripts/peer.sh rpc cluster-has-broker|cluster-broker-id|create-topic|topic-queues|broker-config ...
 #                   (one-request remoting helpers, also used by bench.sh)
 #
 # - Ports are the RocketMQ defaults on 127.0.0.1: name server 9876, broker 10911 (HA 10912).
+# - --role (default async-master): sync-master-with-slave starts the broker as SYNC_MASTER and a
+#   second broker beside it as its slave (brokerId=1, brokerRole=SLAVE, same brokerName, broker
+#   10921, HA 10922, its own store, config and logs under DIR/slave-*), which finds the master's HA
+#   port through the name server; `start` also waits for the slave's registration and `stop`
+#   stops it too. Apache RocketMQ only (not wired up for rocketmq-rust).
 # - Installs on first use into the cache ($RINGMQ_PEERS_CACHE, default bench-results/.peers/ in
 #   the repository, which git ignores): Apache RocketMQ 5.3.3 from Maven Central (mvn
 #   dependency:copy-dependencies, a few minutes), rocketmq-rust 1.0.0 from crates.io
@@ -16,7 +21,8 @@
 #   pid files of one running instance; `--fresh` wipes its store before starting.
 # - `start` waits (bounded) until the broker is registered with the name server; `stop` kills by
 #   pid (after checking the pid is still the process it started) and waits for the ports to free.
-# - `status` exits 0 when both processes run, 3 when neither does, 1 when only one does.
+# - `status` exits 0 when the name server and the broker (and the slave, with one) run, 3 when
+#   none does, 1 otherwise.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,8 +32,11 @@ readonly HOST=127.0.0.1
 readonly NAMESRV_PORT=9876
 readonly BROKER_PORT=10911
 readonly HA_PORT=$((BROKER_PORT + 1))
+readonly SLAVE_PORT=10921
+readonly SLAVE_HA_PORT=$((SLAVE_PORT + 1))
 readonly NAMESRV_ADDR="$HOST:$NAMESRV_PORT"
 readonly BROKER_ADDR="$HOST:$BROKER_PORT"
+readonly SLAVE_ADDR="$HOST:$SLAVE_PORT"
 readonly CLUSTER=DefaultCluster
 readonly BROKER_NAME=broker-a
 
@@ -49,7 +58,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -89,11 +98,25 @@ def call(addr, code, ext, timeout=3.0):
 
 GET_ROUTEINFO_BY_TOPIC, GET_BROKER_CLUSTER_INFO, UPDATE_AND_CREATE_TOPIC = 105, 106, 17
 GET_BROKER_CONFIG = 26
+
+def cluster_broker_addrs(body, broker_name):
+    # GET_BROKER_CLUSTER_INFO body: brokerAddrTable.<name>.brokerAddrs, id -> address. Java's
+    # fastjson writes the integer ids as bare keys ({0:"..."}); quote them to read it as JSON.
+    quoted = re.sub(r'([{,])\s*(-?\d+)\s*:', r'\1"\2":', body)
+    table = json.loads(quoted).get("brokerAddrTable", {})
+    return {str(k): v for k, v in table.get(broker_name, {}).get("brokerAddrs", {}).items()}
+
 cmd, args = sys.argv[1], sys.argv[2:]
 try:
     if cmd == "cluster-has-broker":          # NAMESRV BROKER_ADDR -> exit 0 if registered
         code, remark, body = call(args[0], GET_BROKER_CLUSTER_INFO, {})
         sys.exit(0 if code == 0 and args[1] in body else 1)
+    elif cmd == "cluster-broker-id":         # NAMESRV BROKER_NAME ID -> prints its address, exit 0
+        code, remark, body = call(args[0], GET_BROKER_CLUSTER_INFO, {})
+        addr = cluster_broker_addrs(body, args[1]).get(args[2]) if code == 0 else None
+        if not addr:
+            sys.exit(1)
+        print(addr)
     elif cmd == "topic-queues":              # NAMESRV TOPIC -> prints writeQueueNums (0: none)
         code, remark, body = call(args[0], GET_ROUTEINFO_BY_TOPIC, {"topic": args[1]})
         counts = [int(n) for n in re.findall(r'"writeQueueNums"\s*:\s*(\d+)', body)]
@@ -117,7 +140,7 @@ try:
     else:
         print(f"unknown remoting command {cmd}", file=sys.stderr)
         sys.exit(2)
-except (OSError, ConnectionError, struct.error) as error:
+except (OSError, ConnectionError, struct.error, ValueError) as error:
     if cmd == "topic-queues":
         print(0)
     else:
@@ -161,6 +184,9 @@ launch() {
         sleep 0.1
     done
 }
+
+# slave_marker: the slave runs the master's main class; its config file's path tells it apart.
+slave_marker() { printf '%s' "$DATA/conf/broker-slave.conf"; }
 
 # pid_alive PIDFILE MARKER: true when the pid file names a live process whose command line
 # contains MARKER (so a recycled pid is never taken for ours).
@@ -223,6 +249,16 @@ scripts/peer.sh $PEER stop${DIR_ARG:+ --dir $DIR_ARG}"
 
 log_has() { grep -qF -- "$2" "$1" 2>/dev/null; }
 broker_registered() { remoting cluster-has-broker "$NAMESRV_ADDR" "$BROKER_ADDR"; }
+# slave_registered: the name server lists brokerId 1 of BROKER_NAME at the slave's address.
+slave_registered() {
+    [[ "$(remoting cluster-broker-id "$NAMESRV_ADDR" "$BROKER_NAME" 1 2>/dev/null)" == "$SLAVE_ADDR" ]]
+}
+# slave_ha_connected: a connection to the master's HA port is established (the slave's HA client
+# learns that address from the name server some seconds after it registered, and a SYNC_MASTER
+# send before it connects waits for the slave timeout).
+slave_ha_connected() {
+    [[ -n "$(ss -Htn state established "( dport = :$HA_PORT )" 2>/dev/null)" ]]
+}
 
 # ---------------------------------------------------------------------------------------------
 # Apache RocketMQ 5.3.3 (Maven Central, run on the JDK).
@@ -275,9 +311,11 @@ EOF
     log "installed $(find "$APACHE_INSTALL/lib" -name '*.jar' | wc -l) jars"
 }
 
-# JVM flags shared by both processes: JDK 17 module openings the 5.3.3 store needs (RocketMQ
-# issue 9779), G1, logs under DATA/home/logs/rocketmqlogs (user.home redirected).
+# apache_jvm_common [HOME]: JVM flags shared by every process: JDK 17 module openings the 5.3.3
+# store needs (RocketMQ issue 9779), G1, logs under HOME/logs/rocketmqlogs (user.home redirected;
+# HOME defaults to DATA/home, the slave has DATA/slave-home).
 apache_jvm_common() {
+    local home=${1:-$DATA/home}
     printf '%s\n' \
         -server -XX:+UseG1GC -XX:-OmitStackTraceInFastThrow \
         --add-exports=java.base/sun.nio.ch=ALL-UNNAMED \
@@ -285,12 +323,12 @@ apache_jvm_common() {
         --add-opens=java.base/java.nio=ALL-UNNAMED \
         --add-opens=java.base/java.lang=ALL-UNNAMED \
         --add-opens=java.base/java.util=ALL-UNNAMED \
-        "-Duser.home=$DATA/home" "-Drocketmq.home.dir=$DATA/home" \
+        "-Duser.home=$home" "-Drocketmq.home.dir=$home" \
         -cp "$APACHE_INSTALL/lib/*"
 }
 
 apache_write_config() {
-    local flush_type=$1
+    local flush_type=$1 role=$2
     mkdir -p "$DATA/conf" "$DATA/home" "$DATA/store"
     # Properties files: key=value without spaces (RocketMQ does not trim non-string values).
     cat >"$DATA/conf/namesrv.conf" <<EOF
@@ -304,9 +342,10 @@ EOF
 brokerClusterName=$CLUSTER
 brokerName=$BROKER_NAME
 brokerId=0
-brokerRole=ASYNC_MASTER
+brokerRole=$role
 flushDiskType=$flush_type
 brokerIP1=$HOST
+brokerIP2=$HOST
 bindAddress=$HOST
 listenPort=$BROKER_PORT
 haListenPort=$HA_PORT
@@ -318,12 +357,44 @@ autoCreateTopicEnable=true
 autoCreateSubscriptionGroup=true
 enablePropertyFilter=true
 EOF
+    rm -f "$DATA/conf/broker-slave.conf"
+    [[ "$role" == SYNC_MASTER ]] || return 0
+    # 5.3.3's SYNC_MASTER waits for the slave only when inSyncReplicas (default 1, counting the
+    # master) is over 1: CommitLog.handleHA answers PUT_OK at once for 0 or 1, outside controller
+    # and slave-acting-master modes. With the default, a SYNC_MASTER whose slave had been stopped
+    # went on answering SEND_OK; with 2 (the master and its one slave) it answered
+    # FLUSH_SLAVE_TIMEOUT (docs/BENCHMARKS.md, "Replication").
+    cat >>"$DATA/conf/broker.conf" <<EOF
+inSyncReplicas=2
+EOF
+    # The slave: same cluster, brokerName, name server and flush type; its own ports and store.
+    # It learns the master's HA address (brokerIP2:haListenPort) from the name server.
+    mkdir -p "$DATA/slave-home" "$DATA/slave-store"
+    cat >"$DATA/conf/broker-slave.conf" <<EOF
+brokerClusterName=$CLUSTER
+brokerName=$BROKER_NAME
+brokerId=1
+brokerRole=SLAVE
+flushDiskType=$flush_type
+brokerIP1=$HOST
+brokerIP2=$HOST
+bindAddress=$HOST
+listenPort=$SLAVE_PORT
+haListenPort=$SLAVE_HA_PORT
+namesrvAddr=$NAMESRV_ADDR
+rocketmqHome=$DATA/slave-home
+storePathRootDir=$DATA/slave-store
+storePathCommitLog=$DATA/slave-store/commitlog
+autoCreateTopicEnable=true
+autoCreateSubscriptionGroup=true
+enablePropertyFilter=true
+EOF
 }
 
 apache_start() {
-    local flush_type=$1
+    local flush_type=$1 role=$2
     apache_install
-    apache_write_config "$flush_type"
+    apache_write_config "$flush_type" "$role"
     local -a common
     mapfile -t common < <(apache_jvm_common)
     log "apache-rocketmq: starting the name server ($NAMESRV_ADDR)"
@@ -331,7 +402,7 @@ apache_start() {
         java -Xms512m -Xmx512m "${common[@]}" "$APACHE_NAMESRV_MAIN" -c "$DATA/conf/namesrv.conf"
     wait_ready "apache-rocketmq name server" "$DATA/namesrv.pid" "$APACHE_NAMESRV_MAIN" \
         "$DATA/namesrv.out" "$NAMESRV_READY_S" log_has "$DATA/namesrv.out" "boot success"
-    log "apache-rocketmq: starting the broker ($BROKER_ADDR, $flush_type)"
+    log "apache-rocketmq: starting the broker ($BROKER_ADDR, $flush_type, $role)"
     ROCKETMQ_HOME="$DATA/home" launch "$DATA/broker.pid" "$DATA/broker.out" \
         java -Xms2g -Xmx2g -XX:MaxDirectMemorySize=2g "${common[@]}" "$APACHE_BROKER_MAIN" \
         -c "$DATA/conf/broker.conf"
@@ -339,6 +410,23 @@ apache_start() {
         "$DATA/broker.out" "$BROKER_READY_S" log_has "$DATA/broker.out" "boot success"
     wait_ready "apache-rocketmq broker registration" "$DATA/broker.pid" "$APACHE_BROKER_MAIN" \
         "$DATA/broker.out" 30 broker_registered
+    [[ -f "$DATA/conf/broker-slave.conf" ]] || return 0
+    local -a slave_common
+    mapfile -t slave_common < <(apache_jvm_common "$DATA/slave-home")
+    log "apache-rocketmq: starting the slave ($SLAVE_ADDR, HA $HOST:$SLAVE_HA_PORT, $flush_type)"
+    ROCKETMQ_HOME="$DATA/slave-home" launch "$DATA/slave.pid" "$DATA/slave.out" \
+        java -Xms1g -Xmx1g -XX:MaxDirectMemorySize=1g "${slave_common[@]}" "$APACHE_BROKER_MAIN" \
+        -c "$DATA/conf/broker-slave.conf"
+    wait_ready "apache-rocketmq slave" "$DATA/slave.pid" "$(slave_marker)" \
+        "$DATA/slave.out" "$BROKER_READY_S" log_has "$DATA/slave.out" "boot success"
+    wait_ready "apache-rocketmq slave registration (brokerId 1 of $BROKER_NAME)" "$DATA/slave.pid" \
+        "$(slave_marker)" "$DATA/slave.out" 60 slave_registered
+    if command -v ss >/dev/null; then
+        wait_ready "apache-rocketmq slave's HA connection to $HOST:$HA_PORT" "$DATA/slave.pid" \
+            "$(slave_marker)" "$DATA/slave.out" 60 slave_ha_connected
+    else
+        log "apache-rocketmq: no ss(8) here, so the slave's HA connection is not awaited"
+    fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -444,65 +532,98 @@ peer_markers() {
 }
 
 cmd_status() {
-    local namesrv=stopped broker=stopped flush
+    local namesrv=stopped broker=stopped slave=stopped flush role slave_text=""
     pid_alive "$DATA/namesrv.pid" "$NAMESRV_MARKER" && namesrv="running (pid $(<"$DATA/namesrv.pid"))"
     pid_alive "$DATA/broker.pid" "$BROKER_MARKER" && broker="running (pid $(<"$DATA/broker.pid"))"
+    pid_alive "$DATA/slave.pid" "$(slave_marker)" && slave="running (pid $(<"$DATA/slave.pid"))"
     flush=$(cat "$DATA/flush" 2>/dev/null || echo "-")
-    printf '%s: name server %s, broker %s, flush %s, dir %s\n' "$PEER" "$namesrv" "$broker" "$flush" "$DATA"
-    if [[ "$namesrv" == running* && "$broker" == running* ]]; then
+    role=$(cat "$DATA/role" 2>/dev/null || echo async-master)
+    [[ "$role" == sync-master-with-slave || "$slave" != stopped ]] && slave_text=", slave $slave"
+    printf '%s: name server %s, broker %s%s, flush %s, role %s, dir %s\n' "$PEER" "$namesrv" \
+        "$broker" "$slave_text" "$flush" "$role" "$DATA"
+    if [[ "$namesrv" == running* && "$broker" == running* ]] &&
+        [[ "$role" != sync-master-with-slave || "$slave" == running* ]]; then
         return 0
-    elif [[ "$namesrv" == stopped && "$broker" == stopped ]]; then
+    elif [[ "$namesrv" == stopped && "$broker" == stopped && "$slave" == stopped ]]; then
         return 3
     fi
     return 1
 }
 
 cmd_stop() {
+    stop_pid "$PEER slave" "$DATA/slave.pid" "$(slave_marker)"
     stop_pid "$PEER broker" "$DATA/broker.pid" "$BROKER_MARKER"
     stop_pid "$PEER name server" "$DATA/namesrv.pid" "$NAMESRV_MARKER"
+    wait_port_free "$SLAVE_PORT" "$PORT_FREE_S"
     wait_port_free "$BROKER_PORT" "$PORT_FREE_S"
     wait_port_free "$NAMESRV_PORT" "$PORT_FREE_S"
     log "$PEER: stopped"
 }
 
+# check_running_config ADDR KEY WANTED: the broker at ADDR runs with KEY=WANTED (GET_BROKER_CONFIG).
+check_running_config() {
+    local addr=$1 key=$2 wanted=$3 running
+    if running=$(remoting broker-config "$addr" "$key" 2>/dev/null); then
+        [[ "$running" == "$wanted" ]] ||
+            die "$PEER ($addr) runs with $key=$running, not $wanted (read $DATA/conf)"
+    else
+        log "$PEER: could not read $key of $addr back (GET_BROKER_CONFIG unsupported?); not verified"
+    fi
+}
+
 cmd_start() {
-    local flush_type
+    local flush_type role_type
     case "$FLUSH" in
         async) flush_type=ASYNC_FLUSH ;;
         sync) flush_type=SYNC_FLUSH ;;
         *) die "--flush must be async or sync, not '$FLUSH'" ;;
     esac
-    if pid_alive "$DATA/broker.pid" "$BROKER_MARKER" || pid_alive "$DATA/namesrv.pid" "$NAMESRV_MARKER"; then
-        if [[ "$(cat "$DATA/flush" 2>/dev/null)" == "$FLUSH" && "$FRESH" == 0 ]] && cmd_status >/dev/null; then
-            log "$PEER is already running ($FLUSH flush)"
+    case "$ROLE" in
+        async-master) role_type=ASYNC_MASTER ;;
+        sync-master-with-slave) role_type=SYNC_MASTER ;;
+        *) die "--role must be async-master or sync-master-with-slave, not '$ROLE'" ;;
+    esac
+    if [[ "$ROLE" != async-master && "$PEER" != apache-rocketmq ]]; then
+        die "--role $ROLE is not supported for $PEER (scripts/peer.sh starts a slave for apache-rocketmq only)"
+    fi
+    if pid_alive "$DATA/broker.pid" "$BROKER_MARKER" || pid_alive "$DATA/namesrv.pid" "$NAMESRV_MARKER" ||
+        pid_alive "$DATA/slave.pid" "$(slave_marker)"; then
+        if [[ "$(cat "$DATA/flush" 2>/dev/null)" == "$FLUSH" && "$FRESH" == 0 ]] &&
+            [[ "$(cat "$DATA/role" 2>/dev/null || echo async-master)" == "$ROLE" ]] && cmd_status >/dev/null; then
+            log "$PEER is already running ($FLUSH flush, $ROLE)"
             return 0
         fi
         die "$PEER is already running (see: scripts/peer.sh $PEER status); stop it first"
     fi
     local port
-    for port in "$NAMESRV_PORT" "$BROKER_PORT" "$HA_PORT"; do
+    local -a ports=("$NAMESRV_PORT" "$BROKER_PORT" "$HA_PORT")
+    [[ "$ROLE" == sync-master-with-slave ]] && ports+=("$SLAVE_PORT" "$SLAVE_HA_PORT")
+    for port in "${ports[@]}"; do
         port_open "$port" && die "port $port is already in use (another broker running? ss -ltnp 'sport = :$port')"
     done
     mkdir -p "$DATA"
     if [[ "$FRESH" == 1 ]]; then
         log "$PEER: wiping the store in $DATA"
-        rm -rf "$DATA/store" "$DATA/home/namesrv" "$DATA/home/store"
+        rm -rf "$DATA/store" "$DATA/home/namesrv" "$DATA/home/store" \
+            "$DATA/slave-store" "$DATA/slave-home/store"
     fi
     echo "$FLUSH" >"$DATA/flush"
+    echo "$ROLE" >"$DATA/role"
     local started=$SECONDS
     case "$PEER" in
-        apache-rocketmq) apache_start "$flush_type" ;;
+        apache-rocketmq) apache_start "$flush_type" "$role_type" ;;
         rocketmq-rust) rust_start "$flush_type" ;;
     esac
-    local running
-    if running=$(remoting broker-config "$BROKER_ADDR" flushDiskType 2>/dev/null); then
-        [[ "$running" == "$flush_type" ]] ||
-            die "$PEER runs with flushDiskType=$running, not $flush_type (read $DATA/conf)"
-    else
-        log "$PEER: could not read flushDiskType back (GET_BROKER_CONFIG unsupported?); not verified"
+    check_running_config "$BROKER_ADDR" flushDiskType "$flush_type"
+    local slave_note=""
+    if [[ "$ROLE" == sync-master-with-slave ]]; then
+        check_running_config "$BROKER_ADDR" brokerRole "$role_type"
+        check_running_config "$BROKER_ADDR" inSyncReplicas 2
+        check_running_config "$SLAVE_ADDR" brokerRole SLAVE
+        slave_note=", slave $SLAVE_ADDR (logs $DATA/slave.out and $DATA/slave-home/logs)"
     fi
     log "$PEER ready in $((SECONDS - started)) s: name server $NAMESRV_ADDR, broker $BROKER_ADDR," \
-        "$flush_type; logs $DATA/*.out and $DATA/home/logs"
+        "$flush_type, $role_type$slave_note; logs $DATA/*.out and $DATA/home/logs"
 }
 
 main() {
@@ -521,11 +642,13 @@ main() {
         apache-rocketmq | rocketmq-rust) ;;
         *) die "unknown peer '$PEER' (apache-rocketmq or rocketmq-rust)" ;;
     esac
-    FLUSH=async FRESH=0 DIR_ARG=""
+    FLUSH=async ROLE=async-master FRESH=0 DIR_ARG=""
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --flush) FLUSH=${2:?--flush needs async or sync}; shift 2 ;;
             --flush=*) FLUSH=${1#--flush=}; shift ;;
+            --role) ROLE=${2:?--role needs async-master or sync-master-with-slave}; shift 2 ;;
+            --role=*) ROLE=${1#--role=}; shift ;;
             --dir) DIR_ARG=${2:?--dir needs a directory}; shift 2 ;;
             --dir=*) DIR_ARG=${1#--dir=}; shift ;;
             --fresh) FRESH=1; shift ;;
