@@ -359,8 +359,12 @@ impl ConsumerOffsetTable {
     ) -> usize {
         let mut changed = 0;
         for (key, queues) in &master.offset_table {
-            for (&queue_id, &offset) in queues.iter().filter(|(q, _)| owns_queue(**q)) {
-                let entry = self.offsets.entry(key.clone()).or_default();
+            let mut owned = queues.iter().filter(|(q, _)| owns_queue(**q)).peekable();
+            if owned.peek().is_none() {
+                continue;
+            }
+            let entry = self.offsets.entry(key.clone()).or_default();
+            for (&queue_id, &offset) in owned {
                 if entry.insert(queue_id, offset) != Some(offset) {
                     changed += 1;
                 }

@@ -187,22 +187,19 @@ impl Replicator {
                 "no master registered with the name server".into(),
             ));
         };
-        let suspend = Duration::from_millis(REPLICA_SUSPEND_MS as u64);
-        let mut stream = connect(&addr, REPLICA_IO_TIMEOUT, suspend + REPLICA_IO_TIMEOUT)
-            .map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
+        let mut master = MasterConnection::open(addr)?;
         let (position, ack) = self.call_shard(ReplicaCall::Position)?;
         let mut from = position.end;
         let mut durable = ack.min(from);
         let mut last_record = position.last_record;
-        let mut opaque = 0i32;
         let mut synced: Option<Instant> = None;
         let mut served = false;
         while !self.stop.load(Ordering::Relaxed) {
             if synced.is_none_or(|at| at.elapsed() >= MASTER_CONFIG_SYNC_PERIOD) {
                 if self.shard == 0 {
-                    self.sync_master_config(&mut stream, &addr, &mut opaque)?;
+                    self.sync_master_config(&mut master)?;
                 }
-                self.sync_master_offsets(&mut stream, &addr, &mut opaque)?;
+                self.sync_master_offsets(&mut master)?;
                 synced = Some(Instant::now());
             }
             let header = ReplicaPullRequestHeader {
@@ -221,10 +218,10 @@ impl Replicator {
                 request_code::RINGMQ_REPLICA_PULL,
                 header.to_ext_fields(),
             );
-            let answer = call_master(&mut stream, &addr, &mut opaque, request)?;
+            let answer = master.call(request)?;
             if !served {
                 served = true;
-                tracing::info!(shard = self.shard, master = %addr, from, "replicating from the master");
+                tracing::info!(shard = self.shard, master = %master.addr, from, "replicating from the master");
                 last_error.clear();
             }
             // Proven once per connection.
@@ -241,12 +238,7 @@ impl Replicator {
 
     /// Fetches the consumer offsets of the master's shard and hands them to
     /// this shard.
-    fn sync_master_offsets(
-        &self,
-        stream: &mut TcpStream,
-        addr: &str,
-        opaque: &mut i32,
-    ) -> Result<(), SessionEnd> {
+    fn sync_master_offsets(&self, master: &mut MasterConnection) -> Result<(), SessionEnd> {
         let header = ReplicaOffsetsRequestHeader {
             shard: i32::from(self.shard),
         };
@@ -254,12 +246,9 @@ impl Replicator {
             request_code::RINGMQ_REPLICA_OFFSETS,
             header.to_ext_fields(),
         );
-        let answer = call_master(stream, addr, opaque, request)?;
-        let offsets = ConsumerOffsetFile::from_json(answer.body_bytes()).map_err(|error| {
-            SessionEnd::Refused(format!(
-                "the master {addr} sent consumer offsets that do not decode: {error}"
-            ))
-        })?;
+        let answer = master.call(request)?;
+        let offsets = ConsumerOffsetFile::from_json(answer.body_bytes())
+            .map_err(|error| master.undecodable("consumer offset table", &error))?;
         self.tell_shard(ShardMsg::MasterOffsets(Box::new(offsets)))
     }
 
@@ -275,58 +264,62 @@ impl Replicator {
     }
 
     /// Fetches the master's topic and group tables and hands them to shard 0.
-    fn sync_master_config(
-        &self,
-        stream: &mut TcpStream,
-        addr: &str,
-        opaque: &mut i32,
-    ) -> Result<(), SessionEnd> {
+    fn sync_master_config(&self, master: &mut MasterConnection) -> Result<(), SessionEnd> {
         let fetch = |code| RemotingCommand::new_request(code, ExtFields::new());
-        let topics = call_master(
-            stream,
-            addr,
-            opaque,
-            fetch(request_code::GET_ALL_TOPIC_CONFIG),
-        )?;
-        let groups = call_master(
-            stream,
-            addr,
-            opaque,
-            fetch(request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG),
-        )?;
-        let bad = |what: &str, error: String| {
-            SessionEnd::Refused(format!(
-                "the master {addr} sent a {what} that does not decode: {error}"
-            ))
-        };
+        let topics = master.call(fetch(request_code::GET_ALL_TOPIC_CONFIG))?;
+        let groups = master.call(fetch(request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG))?;
         let config = MasterConfig {
             topics: TopicConfigSerializeWrapper::from_json(topics.body_bytes())
-                .map_err(|error| bad("topic table", error.to_string()))?,
+                .map_err(|error| master.undecodable("topic table", &error))?,
             groups: SubscriptionGroupWrapper::from_json(groups.body_bytes())
-                .map_err(|error| bad("group table", error.to_string()))?,
+                .map_err(|error| master.undecodable("group table", &error))?,
         };
         self.tell_shard(ShardMsg::MasterConfig(Box::new(config)))
     }
 }
 
-/// One request to the master and its SUCCESS answer.
-fn call_master(
-    stream: &mut TcpStream,
-    addr: &str,
-    opaque: &mut i32,
-    mut request: RemotingCommand,
-) -> Result<RemotingCommand, SessionEnd> {
-    *opaque = opaque.wrapping_add(1);
-    request.opaque = *opaque;
-    let answer =
-        call(stream, &request).map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
-    if answer.code != response_code::SUCCESS {
-        return Err(SessionEnd::Refused(format!(
-            "the master {addr} answered {} to {}: {}",
-            answer.code,
-            request.code,
-            answer.remark.as_deref().unwrap_or("")
-        )));
+/// A replicator's connection to its master.
+struct MasterConnection {
+    stream: TcpStream,
+    addr: String,
+    opaque: i32,
+}
+
+impl MasterConnection {
+    fn open(addr: String) -> Result<Self, SessionEnd> {
+        let suspend = Duration::from_millis(REPLICA_SUSPEND_MS as u64);
+        let stream = connect(&addr, REPLICA_IO_TIMEOUT, suspend + REPLICA_IO_TIMEOUT)
+            .map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
+        Ok(MasterConnection {
+            stream,
+            addr,
+            opaque: 0,
+        })
     }
-    Ok(answer)
+
+    /// One request and its SUCCESS answer.
+    fn call(&mut self, mut request: RemotingCommand) -> Result<RemotingCommand, SessionEnd> {
+        let addr = &self.addr;
+        self.opaque = self.opaque.wrapping_add(1);
+        request.opaque = self.opaque;
+        let answer = call(&mut self.stream, &request)
+            .map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
+        if answer.code != response_code::SUCCESS {
+            return Err(SessionEnd::Refused(format!(
+                "the master {addr} answered {} to {}: {}",
+                answer.code,
+                request.code,
+                answer.remark.as_deref().unwrap_or("")
+            )));
+        }
+        Ok(answer)
+    }
+
+    /// A body from the master that does not decode as `what`.
+    fn undecodable(&self, what: &str, error: &impl std::fmt::Display) -> SessionEnd {
+        SessionEnd::Refused(format!(
+            "the master {} sent a {what} that does not decode: {error}",
+            self.addr
+        ))
+    }
 }

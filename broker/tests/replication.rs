@@ -201,35 +201,37 @@ fn wait_caught_up(master: &mut Client, slave: &mut Client) {
     }
 }
 
+/// The stored records at `offsets`, each found.
+fn records_at(client: &mut Client, offsets: &[i64]) -> Vec<(i64, Vec<u8>)> {
+    offsets
+        .iter()
+        .map(|&offset| {
+            let answer = client.view(offset);
+            assert_eq!(
+                answer.code,
+                response_code::SUCCESS,
+                "offset {offset}: {:?}",
+                answer.remark
+            );
+            (offset, answer.body_bytes().to_vec())
+        })
+        .collect()
+}
+
 /// Every record is on the slave byte for byte as on the master.
 fn assert_same_records(master: &mut Client, slave: &mut Client, offsets: &[i64]) {
-    for &offset in offsets {
-        let on_master = master.view(offset);
-        assert_eq!(
-            on_master.code,
-            response_code::SUCCESS,
-            "{:?}",
-            on_master.remark
-        );
-        let on_slave = slave.view(offset);
-        assert_eq!(
-            on_slave.code,
-            response_code::SUCCESS,
-            "offset {offset} on the slave: {:?}",
-            on_slave.remark
-        );
-        assert_eq!(
-            on_slave.body_bytes(),
-            on_master.body_bytes(),
-            "offset {offset}"
-        );
-    }
+    assert_slave_holds(slave, &records_at(master, offsets));
 }
 
 fn assert_slave_holds(slave: &mut Client, expected: &[(i64, Vec<u8>)]) {
     for (offset, record) in expected {
         let answer = slave.view(*offset);
-        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+        assert_eq!(
+            answer.code,
+            response_code::SUCCESS,
+            "offset {offset} on the slave: {:?}",
+            answer.remark
+        );
         assert_eq!(answer.body_bytes(), record.as_slice(), "offset {offset}");
     }
 }
@@ -299,10 +301,7 @@ fn a_slave_holds_its_masters_records_refuses_sends_and_keeps_them_when_either_is
         cascade.remark
     );
 
-    let expected: Vec<(i64, Vec<u8>)> = offsets
-        .iter()
-        .map(|&offset| (offset, to_master.view(offset).body_bytes().to_vec()))
-        .collect();
+    let expected = records_at(&mut to_master, &offsets);
     // The master dies: the slave still serves everything.
     drop(to_master);
     master.kill_nine();

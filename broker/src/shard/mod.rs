@@ -517,6 +517,11 @@ impl ShardHandler {
             request_code::CONSUMER_SEND_MSG_BACK => self.send_back(request, now_ms),
             request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),
             request_code::QUERY_MESSAGE => self.query_message(request),
+            request_code::RINGMQ_REPLICA_PULL | request_code::RINGMQ_REPLICA_OFFSETS
+                if !self.settings.is_master =>
+            {
+                self.refuse_replication_on_slave(&request)
+            }
             request_code::RINGMQ_REPLICA_PULL => self.replica_pull(*request, now_ms, true),
             request_code::RINGMQ_REPLICA_OFFSETS => self.replica_offsets(&request),
             _ if self.id == 0 => self.control_request(request, now_ms),
@@ -687,7 +692,7 @@ impl RequestHandler for ShardHandler {
         self.drain_inbox(now_ms);
         self.poll_store(now_ms);
         self.run_replica_master(now_ms);
-        self.run_replica_slave(now_ms);
+        self.run_replica_slave();
         self.run_delay(now_ms); // wired by schedule
         self.run_timer(now_ms); // wired by schedule
         self.expire_held(now_ms);

@@ -57,9 +57,6 @@ use super::{ShardHandler, response};
 use crate::config::BrokerRole;
 use crate::server::ConnectionId;
 
-/// What a slave's replication request on a slave gets.
-const SLAVE_REMARK: &str = "this broker is a slave: replicate from its master";
-
 /// Most bytes one replica pull answers (about: a larger record comes whole).
 pub const REPLICA_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Longest a master holds a replica pull that finds nothing new.
@@ -110,7 +107,7 @@ pub(crate) struct ReplicaPeer {
     /// Where its next pull starts if it took everything served.
     next: u64,
     /// What it reported durable last.
-    pub(crate) durable: u64,
+    durable: u64,
     /// When it pulled last (ms since the epoch).
     seen_ms: i64,
 }
@@ -183,12 +180,6 @@ impl ShardHandler {
                 return Served::Answer(response(response_code::SYSTEM_ERROR, error.to_string()));
             }
         };
-        if !self.settings.is_master {
-            return Served::Answer(response(
-                response_code::SERVICE_NOT_AVAILABLE,
-                SLAVE_REMARK.to_owned(),
-            ));
-        }
         let shard_count = i32::from(self.settings.shard_count);
         if header.shard_count != shard_count || header.shard != i32::from(self.id) {
             return Served::Answer(response(
@@ -385,14 +376,17 @@ impl ShardHandler {
 
     /// Master: RINGMQ_REPLICA_OFFSETS, this shard's consumer offsets.
     pub(crate) fn replica_offsets(&mut self, request: &Request) {
-        let answer = if self.settings.is_master {
-            self.offsets.get_all_consumer_offset(&request.cmd)
-        } else {
-            response(
-                response_code::SERVICE_NOT_AVAILABLE,
-                SLAVE_REMARK.to_owned(),
-            )
-        };
+        let answer = self.offsets.get_all_consumer_offset(&request.cmd);
+        self.reply(request.reply, answer);
+    }
+
+    /// What a slave answers the replication requests, which only a master
+    /// serves.
+    pub(crate) fn refuse_replication_on_slave(&mut self, request: &Request) {
+        let answer = response(
+            response_code::SERVICE_NOT_AVAILABLE,
+            "this broker is a slave: replicate from its master",
+        );
         self.reply(request.reply, answer);
     }
 
@@ -410,7 +404,7 @@ impl ShardHandler {
 
     /// Slave, after the store's poll: answers the appends now acknowledgeable
     /// (or failed with the appender).
-    pub(crate) fn run_replica_slave(&mut self, _now_ms: i64) {
+    pub(crate) fn run_replica_slave(&mut self) {
         if self.replica.waits.is_empty() || self.store.is_none() {
             return;
         }
@@ -465,7 +459,6 @@ impl ShardHandler {
             reply,
             answer,
         });
-        self.release_slave_waits(now_ms);
     }
 
     /// Answers the sends a slave now has durable, and those past their

@@ -382,7 +382,7 @@ fn spawn_shard(start: ShardStart) -> Result<JoinHandle<Result<(), String>>, Brok
 }
 
 /// Sends one request on `stream` and reads its answer (blocking, bounded by
-/// [`REGISTER_TIMEOUT`]).
+/// the stream's timeouts, see [`connect`]).
 pub(crate) fn call(
     stream: &mut TcpStream,
     request: &RemotingCommand,
