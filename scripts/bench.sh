@@ -211,9 +211,9 @@ ringmq_start_slave() {
         sleep 0.3
     done
     log "ringmq: slave registered as brokerId 1 of $name"
-    # Then until every shard's replicator logs "replicating from the master" (d54409f logs it once
-    # connected, before its first pull; later builds once the master answered that pull), so the
-    # master has the slave from the first send on.
+    # Then until every shard's replicator logs "replicating from the master" (450b43d and before
+    # log it once connected, before the first pull; from 39ca018 on, once the master answered that
+    # pull), so the master has the slave from the first send on.
     local shard
     for ((shard = 0; shard < shards; shard++)); do
         until grep -q "replicating from the master shard=$shard " "$dir/slave.out"; do

@@ -338,25 +338,8 @@ rocketmqHome=$DATA/home
 kvConfigPath=$DATA/home/namesrv/kvConfig.json
 configStorePath=$DATA/home/namesrv/namesrv.properties
 EOF
-    cat >"$DATA/conf/broker.conf" <<EOF
-brokerClusterName=$CLUSTER
-brokerName=$BROKER_NAME
-brokerId=0
-brokerRole=$role
-flushDiskType=$flush_type
-brokerIP1=$HOST
-brokerIP2=$HOST
-bindAddress=$HOST
-listenPort=$BROKER_PORT
-haListenPort=$HA_PORT
-namesrvAddr=$NAMESRV_ADDR
-rocketmqHome=$DATA/home
-storePathRootDir=$DATA/store
-storePathCommitLog=$DATA/store/commitlog
-autoCreateTopicEnable=true
-autoCreateSubscriptionGroup=true
-enablePropertyFilter=true
-EOF
+    apache_broker_conf "$DATA/conf/broker.conf" 0 "$role" "$flush_type" "$BROKER_PORT" "$HA_PORT" \
+        "$DATA/home" "$DATA/store"
     rm -f "$DATA/conf/broker-slave.conf"
     [[ "$role" == SYNC_MASTER ]] || return 0
     # 5.3.3's SYNC_MASTER waits for the slave only when inSyncReplicas (default 1, counting the
@@ -370,21 +353,29 @@ EOF
     # The slave: same cluster, brokerName, name server and flush type; its own ports and store.
     # It learns the master's HA address (brokerIP2:haListenPort) from the name server.
     mkdir -p "$DATA/slave-home" "$DATA/slave-store"
-    cat >"$DATA/conf/broker-slave.conf" <<EOF
+    apache_broker_conf "$DATA/conf/broker-slave.conf" 1 SLAVE "$flush_type" "$SLAVE_PORT" \
+        "$SLAVE_HA_PORT" "$DATA/slave-home" "$DATA/slave-store"
+}
+
+# apache_broker_conf FILE ID ROLE FLUSH PORT HA_PORT HOME STORE: one broker's broker.conf (the
+# master's and the slave's differ only in these).
+apache_broker_conf() {
+    local file=$1 id=$2 role=$3 flush_type=$4 port=$5 ha_port=$6 home=$7 store=$8
+    cat >"$file" <<EOF
 brokerClusterName=$CLUSTER
 brokerName=$BROKER_NAME
-brokerId=1
-brokerRole=SLAVE
+brokerId=$id
+brokerRole=$role
 flushDiskType=$flush_type
 brokerIP1=$HOST
 brokerIP2=$HOST
 bindAddress=$HOST
-listenPort=$SLAVE_PORT
-haListenPort=$SLAVE_HA_PORT
+listenPort=$port
+haListenPort=$ha_port
 namesrvAddr=$NAMESRV_ADDR
-rocketmqHome=$DATA/slave-home
-storePathRootDir=$DATA/slave-store
-storePathCommitLog=$DATA/slave-store/commitlog
+rocketmqHome=$home
+storePathRootDir=$store
+storePathCommitLog=$store/commitlog
 autoCreateTopicEnable=true
 autoCreateSubscriptionGroup=true
 enablePropertyFilter=true
