@@ -7,7 +7,8 @@
 //!  registrar: REGISTER_BROKER answer ─ masterAddr ─▶ MasterAddress
 //!  thread k: connect(masterAddr) ─▶ Position (shard k) ─▶ loop {
 //!      REPLICA_PULL(offset, durableOffset, last record on the first) ─▶ chunk
-//!      ─▶ Append(from, chunk) (shard k) ─▶ answered once acknowledgeable ─▶ offset = end }
+//!      ─▶ Append(from, chunk) (shard k) ─▶ answered once acknowledgeable ─▶ offset = end
+//!      or, for an empty log below the master's: startOffset ─▶ StartAt (shard k) ─▶ offset = startOffset }
 //!  any error: log, drop the connection, wait, start again from Position
 //!  at start and every 10 s (Java's SlaveSynchronize): thread k: RINGMQ_REPLICA_OFFSETS
 //!      ─▶ MasterOffsets (shard k takes its queues' consumer offsets); thread 0 also
@@ -33,7 +34,7 @@ use std::time::{Duration, Instant};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
-    CustomHeader, ReplicaOffsetsRequestHeader, ReplicaPullRequestHeader,
+    CustomHeader, ReplicaOffsetsRequestHeader, ReplicaPullRequestHeader, ReplicaPullResponseHeader,
 };
 use ringmq_protocol::json::{
     ConsumerOffsetFile, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
@@ -226,6 +227,24 @@ impl Replicator {
             }
             // Proven once per connection.
             last_record = None;
+            let header: ReplicaPullResponseHeader = answer
+                .decode_custom_header()
+                .map_err(|error| master.undecodable("replica pull answer", &error))?;
+            if let Some(start) = header.start_offset {
+                // This log holds no record, and the master's starts later.
+                let base = u64::try_from(start)
+                    .map_err(|error| master.undecodable("startOffset", &error))?;
+                self.call_shard(|reply| ReplicaCall::StartAt { base, reply })?;
+                tracing::info!(
+                    shard = self.shard,
+                    from,
+                    to = base,
+                    "the master's log starts later: the empty log starts there too"
+                );
+                from = base;
+                durable = base;
+                continue;
+            }
             let Some(bytes) = answer.body.filter(|body| !body.is_empty()) else {
                 continue;
             };

@@ -18,10 +18,10 @@ use common::{Broker, Client, fresh_store, send_message_request, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
-    CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, PullMessageRequestHeader,
-    PullMessageResponseHeader, PullSysFlag, QueryConsumerOffsetRequestHeader,
-    QueryConsumerOffsetResponseHeader, ReplicaPullRequestHeader, SendMessageResponseHeader,
-    UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader,
+    CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
+    GetMinOffsetResponseHeader, PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
+    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader, ReplicaPullRequestHeader,
+    SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader,
 };
 use ringmq_protocol::json::SubscriptionGroupConfig;
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
@@ -62,10 +62,25 @@ impl Client {
         header.offset
     }
 
-    /// Every record of a queue, by PULL_MESSAGE from offset 0 (not held).
+    fn min_offset(&mut self, queue_id: i32) -> i64 {
+        let header = GetMinOffsetRequestHeader {
+            topic: TOPIC.to_owned(),
+            queue_id,
+            broker_name: None,
+        };
+        let answer = self.call_ok(RemotingCommand::new_request(
+            request_code::GET_MIN_OFFSET,
+            header.to_ext_fields(),
+        ));
+        let header: GetMinOffsetResponseHeader = answer.decode_custom_header().unwrap();
+        header.offset
+    }
+
+    /// Every record of a queue, by PULL_MESSAGE from its min offset (not
+    /// held).
     fn pull_all(&mut self, queue_id: i32) -> Vec<Vec<u8>> {
         let mut records = Vec::new();
-        let mut offset = 0;
+        let mut offset = self.min_offset(queue_id);
         loop {
             let header = PullMessageRequestHeader {
                 consumer_group: "replica-readers".to_owned(),
@@ -164,9 +179,19 @@ fn commit_log_offset(msg_id: &str) -> i64 {
 
 /// Sends `count` messages over the queues; returns their CommitLog offsets.
 fn send_some(master: &mut Client, first: usize, count: usize) -> Vec<i64> {
+    send_sized(master, first, count, |n| n % 700)
+}
+
+/// As [`send_some`], the `n`th body padded with `padding(n)` bytes.
+fn send_sized(
+    master: &mut Client,
+    first: usize,
+    count: usize,
+    padding: impl Fn(usize) -> usize,
+) -> Vec<i64> {
     (first..first + count)
         .map(|n| {
-            let body = format!("replicated message {n} {}", "x".repeat(n % 700));
+            let body = format!("replicated message {n} {}", "x".repeat(padding(n)));
             let request = send_message_request(
                 "pg",
                 TOPIC,
@@ -325,6 +350,89 @@ fn a_slave_holds_its_masters_records_refuses_sends_and_keeps_them_when_either_is
     let more = send_some(&mut to_master, 240, 40);
     wait_caught_up(&mut to_master, &mut to_slave);
     assert_same_records(&mut to_master, &mut to_slave, &more);
+}
+
+#[test]
+fn a_fresh_slave_of_a_master_whose_log_starts_later_copies_it_from_there() {
+    // 1 MiB segments on both (a slave needs its master's segment size).
+    let small = [
+        SHARDS.to_owned(),
+        "--mapedFileSizeCommitLog=1048576".to_owned(),
+        "--maxMessageSize=65536".to_owned(),
+    ];
+    let master_store = fresh_store("repl-master-later");
+    let slave_store = fresh_store("repl-slave-later");
+    let Some(master) = start_broker(&master_store, &small) else {
+        return;
+    };
+    let mut to_master = master.connect();
+    to_master.create_topic(TOPIC, QUEUES);
+    // About 3.3 MiB per shard: each shard's log fills three segments and
+    // starts a fourth.
+    let offsets = send_sized(&mut to_master, 0, 1_700, |_| 4_000);
+    drop(to_master);
+    assert!(master.stop().success());
+    // What retention does to a master's oldest segments, done by hand:
+    // each shard's log now starts at its second segment.
+    for shard in 0..2 {
+        let first = master_store.join(format!("commitlog/{shard}/{:020}", 0));
+        std::fs::remove_file(&first).unwrap();
+    }
+    let master = start_broker(&master_store, &small).unwrap();
+    let mut to_master = master.connect();
+    let kept: Vec<i64> = offsets
+        .iter()
+        .copied()
+        .filter(|&offset| to_master.view(offset).code == response_code::SUCCESS)
+        .collect();
+    assert!(
+        kept.len() > offsets.len() / 2 && kept.len() < offsets.len(),
+        "{} of {} records kept",
+        kept.len(),
+        offsets.len()
+    );
+    for queue_id in 0..QUEUES {
+        assert!(to_master.min_offset(queue_id) > 0, "queue {queue_id}");
+    }
+    let mut slave_options = small.to_vec();
+    slave_options.extend([
+        "--brokerRole=SLAVE".to_owned(),
+        "--brokerId=1".to_owned(),
+        format!("--namesrvAddr=127.0.0.1:{}", master.namesrv_port),
+    ]);
+    let slave = start_broker(&slave_store, &slave_options).unwrap();
+    let mut to_slave = slave.connect();
+    let more = send_sized(&mut to_master, 1_700, 200, |_| 4_000);
+    wait_caught_up(&mut to_master, &mut to_slave);
+    assert_same_records(&mut to_master, &mut to_slave, &kept);
+    assert_same_records(&mut to_master, &mut to_slave, &more);
+    for queue_id in 0..QUEUES {
+        assert_eq!(
+            to_slave.min_offset(queue_id),
+            to_master.min_offset(queue_id),
+            "queue {queue_id}"
+        );
+        assert_eq!(
+            to_slave.pull_all(queue_id),
+            to_master.pull_all(queue_id),
+            "queue {queue_id}"
+        );
+    }
+    // A restart keeps the log where it now starts, and follows on.
+    drop(to_slave);
+    slave.kill_nine();
+    let slave = start_broker(&slave_store, &slave_options).unwrap();
+    let mut to_slave = slave.connect();
+    let last = send_sized(&mut to_master, 1_900, 40, |_| 4_000);
+    wait_caught_up(&mut to_master, &mut to_slave);
+    assert_same_records(&mut to_master, &mut to_slave, &kept);
+    assert_same_records(&mut to_master, &mut to_slave, &last);
+    let log = common::broker_logs_text(&slave_store);
+    assert_eq!(
+        log.matches("the empty log starts there too").count(),
+        2,
+        "once per shard, at the first start only:\n{log}"
+    );
 }
 
 #[test]

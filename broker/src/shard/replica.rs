@@ -5,7 +5,10 @@
 //! the slave's position once per connection ([`Store::check_replica_position`]
 //! with the slave's last record), then answers whole records from the
 //! slave's end ([`Store::replica_bytes`]); a pull that finds nothing new is
-//! held until the store acknowledges more or its `suspendMillis` passes.
+//! held until the store acknowledges more or its `suspendMillis` passes. A
+//! slave that holds no record below this log's start is told where it
+//! starts (`startOffset`), and its shard moves its empty log there
+//! ([`ReplicaCall::StartAt`]).
 //!
 //! Slave: the replicator thread of each shard ([`crate::replication`])
 //! asks its shard for the log's position and hands it the master's chunks
@@ -78,6 +81,14 @@ pub const REPLICA_IN_SYNC_GAP_MAX: u64 = 256 * 1024 * 1024;
 pub enum ReplicaCall {
     /// Where the log ends, its last record, and the ack position.
     Position(Sender<Result<(ReplicaPosition, u64), String>>),
+    /// Start the log, which holds no record, at segment `base` (where the
+    /// master's now starts).
+    StartAt {
+        /// Shard-local segment base.
+        base: u64,
+        /// Where the answer goes.
+        reply: Sender<Result<(), String>>,
+    },
     /// Append a master's chunk at `from`; answered with the new end once
     /// acknowledgeable.
     Append {
@@ -88,6 +99,20 @@ pub enum ReplicaCall {
         /// Where the answer goes.
         reply: Sender<Result<u64, String>>,
     },
+}
+
+/// A replica pull's SUCCESS answer.
+fn replica_pull_answer(
+    master_offset: u64,
+    start_offset: Option<u64>,
+    body: Vec<u8>,
+) -> RemotingCommand {
+    RemotingCommand::new_response(response_code::SUCCESS, 0, None)
+        .with_custom_header(&ReplicaPullResponseHeader {
+            master_offset: master_offset as i64,
+            start_offset: start_offset.map(|offset| offset as i64),
+        })
+        .with_body(Bytes::from(body))
 }
 
 /// The master's topic and subscription group tables, as a slave fetches
@@ -227,7 +252,7 @@ impl ShardHandler {
                     size: size.max(0) as u32,
                     crc: crc.clamp(0, i64::from(u32::MAX)) as u32,
                 }),
-                (None, None, None) if from == 0 => None,
+                (None, None, None) => None,
                 _ => {
                     return Served::Answer(response(
                         response_code::SYSTEM_ERROR,
@@ -242,6 +267,16 @@ impl ShardHandler {
                 end: from,
                 last_record,
             };
+            let min_offset = self.store().commit_log().min_local_offset();
+            if last_record.is_none() && from < min_offset {
+                // A slave that holds no record below this log: it starts
+                // its log where this one now starts.
+                return Served::Answer(replica_pull_answer(
+                    self.store().commit_log().appender().ack_position(),
+                    Some(min_offset),
+                    Vec::new(),
+                ));
+            }
             if let Err(error) = self.store_mut().check_replica_position(&position) {
                 tracing::warn!(shard = self.id, peer = %request.peer, %error, "a slave's position is refused");
                 return Served::Answer(response(response_code::SYSTEM_ERROR, error.to_string()));
@@ -275,12 +310,7 @@ impl ShardHandler {
             };
         }
         let master_offset = self.store().commit_log().appender().ack_position();
-        let answer = RemotingCommand::new_response(response_code::SUCCESS, 0, None)
-            .with_custom_header(&ReplicaPullResponseHeader {
-                master_offset: master_offset as i64,
-            })
-            .with_body(Bytes::from(bytes));
-        Served::Answer(answer)
+        Served::Answer(replica_pull_answer(master_offset, None, bytes))
     }
 
     /// After the store's poll: answers the SYNC_MASTER sends a slave has
@@ -337,6 +367,16 @@ impl ShardHandler {
                     .map(|position| (position, ack))
                     .map_err(|error| error.to_string());
                 let _ = reply.send(position);
+            }
+            ReplicaCall::StartAt { base, reply } => {
+                let result = self
+                    .store_mut()
+                    .restart_empty_replica_at(base)
+                    .map_err(|error| error.to_string());
+                if let Err(error) = &result {
+                    tracing::warn!(shard = self.id, base, %error, "the empty log cannot start at the master's first segment");
+                }
+                let _ = reply.send(result);
             }
             ReplicaCall::Append { from, bytes, reply } => {
                 match self

@@ -7,8 +7,11 @@
 //! The slave names where its log ends (`offset`, shard-local) and what it
 //! has made durable; on the first pull of a connection it also names its
 //! last record (`lastOffset`, `lastSize`, `lastCrc`), which the master
-//! checks against its own log before serving it. The answer's body is
-//! whole records from `offset`, possibly empty.
+//! checks against its own log before serving it; a slave whose log holds
+//! no record names none, and its `offset` must be a segment start. The
+//! answer's body is whole records from `offset`, possibly empty; a slave
+//! with no record below the master's log is told where to start instead
+//! (`startOffset`).
 //!
 //! RINGMQ_REPLICA_OFFSETS (9102): the consumer offsets of the master's
 //! shard, answered with GET_ALL_CONSUMER_OFFSET's body.
@@ -50,6 +53,10 @@ custom_header! {
     pub struct ReplicaPullResponseHeader {
         /// `masterOffset`: shard-local end of what the master acknowledges.
         master_offset: required i64 = "masterOffset",
+        /// `startOffset`: where a slave whose log holds no record and ends
+        /// below the master's log must start it (the master's min offset,
+        /// a segment base); the body is then empty.
+        start_offset: optional i64 = "startOffset",
     }
 }
 

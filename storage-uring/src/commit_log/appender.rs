@@ -727,4 +727,18 @@ impl Appender {
     pub(crate) fn release_buffers(&mut self, disk: &mut impl Disk) {
         self.bufs.release(disk);
     }
+
+    /// Gives every buffer back, the active one too: the appender is about
+    /// to be replaced. Call when idle.
+    pub(crate) fn release_all_buffers(&mut self, disk: &mut impl Disk) {
+        assert!(self.is_idle(), "releasing the buffers of a busy appender");
+        self.bufs.release_all(disk);
+    }
+
+    /// Fails the appender for good (a step outside it left the log in a
+    /// state only a restart's recovery knows): appends are refused.
+    pub(crate) fn fail(&mut self, reason: String) {
+        tracing::error!(reason, "the commit log is failed until a restart");
+        self.failed.get_or_insert(reason);
+    }
 }

@@ -421,6 +421,11 @@ impl CommitLog {
         shard_offset(self.config.shard_id, self.min_offset)
     }
 
+    /// Shard-local offset of the oldest byte kept.
+    pub fn min_local_offset(&self) -> u64 {
+        self.min_offset
+    }
+
     /// Outside-visible offset after the last acknowledgeable record.
     pub fn max_offset(&self) -> u64 {
         shard_offset(self.config.shard_id, self.appender.ack_position())

@@ -42,10 +42,11 @@ use ringmq_protocol::message::{
     CrcCheck, Decoded, RecordError, RecordView, decode_entry, verify_body_crc,
 };
 
+use super::appender::Appender;
 use super::{BLANK_SIZE, CommitLog, record_crc, shard_offset};
 use crate::disk::Disk;
 use crate::error::StorageError;
-use crate::limits::RECORD_SIZE_MAX;
+use crate::limits::{RECORD_SIZE_MAX, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE};
 
 /// Where a slave's log ends, with what proves it is its master's there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,11 +207,13 @@ impl CommitLog {
         let end = position.end;
         self.check_replica_from(end)?;
         let Some(last) = position.last_record else {
-            if end == 0 {
+            // A slave log that holds no record starts at a segment base,
+            // where every log has a record boundary.
+            if end.is_multiple_of(self.config.segment_size_bytes) {
                 return Ok(());
             }
             return Err(StorageError::InvalidArgument(format!(
-                "a slave log ending at {end} names no last record"
+                "a slave log ending at {end}, not a segment start, names no last record"
             )));
         };
         let diverged = |what: String| {
@@ -218,7 +221,13 @@ impl CommitLog {
                 "the slave's log ending at {end} is not this log's: {what}"
             ))
         };
-        let record_end = last.offset + u64::from(last.size);
+        let record_end = last.offset.saturating_add(u64::from(last.size));
+        if record_end > end {
+            return Err(diverged(format!(
+                "its last record at {} of {} bytes ends past it",
+                last.offset, last.size
+            )));
+        }
         if last.offset < self.min_offset {
             return Err(diverged(format!(
                 "its last record at {} is below this log's min offset {}",
@@ -254,6 +263,93 @@ impl CommitLog {
         Err(diverged(format!(
             "its last record ends at {record_end}, and this log has no BLANK from there to {end}"
         )))
+    }
+
+    /// Slave side: moves a log that holds no record to start at segment
+    /// `base`, past its end (its master's log no longer holds anything
+    /// below `base`): every segment file is removed, an empty one created
+    /// at `base`, and appends continue there. Nothing is lost: the log
+    /// holds no record (a fresh slave, or one whose retention removed every
+    /// record it had). A crash half-way leaves either no segment (the next
+    /// open starts an empty log at 0 again) or the one at `base`.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`] on a log that is not a replica's,
+    /// holds a record, or for a `base` that is not a segment base past the
+    /// end; [`StorageError::Busy`] while an operation of the log is in
+    /// flight (ask again after a poll); disk errors of the removals and the
+    /// creation (the log is then failed until a restart opens it again).
+    pub fn restart_empty_at(
+        &mut self,
+        disk: &mut impl Disk,
+        base: u64,
+    ) -> Result<(), StorageError> {
+        let end = self.appender.encoded();
+        let size = self.config.segment_size_bytes;
+        let refuse = |why: String| {
+            Err(StorageError::InvalidArgument(format!(
+                "starting the log at {base} instead of {end}: {why}"
+            )))
+        };
+        if !self.config.replica {
+            return refuse("not a replica's log".into());
+        }
+        if self.last_record.is_some() || end != self.min_offset {
+            return refuse(format!("it holds records from {}", self.min_offset));
+        }
+        if !base.is_multiple_of(size) || base <= end || base >= 1 << SHARD_OFFSET_BITS {
+            return refuse(format!(
+                "not a segment base past the end (segments of {size} bytes)"
+            ));
+        }
+        self.check_writable()?;
+        let busy = !self.appender.is_idle()
+            || self.creating.is_some()
+            || self.removing > 0
+            || self.sparing > 0
+            || !self.shrinking.is_empty()
+            || !self.stash.is_empty();
+        if busy {
+            return Err(StorageError::Busy {
+                pending_bytes: self.appender.pending_bytes(),
+            });
+        }
+        // The old segments go before the new one comes: the set holds
+        // consecutive segments, and an empty directory opens as an empty log.
+        let created = self
+            .segments
+            .remove_from(disk, 0)
+            .and_then(|()| self.segments.create(disk, base).map(|segment| segment.file));
+        let file = match created {
+            Ok(file) => file,
+            Err(error) => {
+                self.appender
+                    .fail(format!("starting the log at {base}: {error}"));
+                return Err(error);
+            }
+        };
+        self.appender.release_all_buffers(disk);
+        let buffer_size = WRITE_BUFFER_SIZE.min(size as usize);
+        self.appender = Appender::new(
+            disk,
+            self.config.flush_mode,
+            file,
+            base,
+            base,
+            &[],
+            buffer_size,
+            self.config.tail_cache_bytes,
+        );
+        self.min_offset = base;
+        self.first_store_timestamps.clear();
+        self.fenced_at = None;
+        tracing::info!(
+            shard = self.config.shard_id,
+            from = end,
+            to = base,
+            "an empty replica log now starts at its master's first segment"
+        );
+        Ok(())
     }
 
     /// Slave side: appends `bytes`, whole records from a master's

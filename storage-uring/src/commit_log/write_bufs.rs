@@ -324,6 +324,17 @@ impl WriteBufs {
             }
         }
     }
+
+    /// As [`WriteBufs::release`], and the active buffer too: the chain is
+    /// about to be dropped.
+    pub(crate) fn release_all(&mut self, disk: &mut impl Disk) {
+        self.release(disk);
+        if let Some(last) = self.bufs.pop_front()
+            && let Ok(buf) = last.buf.try_into_inner()
+        {
+            disk.recycle(buf);
+        }
+    }
 }
 
 #[cfg(test)]

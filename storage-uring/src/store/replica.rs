@@ -3,7 +3,6 @@
 //! ([`Store::append_replicated`]), which dispatches each record to its
 //! ConsumeQueue and the index as recovery does (see
 //! [`crate::commit_log`]'s `replica` module for the format and checks).
-//! Nothing in the broker uses these yet.
 
 use super::Store;
 use super::recover::Dispatcher;
@@ -43,6 +42,20 @@ impl<D: Disk> Store<D> {
     ) -> Result<(), StorageError> {
         self.commit_log
             .check_replica_position(&mut self.disk, position)
+    }
+
+    /// Slave side: a store whose log holds no record starts it at segment
+    /// `base` instead, where its master's log now starts
+    /// ([`crate::commit_log::CommitLog::restart_empty_at`]); ConsumeQueue
+    /// and index files below `base` (of records its own retention removed)
+    /// go in the following turns, as after retention removes a segment.
+    ///
+    /// # Errors
+    /// As `CommitLog::restart_empty_at`.
+    pub fn restart_empty_replica_at(&mut self, base: u64) -> Result<(), StorageError> {
+        self.commit_log.restart_empty_at(&mut self.disk, base)?;
+        self.retention_cursor = Some(0);
+        Ok(())
     }
 
     /// Slave side: appends a master's chunk at local `from` (this log's

@@ -1460,10 +1460,11 @@ fn fill_until(store: &mut Store<SimDisk>, end: u64, now_ms: u64, byte: impl Fn(u
     settle(store, now_ms + n, &mut acks);
 }
 
-/// Every chunk `replica_bytes` gives from 0 to the end, concatenated.
+/// Every chunk `replica_bytes` gives from the log's start to its end,
+/// concatenated.
 fn replica_stream(store: &mut Store<SimDisk>, max_bytes: usize) -> Vec<u8> {
     let mut stream = Vec::new();
-    let mut from = 0;
+    let mut from = store.commit_log().min_local_offset();
     loop {
         let chunk = store.replica_bytes(from, max_bytes).unwrap();
         if chunk.is_empty() {
@@ -1653,6 +1654,125 @@ fn a_slave_that_loses_power_mid_stream_recovers_and_catches_up_byte_for_byte() {
                 "seed {seed} {topic}"
             );
         }
+    }
+}
+
+#[test]
+fn an_empty_slave_starts_where_its_masters_log_now_starts() {
+    let mut master = open_sim(36, FlushMode::Async);
+    fill_for_replication(&mut master, 4, T0);
+    let size = master.config().segment_size_bytes;
+    // Retention's work, done by hand after a clean stop: the master's log
+    // now starts at its third segment.
+    let mut acks = Vec::new();
+    let mut disk = master.shutdown(T0 + 1_000, &mut acks).unwrap();
+    let dir = config(FlushMode::Async).commit_log_dir();
+    for base in [0, size] {
+        disk.remove(&dir.join(crate::commit_log::segment::segment_file_name(base)))
+            .unwrap();
+    }
+    let (mut master, _) = Store::open(disk, config(FlushMode::Async), T0 + 2_000).unwrap();
+    let start = master.commit_log().min_local_offset();
+    assert_eq!(start, 2 * size);
+    assert!(master.queue_min_offset("T", 0) > 0);
+    let mut slave = open_replica(37);
+    let empty = slave.replica_position().unwrap();
+    assert_eq!(empty.last_record, None);
+    let error = master.check_replica_position(&empty).unwrap_err();
+    assert!(error.to_string().contains("the log holds"), "{error}");
+    // Refused: not a segment base, not past the end.
+    for base in [start + 4096, 0] {
+        let error = slave.restart_empty_replica_at(base).unwrap_err();
+        assert!(matches!(error, StorageError::InvalidArgument(_)), "{error}");
+    }
+    slave.restart_empty_replica_at(start).unwrap();
+    let moved = slave.replica_position().unwrap();
+    assert_eq!((moved.end, moved.last_record), (start, None));
+    master.check_replica_position(&moved).unwrap();
+    // An empty log elsewhere than a segment start names no last record.
+    let odd = crate::commit_log::ReplicaPosition {
+        end: start + 4096,
+        last_record: None,
+    };
+    assert!(master.check_replica_position(&odd).is_err());
+    // A last record that does not end by the slave's end, even one no
+    // offset can name, is refused, not read.
+    for (offset, size) in [(1 << 60, 100), (u64::MAX - 10, u32::MAX), (start, 4097)] {
+        let bogus = crate::commit_log::ReplicaPosition {
+            end: start + 4096,
+            last_record: Some(crate::commit_log::RecordMark {
+                offset,
+                size,
+                crc: 0,
+            }),
+        };
+        let error = master.check_replica_position(&bogus).unwrap_err();
+        assert!(error.to_string().contains("ends past it"), "{error}");
+    }
+    // Nor does a slave move to a base no offset can name.
+    let error = slave.restart_empty_replica_at(1 << 56).unwrap_err();
+    assert!(matches!(error, StorageError::InvalidArgument(_)), "{error}");
+    replicate(&mut master, &mut slave, 6_000, T0 + 3_000);
+    assert_eq!(slave.commit_log().min_local_offset(), start);
+    let expected = replica_stream(&mut master, 1 << 20);
+    assert_same_bytes(&replica_stream(&mut slave, 1 << 20), &expected);
+    let check_queues = |master: &mut Store<SimDisk>, slave: &mut Store<SimDisk>| {
+        for topic in ["T", "U"] {
+            let (min, max) = (
+                master.queue_min_offset(topic, 0),
+                master.queue_max_offset(topic, 0),
+            );
+            assert_eq!(slave.queue_min_offset(topic, 0), min, "{topic}");
+            assert_eq!(slave.queue_max_offset(topic, 0), max, "{topic}");
+            let on_master = master
+                .get_messages(topic, 0, min, 64, 1 << 20, None)
+                .unwrap();
+            let on_slave = slave
+                .get_messages(topic, 0, min, 64, 1 << 20, None)
+                .unwrap();
+            assert_eq!(on_slave.status, GetMessageStatus::Found, "{topic}");
+            assert_eq!(on_slave.body, on_master.body, "{topic}");
+        }
+    };
+    check_queues(&mut master, &mut slave);
+    // A log that holds records is not moved.
+    let error = slave.restart_empty_replica_at(8 * size).unwrap_err();
+    assert!(error.to_string().contains("holds records"), "{error}");
+    // A kill -9 of the slave: it opens where it was, from `start`.
+    let disk = slave.disk_mut().crash(CrashKind::ProcessKill);
+    let (mut slave, _) = Store::open(disk, replica_config(), T0 + 4_000).unwrap();
+    assert_eq!(slave.commit_log().min_local_offset(), start);
+    assert_same_bytes(&replica_stream(&mut slave, 1 << 20), &expected);
+    fill_for_replication(&mut master, 6, T0 + 5_000);
+    replicate(&mut master, &mut slave, 6_000, T0 + 6_000);
+    assert_same_bytes(
+        &replica_stream(&mut slave, 1 << 20),
+        &replica_stream(&mut master, 1 << 20),
+    );
+    check_queues(&mut master, &mut slave);
+    // Only a replica's log moves.
+    let mut plain = open_sim(38, FlushMode::Sync);
+    let error = plain.restart_empty_replica_at(start).unwrap_err();
+    assert!(error.to_string().contains("not a replica"), "{error}");
+}
+
+#[test]
+fn an_empty_slave_moved_to_its_masters_start_and_crashed_at_once_opens_empty() {
+    let size = config(FlushMode::Sync).segment_size_bytes;
+    for kind in [CrashKind::ProcessKill, CrashKind::PowerLoss] {
+        let mut slave = open_replica(39);
+        slave.restart_empty_replica_at(5 * size).unwrap();
+        let disk = slave.disk_mut().crash(kind);
+        let (mut slave, _) = Store::open(disk, replica_config(), T0 + 1_000).unwrap();
+        let position = slave.replica_position().unwrap();
+        assert_eq!(position.last_record, None, "{kind:?}");
+        // Either the move or the empty log at 0 it started from.
+        assert!(
+            position.end == 5 * size || position.end == 0,
+            "{kind:?}: {}",
+            position.end
+        );
+        assert_eq!(slave.commit_log().min_local_offset(), position.end);
     }
 }
 
@@ -1895,5 +2015,17 @@ fn a_master_refuses_a_slave_whose_last_record_it_does_not_hold() {
     let mut wrong = position;
     wrong.end -= 8;
     let error = master.check_replica_position(&wrong).unwrap_err();
+    assert!(error.to_string().contains("ends past it"), "{error}");
+    // Nor is followed by the end: the first record named as the last.
+    let first = master.replica_bytes(0, 1).unwrap();
+    let early = crate::commit_log::ReplicaPosition {
+        end: position.end,
+        last_record: Some(crate::commit_log::RecordMark {
+            offset: 0,
+            size: first.len() as u32,
+            crc: crc32c::crc32c(&first),
+        }),
+    };
+    let error = master.check_replica_position(&early).unwrap_err();
     assert!(error.to_string().contains("no BLANK"), "{error}");
 }
