@@ -4,7 +4,9 @@
 //! Master: RINGMQ_REPLICA_PULL goes to the shard it names, which checks
 //! the slave's position once per connection ([`Store::check_replica_position`]
 //! with the slave's last record), then answers whole records from the
-//! slave's end ([`Store::replica_bytes`]); a pull that finds nothing new is
+//! slave's end ([`Store::replica_chunk`]: from the tail cache at once,
+//! older ones once the store's background read of them completes, so a
+//! slave far behind never holds the shard on the disk); a pull that finds nothing new is
 //! held until the store acknowledges more or its `suspendMillis` passes. A
 //! slave that holds no record below this log's start is told where it
 //! starts (`startOffset`), and its shard moves its empty log there
@@ -17,7 +19,7 @@
 //! the `durableOffset` the thread reports next never runs ahead of the log.
 //!
 //! [`Store::check_replica_position`]: ringmq_storage::store::Store::check_replica_position
-//! [`Store::replica_bytes`]: ringmq_storage::store::Store::replica_bytes
+//! [`Store::replica_chunk`]: ringmq_storage::store::Store::replica_chunk
 //! [`Store::append_replicated`]: ringmq_storage::store::Store::append_replicated
 //!
 //! SYNC_MASTER: a send the store acknowledged is answered once a slave's
@@ -53,7 +55,8 @@ use ringmq_protocol::header::{ReplicaPullRequestHeader, ReplicaPullResponseHeade
 use ringmq_protocol::json::{
     ConsumerOffsetFile, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
 };
-use ringmq_storage::commit_log::{RecordMark, ReplicaPosition};
+use ringmq_storage::commit_log::{RecordMark, ReplicaChunk, ReplicaPosition};
+use ringmq_storage::error::StorageError;
 
 use super::link::{ReplyTo, Request};
 use super::{ShardHandler, response};
@@ -145,6 +148,14 @@ pub(crate) struct HeldReplicaPull {
     pub(crate) deadline_ms: i64,
 }
 
+/// A replica pull waiting for the store's background read of its records.
+#[derive(Debug)]
+pub(crate) struct ReadingReplicaPull {
+    request: Request,
+    ticket: u64,
+    from: u64,
+}
+
 /// A slave's append waiting to become acknowledgeable.
 #[derive(Debug)]
 pub(crate) struct ReplicaWait {
@@ -166,10 +177,14 @@ pub(crate) struct SlaveWait {
 /// The replication state of one shard.
 #[derive(Debug, Default)]
 pub(crate) struct ReplicaState {
-    /// Master: slave connections by (server shard, connection).
-    pub(crate) peers: HashMap<(u16, ConnectionId), ReplicaPeer>,
+    /// Master: slave connections.
+    pub(crate) peers: HashMap<PeerKey, ReplicaPeer>,
     /// Master: pulls waiting for new records.
     pub(crate) held: Vec<HeldReplicaPull>,
+    /// Master: pulls waiting for the store to read their records.
+    pub(crate) reading: Vec<ReadingReplicaPull>,
+    /// Master: scratch for the store's completed reads.
+    reads_done: Vec<(u64, Result<Vec<u8>, StorageError>)>,
     /// Slave: appends waiting for their ack.
     pub(crate) waits: Vec<ReplicaWait>,
     /// SYNC_MASTER: sends waiting for a slave, in ack order (so both
@@ -180,8 +195,19 @@ pub(crate) struct ReplicaState {
 /// What a replica pull gets now.
 enum Served {
     Answer(RemotingCommand),
-    Hold { from: u64, suspend_ms: i64 },
+    Hold {
+        from: u64,
+        suspend_ms: i64,
+    },
+    /// Its records are being read from the segment.
+    Reading {
+        ticket: u64,
+        from: u64,
+    },
 }
+
+/// A slave connection: (server shard, connection).
+type PeerKey = (u16, ConnectionId);
 
 impl ShardHandler {
     /// Executes RINGMQ_REPLICA_PULL on the shard it names; `first` is
@@ -193,6 +219,11 @@ impl ShardHandler {
                 request,
                 from,
                 deadline_ms: now_ms + suspend_ms.clamp(0, REPLICA_SUSPEND_MS_MAX),
+            }),
+            Served::Reading { ticket, from } => self.replica.reading.push(ReadingReplicaPull {
+                request,
+                ticket,
+                from,
             }),
         }
     }
@@ -239,7 +270,7 @@ impl ShardHandler {
                 ),
             ));
         };
-        let key = (request.reply.shard, request.reply.conn);
+        let key: PeerKey = (request.reply.shard, request.reply.conn);
         let known = self
             .replica
             .peers
@@ -282,41 +313,92 @@ impl ShardHandler {
                 return Served::Answer(response(response_code::SYSTEM_ERROR, error.to_string()));
             }
         }
-        let bytes = match self.store_mut().replica_bytes(
+        let chunk = match self.store_mut().replica_chunk(
             from,
             REPLICA_CHUNK_BYTES_MAX.min(header.max_bytes.max(1) as usize),
         ) {
-            Ok(bytes) => bytes,
+            Ok(chunk) => chunk,
             Err(error) => {
-                tracing::warn!(shard = self.id, peer = %request.peer, %error, "a replica pull failed");
-                self.replica.peers.remove(&key);
-                return Served::Answer(response(response_code::SYSTEM_ERROR, error.to_string()));
+                return Served::Answer(self.replica_pull_failed(key, request.peer, &error));
             }
         };
         self.replica.peers.insert(
             key,
             ReplicaPeer {
-                next: from + bytes.len() as u64,
+                next: from,
                 // Never past the slave's own end, whatever it reports.
                 durable: durable.min(from),
                 seen_ms: now_ms,
             },
         );
         self.release_slave_waits(now_ms);
+        let bytes = match chunk {
+            ReplicaChunk::Bytes(bytes) => bytes,
+            ReplicaChunk::Reading(ticket) => return Served::Reading { ticket, from },
+        };
         if bytes.is_empty() && first && header.suspend_millis > 0 && !self.stopping() {
             return Served::Hold {
                 from,
                 suspend_ms: header.suspend_millis,
             };
         }
+        Served::Answer(self.replica_served(key, from, bytes))
+    }
+
+    /// The answer with `bytes` from `from` to the slave connection `key`.
+    fn replica_served(&mut self, key: PeerKey, from: u64, bytes: Vec<u8>) -> RemotingCommand {
+        if let Some(peer) = self.replica.peers.get_mut(&key) {
+            peer.next = from + bytes.len() as u64;
+        }
         let master_offset = self.store().commit_log().appender().ack_position();
-        Served::Answer(replica_pull_answer(master_offset, None, bytes))
+        replica_pull_answer(master_offset, None, bytes)
+    }
+
+    /// The answer to a replica pull the store could not serve; the slave
+    /// connection proves its position again.
+    fn replica_pull_failed(
+        &mut self,
+        key: PeerKey,
+        peer: std::net::SocketAddr,
+        error: &StorageError,
+    ) -> RemotingCommand {
+        tracing::warn!(shard = self.id, %peer, %error, "a replica pull failed");
+        self.replica.peers.remove(&key);
+        response(response_code::SYSTEM_ERROR, error.to_string())
+    }
+
+    /// Answers the replica pulls whose background reads completed.
+    fn answer_replica_reads(&mut self) {
+        if self.replica.reading.is_empty() || self.store.is_none() {
+            return;
+        }
+        let mut done = std::mem::take(&mut self.replica.reads_done);
+        self.store_mut().take_replica_reads(&mut done);
+        for (ticket, result) in done.drain(..) {
+            let Some(index) = self
+                .replica
+                .reading
+                .iter()
+                .position(|pull| pull.ticket == ticket)
+            else {
+                continue;
+            };
+            let pull = self.replica.reading.swap_remove(index);
+            let key = (pull.request.reply.shard, pull.request.reply.conn);
+            let answer = match result {
+                Ok(bytes) => self.replica_served(key, pull.from, bytes),
+                Err(error) => self.replica_pull_failed(key, pull.request.peer, &error),
+            };
+            self.reply(pull.request.reply, answer);
+        }
+        self.replica.reads_done = done;
     }
 
     /// After the store's poll: answers the SYNC_MASTER sends a slave has
     /// now, the held replica pulls the store now has records for, and those
     /// whose deadline passed.
     pub(crate) fn run_replica_master(&mut self, now_ms: i64) {
+        self.answer_replica_reads();
         self.release_slave_waits(now_ms);
         if self.replica.held.is_empty() || self.store.is_none() {
             return;
@@ -467,6 +549,7 @@ impl ShardHandler {
     /// Whether replication holds answers (a stop waits for them).
     pub(crate) fn replica_pending(&self) -> bool {
         !self.replica.held.is_empty()
+            || !self.replica.reading.is_empty()
             || !self.replica.waits.is_empty()
             || !self.replica.slave_waits.is_empty()
     }

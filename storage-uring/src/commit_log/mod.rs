@@ -43,7 +43,7 @@ pub mod crc_combine;
 pub mod record_crc;
 pub mod recovery;
 mod replica;
-pub use replica::{RecordMark, ReplicaPosition};
+pub use replica::{RecordMark, ReplicaChunk, ReplicaPosition};
 pub mod segment;
 pub(crate) mod write_bufs;
 
@@ -53,9 +53,9 @@ use ringmq_protocol::limits::PROPERTIES_SIZE_MAX;
 use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank};
 
 use self::appender::{
-    Appender, FlushMode, Progress, SEQ_READ, SEQ_SEGMENT_CREATE, SEQ_SEGMENT_REMOVE,
-    SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE, commit_log_op_id, op_counter,
-    op_kind,
+    Appender, FlushMode, Progress, SEQ_READ, SEQ_REPLICA_READ, SEQ_SEGMENT_CREATE,
+    SEQ_SEGMENT_REMOVE, SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE,
+    commit_log_op_id, op_counter, op_kind,
 };
 use self::recovery::{ScanOutcome, ScanStop, scan};
 use self::segment::SegmentSet;
@@ -227,6 +227,8 @@ pub struct CommitLog {
     /// The last record (local offset, size), where known: always after an
     /// append, and on a replica after `open` (see `replica`).
     last_record: Option<(u64, u32)>,
+    /// Reads for slaves in flight, and those done (see `replica`).
+    replica_reads: replica::ReplicaReads,
     stats: SegmentStats,
 }
 
@@ -396,6 +398,7 @@ impl CommitLog {
             shrinking: Vec::new(),
             fenced_at: fenced.then_some(end),
             last_record,
+            replica_reads: replica::ReplicaReads::default(),
             stats: SegmentStats::default(),
         };
         Ok((log, report))
@@ -849,6 +852,10 @@ impl CommitLog {
                         "keeping an expired commit log segment as a spare failed"
                     ),
                 }
+                Progress::default()
+            }
+            SEQ_REPLICA_READ => {
+                self.on_replica_read(disk, completion);
                 Progress::default()
             }
             _ => self.appender.on_completion(

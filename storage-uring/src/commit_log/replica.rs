@@ -1,5 +1,5 @@
 //! Replication in one shard's CommitLog: the master reads whole records
-//! from a slave's position ([`CommitLog::replica_bytes`]), and the slave
+//! from a slave's position ([`CommitLog::replica_chunk`]), and the slave
 //! appends them verbatim at the same local offsets
 //! ([`CommitLog::append_replicated`]), so both logs hold the same bytes and
 //! a record's PHYSICALOFFSET (and so its msgId) is the same on both.
@@ -42,9 +42,10 @@ use ringmq_protocol::message::{
     CrcCheck, Decoded, RecordError, RecordView, decode_entry, verify_body_crc,
 };
 
-use super::appender::Appender;
+use super::appender::{Appender, SEQ_REPLICA_READ, commit_log_op_id, op_counter};
 use super::{BLANK_SIZE, CommitLog, record_crc, shard_offset};
-use crate::disk::Disk;
+use crate::aligned::{AlignedBuf, align_down, align_up};
+use crate::disk::{Disk, DiskCompletion, DiskOp};
 use crate::error::StorageError;
 use crate::limits::{RECORD_SIZE_MAX, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE};
 
@@ -83,52 +84,151 @@ impl CommitLog {
     /// segment and the acknowledgeable position; a BLANK ends the chunk
     /// (its 8 bytes only), and the next chunk starts at the next segment.
     /// Empty when nothing is acknowledgeable at `from` yet. A record larger
-    /// than `max_bytes` comes whole all the same.
+    /// than `max_bytes` comes whole all the same. From the tail cache at
+    /// once; otherwise read from the segment in the background
+    /// ([`ReplicaChunk::Reading`]; the bytes come from
+    /// [`CommitLog::take_replica_reads`] after a later poll), so that a slave
+    /// far behind never holds its master's shard on a disk read.
     ///
     /// # Errors
     /// [`StorageError::InvalidArgument`] for `from` below the min offset
     /// (retention removed it), past the acknowledgeable position, or
     /// between the fence of the last crash recovery and its segment end;
     /// [`StorageError::Record`] when `from` is not a record boundary; disk
-    /// errors of the read.
-    pub fn replica_bytes(
+    /// errors submitting the read.
+    pub fn replica_chunk(
         &mut self,
         disk: &mut impl Disk,
         from: u64,
         max_bytes: usize,
-    ) -> Result<Vec<u8>, StorageError> {
+    ) -> Result<ReplicaChunk, StorageError> {
         self.check_replica_from(from)?;
         let bound = self.appender.ack_position().min(self.segment_end(from));
-        let mut want = (bound - from).min(max_bytes.max(BLANK_SIZE) as u64) as usize;
+        let limit = (bound - from) as usize;
+        let mut want = limit.min(max_bytes.max(BLANK_SIZE));
         loop {
             if want == 0 {
-                return Ok(Vec::new());
+                return Ok(ReplicaChunk::Bytes(Vec::new()));
             }
-            let offset = shard_offset(self.config.shard_id, from);
-            let Some(mut bytes) = self.read(disk, offset, want)? else {
-                return Err(StorageError::InvalidArgument(format!(
-                    "replication from {from}: not readable"
-                )));
+            let Some(cached) = self.appender.cached(from, want) else {
+                let ticket = self.replica_reads.next_ticket();
+                self.submit_replica_read(disk, ticket, from, want, limit)?;
+                return Ok(ReplicaChunk::Reading(ticket));
             };
-            let prefix = whole_records(&bytes).map_err(|error| StorageError::Record {
-                commit_log_offset: offset,
-                reason: format!("replication from {from}: not a record boundary: {error}"),
-            })?;
-            let needed = match prefix {
-                Prefix::Whole(len) => {
-                    bytes.truncate(len);
-                    return Ok(bytes);
-                }
-                Prefix::FirstNeeds(needed) => needed,
-            };
-            // The first record is longer than the read: read it whole.
-            let grown = needed.min((bound - from) as usize);
-            if grown <= want {
-                // Not acknowledgeable whole yet.
-                return Ok(Vec::new());
+            match whole_prefix(self.config.shard_id, from, cached, limit)? {
+                Whole::Bytes(len) => return Ok(ReplicaChunk::Bytes(cached[..len].to_vec())),
+                Whole::Grow(grown) => want = grown,
+                Whole::NotYet => return Ok(ReplicaChunk::Bytes(Vec::new())),
             }
-            want = grown;
         }
+    }
+
+    /// The background reads for slaves that completed since the last call:
+    /// each ticket [`CommitLog::replica_chunk`] gave, with what
+    /// `replica_chunk` would have answered from the cache.
+    pub fn take_replica_reads(&mut self, out: &mut Vec<(u64, Result<Vec<u8>, StorageError>)>) {
+        out.append(&mut self.replica_reads.done);
+    }
+
+    /// Whether reads for slaves are in flight.
+    pub fn replica_reads_in_flight(&self) -> bool {
+        !self.replica_reads.in_flight.is_empty()
+    }
+
+    /// Submits the read of `want` bytes at local `from` (within one
+    /// segment) for `ticket`.
+    fn submit_replica_read(
+        &mut self,
+        disk: &mut impl Disk,
+        ticket: u64,
+        from: u64,
+        want: usize,
+        limit: usize,
+    ) -> Result<(), StorageError> {
+        let Some(segment) = self.segments.get(from) else {
+            return Err(StorageError::InvalidArgument(format!(
+                "replication from {from}: not readable"
+            )));
+        };
+        let in_segment = from - segment.base;
+        let file_offset = align_down(in_segment);
+        let skip = (in_segment - file_offset) as usize;
+        let len = align_up(skip + want);
+        let buf = match self.replica_reads.spare.take() {
+            Some(buf) if buf.capacity() >= len => buf,
+            _ => AlignedBuf::new(len),
+        };
+        let op = DiskOp::Read {
+            file: segment.file,
+            file_offset,
+            buf,
+            len,
+        };
+        disk.submit(commit_log_op_id(SEQ_REPLICA_READ, ticket), op, false)
+            .map_err(|(error, _)| error)?;
+        self.replica_reads.in_flight.push(ReplicaRead {
+            ticket,
+            from,
+            skip,
+            want,
+            limit,
+        });
+        Ok(())
+    }
+
+    /// A read for a slave completed: its whole records are done, or the
+    /// read grows to take a first record longer than it.
+    pub(super) fn on_replica_read(&mut self, disk: &mut impl Disk, completion: DiskCompletion) {
+        let ticket = op_counter(completion.op_id);
+        let Some(index) = self
+            .replica_reads
+            .in_flight
+            .iter()
+            .position(|read| read.ticket == ticket)
+        else {
+            return;
+        };
+        let read = self.replica_reads.in_flight.swap_remove(index);
+        let buf = completion.buf;
+        let outcome = match (completion.result, &buf) {
+            (Err(error), _) => Err(StorageError::from(error)),
+            (Ok(n), Some(buf)) if n >= read.skip + read.want => whole_prefix(
+                self.config.shard_id,
+                read.from,
+                &buf.as_slice()[read.skip..read.skip + read.want],
+                read.limit,
+            )
+            .map(|whole| match whole {
+                Whole::Bytes(len) => Ok(buf.as_slice()[read.skip..read.skip + len].to_vec()),
+                Whole::Grow(grown) => Err(grown),
+                Whole::NotYet => Ok(Vec::new()),
+            }),
+            (Ok(n), _) => Err(StorageError::InvalidArgument(format!(
+                "replication from {}: the segment gave {n} bytes of {}",
+                read.from,
+                read.skip + read.want
+            ))),
+        };
+        if let Some(buf) = buf
+            && self
+                .replica_reads
+                .spare
+                .as_ref()
+                .is_none_or(|spare| spare.capacity() < buf.capacity())
+        {
+            self.replica_reads.spare = Some(buf);
+        }
+        let result = match outcome {
+            Ok(Ok(bytes)) => Ok(bytes),
+            Ok(Err(grown)) => {
+                match self.submit_replica_read(disk, ticket, read.from, grown, read.limit) {
+                    Ok(()) => return,
+                    Err(error) => Err(error),
+                }
+            }
+            Err(error) => Err(error),
+        };
+        self.replica_reads.done.push((ticket, result));
     }
 
     /// Master side: whether a slave may be served from `from` at all: within
@@ -308,7 +408,8 @@ impl CommitLog {
             || self.removing > 0
             || self.sparing > 0
             || !self.shrinking.is_empty()
-            || !self.stash.is_empty();
+            || !self.stash.is_empty()
+            || self.replica_reads_in_flight();
         if busy {
             return Err(StorageError::Busy {
                 pending_bytes: self.appender.pending_bytes(),
@@ -353,7 +454,7 @@ impl CommitLog {
     }
 
     /// Slave side: appends `bytes`, whole records from a master's
-    /// [`CommitLog::replica_bytes`], at local `from`, which must be where
+    /// [`CommitLog::replica_chunk`], at local `from`, which must be where
     /// this log ends; calls `visit` with each record appended (for the
     /// ConsumeQueues and the index). Acknowledged like any append, by the
     /// flush mode's position. Returns the local offset after the chunk.
@@ -516,6 +617,82 @@ impl CommitLog {
         }
         Ok(checked)
     }
+}
+
+/// What a master's shard has for a slave now ([`CommitLog::replica_chunk`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReplicaChunk {
+    /// Whole records (empty: nothing acknowledgeable at the position yet).
+    Bytes(Vec<u8>),
+    /// Being read from the segment: [`CommitLog::take_replica_reads`] gives
+    /// the records with this ticket after a later poll.
+    Reading(u64),
+}
+
+/// A read for a slave in flight.
+#[derive(Debug)]
+struct ReplicaRead {
+    ticket: u64,
+    /// Local offset of the chunk.
+    from: u64,
+    /// Bytes before `from` in the block-aligned read.
+    skip: usize,
+    /// Bytes wanted from `from`.
+    want: usize,
+    /// Bytes acknowledgeable within the segment from `from` when the read
+    /// started (a first record longer than `want` grows the read up to it).
+    limit: usize,
+}
+
+/// The reads of one CommitLog for slaves.
+#[derive(Debug, Default)]
+pub(super) struct ReplicaReads {
+    last_ticket: u64,
+    in_flight: Vec<ReplicaRead>,
+    done: Vec<(u64, Result<Vec<u8>, StorageError>)>,
+    /// The largest buffer of a completed read, for the next.
+    spare: Option<AlignedBuf>,
+}
+
+impl ReplicaReads {
+    fn next_ticket(&mut self) -> u64 {
+        self.last_ticket += 1;
+        self.last_ticket
+    }
+}
+
+/// What the bytes read at a record boundary give a slave.
+enum Whole {
+    /// This many bytes of whole records (through a first BLANK).
+    Bytes(usize),
+    /// The first record is longer than the read: read this many bytes.
+    Grow(usize),
+    /// The first record is not acknowledgeable whole yet.
+    NotYet,
+}
+
+/// The whole records at the start of `bytes`, read at local `from`, of
+/// which `limit` bytes are acknowledgeable.
+///
+/// # Errors
+/// [`StorageError::Record`] when `from` is not a record boundary.
+fn whole_prefix(
+    shard_id: u8,
+    from: u64,
+    bytes: &[u8],
+    limit: usize,
+) -> Result<Whole, StorageError> {
+    let prefix = whole_records(bytes).map_err(|error| StorageError::Record {
+        commit_log_offset: shard_offset(shard_id, from),
+        reason: format!("replication from {from}: not a record boundary: {error}"),
+    })?;
+    Ok(match prefix {
+        Prefix::Whole(len) => Whole::Bytes(len),
+        Prefix::FirstNeeds(needed) if needed <= limit && needed > bytes.len() => {
+            Whole::Grow(needed)
+        }
+        Prefix::FirstNeeds(_) => Whole::NotYet,
+    })
 }
 
 /// What a read at a record boundary holds.

@@ -1,25 +1,37 @@
 //! Replication at the store: the master's chunks of whole records
-//! ([`Store::replica_bytes`]) and the slave's append of them
+//! ([`Store::replica_chunk`]) and the slave's append of them
 //! ([`Store::append_replicated`]), which dispatches each record to its
 //! ConsumeQueue and the index as recovery does (see
 //! [`crate::commit_log`]'s `replica` module for the format and checks).
 
 use super::Store;
 use super::recover::Dispatcher;
-use crate::commit_log::ReplicaPosition;
+use crate::commit_log::{ReplicaChunk, ReplicaPosition};
 use crate::disk::Disk;
 use crate::error::StorageError;
 
 impl<D: Disk> Store<D> {
     /// Master side: whole records from local `from` (a slave's end), at
-    /// most about `max_bytes`, acknowledgeable ones only
-    /// ([`crate::commit_log::CommitLog::replica_bytes`]).
+    /// most about `max_bytes`, acknowledgeable ones only, at once from the
+    /// tail cache, or read in the background
+    /// ([`crate::commit_log::CommitLog::replica_chunk`]): their bytes come
+    /// from [`Store::take_replica_reads`] after a later poll.
     ///
     /// # Errors
-    /// As `CommitLog::replica_bytes`.
-    pub fn replica_bytes(&mut self, from: u64, max_bytes: usize) -> Result<Vec<u8>, StorageError> {
+    /// As `CommitLog::replica_chunk`.
+    pub fn replica_chunk(
+        &mut self,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<ReplicaChunk, StorageError> {
         self.commit_log
-            .replica_bytes(&mut self.disk, from, max_bytes)
+            .replica_chunk(&mut self.disk, from, max_bytes)
+    }
+
+    /// Master side: the background reads of [`Store::replica_chunk`] done
+    /// since the last call, by ticket.
+    pub fn take_replica_reads(&mut self, out: &mut Vec<(u64, Result<Vec<u8>, StorageError>)>) {
+        self.commit_log.take_replica_reads(out);
     }
 
     /// Slave side: where this log ends and its last record, for the

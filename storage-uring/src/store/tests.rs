@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
 use super::*;
+use crate::commit_log::ReplicaChunk;
 use crate::consume_queue::CQ_ENTRY_SIZE;
 use crate::disk::sim::{CrashKind, SimConfig, SimDisk, SimImage};
 use crate::disk::{Disk, OpenOptions};
@@ -1460,13 +1461,35 @@ fn fill_until(store: &mut Store<SimDisk>, end: u64, now_ms: u64, byte: impl Fn(u
     settle(store, now_ms + n, &mut acks);
 }
 
-/// Every chunk `replica_bytes` gives from the log's start to its end,
+/// What `Store::replica_chunk` gives at `from`, waiting for a background
+/// read (polling the store as its owner would).
+fn chunk_at(
+    store: &mut Store<SimDisk>,
+    from: u64,
+    max_bytes: usize,
+) -> Result<Vec<u8>, StorageError> {
+    let ticket = match store.replica_chunk(from, max_bytes)? {
+        ReplicaChunk::Bytes(bytes) => return Ok(bytes),
+        ReplicaChunk::Reading(ticket) => ticket,
+    };
+    let (mut acks, mut done) = (Vec::new(), Vec::new());
+    for _ in 0..1_000 {
+        store.poll_wait(T0, std::time::Duration::ZERO, &mut acks)?;
+        store.take_replica_reads(&mut done);
+        if let Some(index) = done.iter().position(|(read, _)| *read == ticket) {
+            return done.swap_remove(index).1;
+        }
+    }
+    panic!("the read for a slave never completed");
+}
+
+/// Every chunk `chunk_at` gives from the log's start to its end,
 /// concatenated.
 fn replica_stream(store: &mut Store<SimDisk>, max_bytes: usize) -> Vec<u8> {
     let mut stream = Vec::new();
     let mut from = store.commit_log().min_local_offset();
     loop {
-        let chunk = store.replica_bytes(from, max_bytes).unwrap();
+        let chunk = chunk_at(store, from, max_bytes).unwrap();
         if chunk.is_empty() {
             return stream;
         }
@@ -1519,7 +1542,7 @@ fn replicate(
     let mut acks = Vec::new();
     loop {
         let from = slave.commit_log().appender().encoded();
-        let chunk = master.replica_bytes(from, max_bytes).unwrap();
+        let chunk = chunk_at(master, from, max_bytes).unwrap();
         if chunk.is_empty() {
             break;
         }
@@ -1602,6 +1625,50 @@ fn a_slave_fed_the_masters_chunks_holds_its_log_and_answers_its_reads() {
     );
 }
 
+#[test]
+fn a_master_reads_what_its_tail_cache_no_longer_holds_in_the_background() {
+    let mut uncached = config(FlushMode::Async);
+    uncached.tail_cache_bytes = 0;
+    let (mut master, _) = Store::open(SimDisk::new(SimConfig::new(41)), uncached, T0).unwrap();
+    fill_for_replication(&mut master, 4, T0);
+    let ReplicaChunk::Reading(ticket) = master.replica_chunk(0, 5_000).unwrap() else {
+        panic!("the log's start is not in the tail cache");
+    };
+    // Nothing is done before a poll.
+    let mut done = Vec::new();
+    master.take_replica_reads(&mut done);
+    assert!(done.is_empty());
+    let mut acks = Vec::new();
+    while done.is_empty() {
+        master
+            .poll_wait(T0, std::time::Duration::ZERO, &mut acks)
+            .unwrap();
+        master.take_replica_reads(&mut done);
+    }
+    let (read, bytes) = done.pop().unwrap();
+    assert_eq!(read, ticket);
+    let bytes = bytes.unwrap();
+    assert!(
+        bytes.len() <= 5_000 && bytes.len() > 1_000,
+        "{}",
+        bytes.len()
+    );
+    // Chunks of 200 bytes: every first record is longer, and each read
+    // grows to take it whole. The slave checks every record it gets.
+    let mut slave = open_replica(42);
+    replicate(&mut master, &mut slave, 200, T0 + 1_000);
+    assert_eq!(
+        slave.commit_log().appender().encoded(),
+        master.commit_log().appender().encoded()
+    );
+    let expected = replica_stream(&mut master, 1 << 20);
+    assert_same_bytes(&replica_stream(&mut slave, 1 << 20), &expected);
+    assert!(expected.starts_with(&bytes));
+    // Not a record boundary: the read's answer says so.
+    let error = chunk_at(&mut master, 100, 5_000).unwrap_err();
+    assert!(matches!(error, StorageError::Record { .. }), "{error}");
+}
+
 /// A slave's store: SYNC_FLUSH, a replica.
 fn replica_config() -> StoreConfig {
     let mut config = config(FlushMode::Sync);
@@ -1627,7 +1694,7 @@ fn a_slave_that_loses_power_mid_stream_recovers_and_catches_up_byte_for_byte() {
         let mut acks = Vec::new();
         for _ in 0..(5 + seed % 7) {
             let from = slave.commit_log().appender().encoded();
-            let chunk = master.replica_bytes(from, 9_000).unwrap();
+            let chunk = chunk_at(&mut master, from, 9_000).unwrap();
             slave.append_replicated(from, &chunk, T0).unwrap();
             slave.poll(T0, &mut acks).unwrap();
         }
@@ -1813,7 +1880,7 @@ fn a_master_that_lost_what_its_slave_has_refuses_to_serve_past_its_fence() {
     master.append(&message(b"new"), T0 + 1_000).unwrap();
     settle(&mut master, T0 + 1_000, &mut acks);
     assert!(master.commit_log().appender().encoded() > slave_end);
-    let error = master.replica_bytes(slave_end, 1 << 20).unwrap_err();
+    let error = chunk_at(&mut master, slave_end, 1 << 20).unwrap_err();
     assert!(
         error
             .to_string()
@@ -1827,7 +1894,7 @@ fn a_replicated_chunk_that_fails_a_check_is_refused_whole() {
     let mut master = open_sim(33, FlushMode::Async);
     fill_for_replication(&mut master, 2, T0);
     let mut slave = open_sim(34, FlushMode::Sync);
-    let chunk = master.replica_bytes(0, 3_000).unwrap();
+    let chunk = chunk_at(&mut master, 0, 3_000).unwrap();
     let first_len = u32::from_be_bytes(chunk[..4].try_into().unwrap()) as usize;
     assert!(
         chunk.len() > 2 * first_len,
@@ -1877,7 +1944,7 @@ fn a_replicated_chunk_that_fails_a_check_is_refused_whole() {
     let (mut unlike, _) = Store::open(SimDisk::new(SimConfig::new(35)), other, T0).unwrap();
     let error = loop {
         let from = unlike.commit_log().appender().encoded();
-        let chunk = master.replica_bytes(from, 16_000).unwrap();
+        let chunk = chunk_at(&mut master, from, 16_000).unwrap();
         assert!(!chunk.is_empty(), "the BLANK was never refused");
         match unlike.append_replicated(from, &chunk, T0) {
             Ok(_) => {}
@@ -1896,7 +1963,7 @@ fn a_replicated_chunk_that_fails_a_check_is_refused_whole() {
     big_master.append(&message(&body), T0).unwrap();
     let mut acks = Vec::new();
     settle(&mut big_master, T0, &mut acks);
-    let chunk = big_master.replica_bytes(0, 1 << 20).unwrap();
+    let chunk = chunk_at(&mut big_master, 0, 1 << 20).unwrap();
     let mut small = open_sim(38, FlushMode::Sync);
     let error = refuse(&mut small, 0, &chunk);
     assert!(error.to_string().contains("limit"), "{error}");
@@ -1908,12 +1975,12 @@ fn replica_bytes_answers_whole_acknowledgeable_records_from_a_record_boundary() 
     let body = vec![9u8; 2_000];
     master.append(&message(&body), T0).unwrap();
     // Encoded, not written yet: nothing to send.
-    assert!(master.replica_bytes(0, 1 << 20).unwrap().is_empty());
+    assert!(chunk_at(&mut master, 0, 1 << 20).unwrap().is_empty());
     let mut acks = Vec::new();
     settle(&mut master, T0, &mut acks);
     master.append(&message(b"small"), T0).unwrap();
     settle(&mut master, T0, &mut acks);
-    let first = master.replica_bytes(0, 100).unwrap();
+    let first = chunk_at(&mut master, 0, 100).unwrap();
     let first_len = u32::from_be_bytes(first[..4].try_into().unwrap()) as usize;
     assert_eq!(
         first.len(),
@@ -1921,14 +1988,14 @@ fn replica_bytes_answers_whole_acknowledgeable_records_from_a_record_boundary() 
         "a record over max_bytes comes whole"
     );
     assert!(first_len > 2_000);
-    let both = master.replica_bytes(0, 1 << 20).unwrap();
+    let both = chunk_at(&mut master, 0, 1 << 20).unwrap();
     assert_eq!(&both[..first_len], &first[..]);
     let end = master.commit_log().appender().encoded();
     assert_eq!(both.len() as u64, end);
-    assert!(master.replica_bytes(end, 1 << 20).unwrap().is_empty());
-    let error = master.replica_bytes(end + 8, 1 << 20).unwrap_err();
+    assert!(chunk_at(&mut master, end, 1 << 20).unwrap().is_empty());
+    let error = chunk_at(&mut master, end + 8, 1 << 20).unwrap_err();
     assert!(matches!(error, StorageError::InvalidArgument(_)), "{error}");
-    let error = master.replica_bytes(100, 1 << 20).unwrap_err();
+    let error = chunk_at(&mut master, 100, 1 << 20).unwrap_err();
     assert!(
         error.to_string().contains("not a record boundary"),
         "{error}"
@@ -1948,7 +2015,7 @@ fn a_master_checks_a_slaves_position_by_its_last_record_at_every_step_and_after_
     let mut acks = Vec::new();
     loop {
         let from = slave.commit_log().appender().encoded();
-        let chunk = master.replica_bytes(from, 6_000).unwrap();
+        let chunk = chunk_at(&mut master, from, 6_000).unwrap();
         if chunk.is_empty() {
             break;
         }
@@ -2017,7 +2084,7 @@ fn a_master_refuses_a_slave_whose_last_record_it_does_not_hold() {
     let error = master.check_replica_position(&wrong).unwrap_err();
     assert!(error.to_string().contains("ends past it"), "{error}");
     // Nor is followed by the end: the first record named as the last.
-    let first = master.replica_bytes(0, 1).unwrap();
+    let first = chunk_at(&mut master, 0, 1).unwrap();
     let early = crate::commit_log::ReplicaPosition {
         end: position.end,
         last_record: Some(crate::commit_log::RecordMark {
