@@ -190,19 +190,19 @@ impl CommitLog {
         };
         let read = self.replica_reads.in_flight.swap_remove(index);
         let buf = completion.buf;
+        // A short read gives a shorter chunk: whole records of what came.
         let outcome = match (completion.result, &buf) {
             (Err(error), _) => Err(StorageError::from(error)),
-            (Ok(n), Some(buf)) if n >= read.skip + read.want => whole_prefix(
-                self.config.shard_id,
-                read.from,
-                &buf.as_slice()[read.skip..read.skip + read.want],
-                read.limit,
-            )
-            .map(|whole| match whole {
-                Whole::Bytes(len) => Ok(buf.as_slice()[read.skip..read.skip + len].to_vec()),
-                Whole::Grow(grown) => Err(grown),
-                Whole::NotYet => Ok(Vec::new()),
-            }),
+            (Ok(n), Some(buf)) if n > read.skip => {
+                let got = &buf.as_slice()[read.skip..n.min(read.skip + read.want)];
+                whole_prefix(self.config.shard_id, read.from, got, read.limit).map(|whole| {
+                    match whole {
+                        Whole::Bytes(len) => Ok(got[..len].to_vec()),
+                        Whole::Grow(grown) => Err(grown),
+                        Whole::NotYet => Ok(Vec::new()),
+                    }
+                })
+            }
             (Ok(n), _) => Err(StorageError::InvalidArgument(format!(
                 "replication from {}: the segment gave {n} bytes of {}",
                 read.from,
@@ -220,6 +220,7 @@ impl CommitLog {
         }
         let result = match outcome {
             Ok(Ok(bytes)) => Ok(bytes),
+            // The first record is longer than what came: read it whole.
             Ok(Err(grown)) => {
                 match self.submit_replica_read(disk, ticket, read.from, grown, read.limit) {
                     Ok(()) => return,

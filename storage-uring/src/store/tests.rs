@@ -1654,9 +1654,18 @@ fn a_master_reads_what_its_tail_cache_no_longer_holds_in_the_background() {
         bytes.len()
     );
     // Chunks of 200 bytes: every first record is longer, and each read
-    // grows to take it whole. The slave checks every record it gets.
+    // grows to take it whole; then chunks of 20 KiB from reads the disk
+    // cuts short at random. The slave checks every record it gets.
     let mut slave = open_replica(42);
-    replicate(&mut master, &mut slave, 200, T0 + 1_000);
+    let half = master.commit_log().appender().encoded() / 2;
+    while slave.commit_log().appender().encoded() < half {
+        let from = slave.commit_log().appender().encoded();
+        let chunk = chunk_at(&mut master, from, 200).unwrap();
+        slave.append_replicated(from, &chunk, T0).unwrap();
+        slave.poll(T0, &mut acks).unwrap();
+    }
+    master.disk_mut().faults_mut().short_read_percent = 50;
+    replicate(&mut master, &mut slave, 20_000, T0 + 1_000);
     assert_eq!(
         slave.commit_log().appender().encoded(),
         master.commit_log().appender().encoded()
