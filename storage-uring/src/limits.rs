@@ -140,6 +140,15 @@ pub const SEGMENT_CREATE_RETRY_MS: u64 = 100;
 /// append fails.
 pub const SEGMENT_CREATE_WAIT_MAX: u32 = 3;
 
+/// After a roll-over failed to create its segment, appends that need it
+/// fail at once for this long, instead of each waiting for attempts of its
+/// own (and logging them): with the store's directory gone, every append
+/// of a loaded broker made three attempts and five log lines.
+pub const SEGMENT_CREATE_FAILED_HOLD_MS: u64 = 1_000;
+
+/// A failing background segment creation is logged at most this often.
+pub const SEGMENT_CREATE_LOG_INTERVAL_MS: u64 = 10_000;
+
 /// Size of the checkpoint file (one block, written with O_DIRECT).
 pub const CHECKPOINT_FILE_SIZE: usize = 4096;
 

@@ -48,6 +48,7 @@ pub mod segment;
 pub(crate) mod write_bufs;
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use ringmq_protocol::limits::PROPERTIES_SIZE_MAX;
 use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank};
@@ -64,9 +65,9 @@ use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpenOptions, Wait,
 use crate::error::StorageError;
 use crate::limits::{
     COMPLETIONS_PER_TURN_MAX, PENDING_WRITE_BYTES_MAX, RECORD_CRC_COMBINE_BODY_SIZE_MIN,
-    RECORD_SIZE_MAX, SEGMENT_CREATE_RETRY_MS, SEGMENT_CREATE_WAIT_MAX,
-    SEGMENT_PREALLOCATE_THRESHOLD_PERCENT, SHARD_ID_BITS, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE,
-    WRITE_PREFETCH_AHEAD_BYTES,
+    RECORD_SIZE_MAX, SEGMENT_CREATE_FAILED_HOLD_MS, SEGMENT_CREATE_LOG_INTERVAL_MS,
+    SEGMENT_CREATE_RETRY_MS, SEGMENT_CREATE_WAIT_MAX, SEGMENT_PREALLOCATE_THRESHOLD_PERCENT,
+    SHARD_ID_BITS, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE, WRITE_PREFETCH_AHEAD_BYTES,
 };
 
 /// Bytes of the BLANK end-of-segment marker.
@@ -207,6 +208,10 @@ pub struct CommitLog {
     create_retry_at_ms: u64,
     /// A background creation failed since the last turn.
     create_failed: bool,
+    /// When a roll-over last failed to create its segment, and its base.
+    create_wait_failed: Option<(Instant, u64)>,
+    /// When a creation failure was logged last, and those not logged since.
+    create_failure_logged: Option<(Instant, u64)>,
     /// Store timestamp of the first record of each segment (by base), where
     /// known: retention's age of the segment before it.
     first_store_timestamps: std::collections::BTreeMap<u64, i64>,
@@ -390,6 +395,8 @@ impl CommitLog {
             creating: None,
             create_retry_at_ms: 0,
             create_failed: false,
+            create_wait_failed: None,
+            create_failure_logged: None,
             first_store_timestamps,
             removing: 0,
             spares,
@@ -750,7 +757,15 @@ impl CommitLog {
             }
             Err(error) => {
                 self.stats.create_failures += 1;
-                tracing::warn!(%error, base, "creating the next commit log segment failed; retrying");
+                let interval = Duration::from_millis(SEGMENT_CREATE_LOG_INTERVAL_MS);
+                match &mut self.create_failure_logged {
+                    Some((at, unlogged)) if at.elapsed() < interval => *unlogged += 1,
+                    logged => {
+                        let unlogged = logged.map_or(0, |(_, unlogged)| unlogged);
+                        tracing::warn!(%error, base, failures_not_logged = unlogged, "creating the next commit log segment failed; retrying");
+                        *logged = Some((Instant::now(), 0));
+                    }
+                }
                 // Retried by prepare_next_segment after a backoff that
                 // starts at the next turn (no clock here).
                 self.create_failed = true;
@@ -767,6 +782,14 @@ impl CommitLog {
         disk: &mut impl Disk,
         base: u64,
     ) -> Result<FileId, StorageError> {
+        if let Some((at, failed_base)) = self.create_wait_failed
+            && failed_base == base
+            && at.elapsed() < Duration::from_millis(SEGMENT_CREATE_FAILED_HOLD_MS)
+        {
+            return Err(StorageError::NotWritable {
+                reason: "the next commit log segment could not be created (retried each second)",
+            });
+        }
         tracing::warn!(
             base,
             in_flight = self.creating.is_some(),
@@ -811,6 +834,7 @@ impl CommitLog {
             }
             if let Some(error) = failure {
                 tracing::error!(%error, base, "the next commit log segment could not be created");
+                self.create_wait_failed = Some((Instant::now(), base));
                 return Err(error.into());
             }
         }

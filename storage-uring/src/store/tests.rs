@@ -386,6 +386,34 @@ fn a_full_disk_rejects_appends_retriably() {
     assert!(error.is_retriable());
 }
 
+#[test]
+fn a_roll_over_that_cannot_create_its_segment_fails_the_appends_after_it_at_once() {
+    let mut sim = SimConfig::new(6);
+    // Room for one segment and a half: the second cannot be created.
+    sim.capacity_bytes = COMMIT_LOG_SEGMENT_SIZE_MIN * 3 / 2;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config(FlushMode::Async), 0).unwrap();
+    let mut acks = Vec::new();
+    let body = vec![1u8; 1_000];
+    let mut appended = 0;
+    let error = loop {
+        match store.append(&message(&body), 1) {
+            Ok(_) => appended += 1,
+            Err(error) => break error,
+        }
+        store.poll(1, &mut acks).unwrap();
+    };
+    assert!(appended > 30, "{appended} appended before {error}");
+    assert!(matches!(error, StorageError::Disk(_)), "{error}");
+    let failures = store.commit_log().segment_stats().create_failures;
+    assert!(failures >= 3, "{failures}");
+    // The next appends fail without attempts (and log lines) of their own.
+    for _ in 0..100 {
+        let again = store.append(&message(&body), 2).unwrap_err();
+        assert!(matches!(again, StorageError::NotWritable { .. }), "{again}");
+    }
+    assert_eq!(store.commit_log().segment_stats().create_failures, failures);
+}
+
 const HOUR_MS: u64 = 3_600_000;
 /// Day 1000 of the epoch, 01:00 UTC.
 const T0: u64 = 1_000 * 24 * HOUR_MS + HOUR_MS;
