@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A fresh slave catching up with a loaded master: how fast it copies, and
-# what it costs the master's senders meanwhile. A benchmark, not a test.
+# what it costs the master's senders meanwhile. Or (--consumer-at) a
+# consumer catching up from the oldest message. A benchmark, not a test.
 #
 #   scripts/bench-catchup.sh [--bin RINGMQ] [--loadgen LOADGEN] [--fill-seconds 4]
-#                            [--slave-at 5] [--seconds 24] [--no-slave] --out DIR
+#                            [--slave-at 5 | --no-slave | --consumer-at S]
+#                            [--seconds 24] --out DIR
 #
 # One run: a name server and a 2-shard ASYNC_MASTER (ports 9876, 10911) on a
 # fresh store, filled by FILL seconds of batched 4 KiB sends; then 64 sync
@@ -14,13 +16,16 @@
 # slave copied in how long, and how fast the master's log grew before,
 # during and after the copy, next to the load generator's figures and the
 # disk floor measured first. Master, slave and load generator share this
-# machine's CPUs and disk.
+# machine's CPUs and disk. With --consumer-at, no slave: S seconds into the
+# senders, `ringmq-loadgen consume --from earliest` (2 threads, group
+# CatchUp) pulls the whole backlog until the senders stop; its figures go
+# to DIR/consumer.json and the summary.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/target/release/ringmq
 LOADGEN=$ROOT/target/release/ringmq-loadgen
-FILL=4 SLAVE_AT=5 SECONDS_RUN=24 OUT=""
+FILL=4 SLAVE_AT=5 CONSUMER_AT=-1 SECONDS_RUN=24 OUT=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --bin) BIN=$2; shift 2 ;;
@@ -29,6 +34,7 @@ while [[ $# -gt 0 ]]; do
         --slave-at) SLAVE_AT=$2; shift 2 ;;
         --seconds) SECONDS_RUN=$2; shift 2 ;;
         --no-slave) SLAVE_AT=-1; shift ;;
+        --consumer-at) CONSUMER_AT=$2; SLAVE_AT=-1; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         *) echo "bench-catchup.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -58,7 +64,7 @@ trap cleanup EXIT
 {
     echo "binary $BIN, script at commit $(git -C "$ROOT" rev-parse --short HEAD)"
     echo "nproc $(nproc), kernel $(uname -r), $(date -u +%FT%TZ)"
-    echo "fill ${FILL} s, senders ${SECONDS_RUN} s, slave at ${SLAVE_AT} s"
+    echo "fill ${FILL} s, senders ${SECONDS_RUN} s, slave at ${SLAVE_AT} s, consumer at ${CONSUMER_AT} s"
 } >"$OUT/machine.txt"
 "$LOADGEN" disk-floor --dir "$STORE" --seconds 6 --json-out "$OUT/disk-floor.json" \
     >"$OUT/disk-floor.txt" 2>&1
@@ -120,6 +126,15 @@ if [[ "$SLAVE_AT" -ge 0 ]]; then
     ) >"$OUT/slave.log" 2>&1 &
     PIDS+=($!)
 fi
+if [[ "$CONSUMER_AT" -ge 0 ]]; then
+    (
+        sleep "$CONSUMER_AT"
+        exec "$LOADGEN" consume --namesrv 127.0.0.1:9876 --topic RingmqBench --group CatchUp \
+            --from earliest --consumers 2 --seconds $((SECONDS_RUN - CONSUMER_AT)) --warmup 0 \
+            --json-out "$OUT/consumer.json"
+    ) >"$OUT/consumer.txt" 2>&1 &
+    PIDS+=($!)
+fi
 produce --mode sync --size 128 --senders 64 --seconds "$SECONDS_RUN" --warmup 3 \
     --json-out "$OUT/senders.json" --hlog-out "$OUT/senders.hlog" >"$OUT/senders.txt" 2>&1
 sleep 1
@@ -139,6 +154,12 @@ print(f"fill: {fill.get('msgs_per_s', 0):,.0f} msgs/s of 4 KiB")
 senders = json.load(open(f"{out}/senders.json"))
 print("senders: " + " ".join(f"{k}={senders.get(k)}" for k in
                               ["msgs_per_s", "p50_us", "p99_us", "p999_us", "max_us"]))
+try:
+    consumer = json.load(open(f"{out}/consumer.json"))
+    print("consumer: " + " ".join(f"{k}={consumer.get(k)}" for k in
+                                   ["msgs_per_s", "mb_per_s", "p50_us", "p99_us", "max_us"]))
+except (OSError, ValueError):
+    pass
 rows = []
 for line in open(f"{out}/progress.txt"):
     t, m, s = line.split()

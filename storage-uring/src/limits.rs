@@ -246,6 +246,10 @@ pub const GET_MESSAGES_COUNT_MAX: usize = 256;
 /// `maxTransferBytesOnMessageInMemory`, 256 KiB; we allow more).
 pub const GET_MESSAGES_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// Longest read a pull makes of records not in the tail cache, their
+/// neighbours in the CommitLog included (`Store::get_messages`).
+pub const GET_MESSAGES_READ_SPAN_MAX: usize = 1024 * 1024;
+
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_DEFAULT.is_multiple_of(BLOCK_SIZE as u64));
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_MIN.is_multiple_of(BLOCK_SIZE as u64));
 const _: () = assert!(WRITE_BUFFER_SIZE.is_multiple_of(BLOCK_SIZE));

@@ -1132,6 +1132,16 @@ impl CommitLog {
         Ok(bytes)
     }
 
+    /// Whether `size` bytes at outside-visible `offset` are acknowledgeable
+    /// and in the tail cache (a read of them needs no disk).
+    pub fn is_cached(&self, offset: u64, size: usize) -> bool {
+        let (shard, local) = split_shard_offset(offset);
+        shard == self.config.shard_id
+            && local >= self.min_offset
+            && local + size as u64 <= self.appender.ack_position()
+            && self.appender.cached(local, size).is_some()
+    }
+
     /// Removes the oldest segment if it ends at or below outside-visible
     /// `below` (retention); returns the new min offset if one went.
     ///

@@ -871,6 +871,74 @@ fn forced_cleaning_after_a_crash_keeps_the_segment_recovery_fenced_off() {
 }
 
 #[test]
+fn a_pull_of_records_the_tail_cache_no_longer_holds_reads_neighbours_together() {
+    // Two stores with the same records: one keeps them all in its tail
+    // cache, the other none, so its pulls read them from the disk.
+    let open = |tail_cache_bytes| {
+        let mut config = config(FlushMode::Async);
+        config.tail_cache_bytes = tail_cache_bytes;
+        config.segment_size_bytes = 4 * COMMIT_LOG_SEGMENT_SIZE_MIN;
+        Store::open(SimDisk::new(SimConfig::new(12)), config, T0)
+            .unwrap()
+            .0
+    };
+    let (mut warm, mut cold) = (open(64 << 20), open(0));
+    let mut acks = Vec::new();
+    // 4 queues in turn, bodies of 100 to 700 bytes, tag B on every third.
+    let mut counts = [0u64; 4];
+    for n in 0..1_200u32 {
+        let body = vec![n as u8; 100 + (n as usize * 53) % 600];
+        let mut m = message(&body);
+        m.queue_id = n % 4;
+        if n % 3 == 0 {
+            m.properties = b"TAGS\x01B\x02";
+        }
+        for store in [&mut warm, &mut cold] {
+            store.append(&m, T0).unwrap();
+            store.poll(T0, &mut acks).unwrap();
+        }
+        counts[(n % 4) as usize] += 1;
+    }
+    settle(&mut warm, T0, &mut acks);
+    settle(&mut cold, T0, &mut acks);
+    assert!(cold.commit_log().encoded_offset() > 2 * cold.config().segment_size_bytes);
+    let tag_b = [ringmq_protocol::message::tags_code(Some("B")) as i32];
+    for queue_id in 0..4u32 {
+        let mut offset = 0;
+        let mut pulled = 0;
+        while offset < counts[queue_id as usize] {
+            let before = cold.disk().read_count();
+            let found = cold
+                .get_messages("T", queue_id, offset, 32, 1 << 20, None)
+                .unwrap();
+            let reads = cold.disk().read_count() - before;
+            let expected = warm
+                .get_messages("T", queue_id, offset, 32, 1 << 20, None)
+                .unwrap();
+            assert_eq!(found, expected, "queue {queue_id} at {offset}");
+            // 32 records of 4 queues in turn lie within about 64 KiB: one
+            // read, or two where a segment ends between them.
+            assert!(reads <= 2, "queue {queue_id} at {offset}: {reads} reads");
+            pulled += found.records.len() as u64;
+            offset = found.next_begin_offset;
+        }
+        assert_eq!(pulled, counts[queue_id as usize]);
+        // A tag filter and a byte budget take the same records either way.
+        for (offset, count, bytes) in [(5, 20, 3_000), (0, 256, 1 << 20), (100, 7, 1)] {
+            let filter = Some(&tag_b[..]);
+            let found = cold
+                .get_messages("T", queue_id, offset, count, bytes, filter)
+                .unwrap();
+            let expected = warm
+                .get_messages("T", queue_id, offset, count, bytes, filter)
+                .unwrap();
+            assert_eq!(found, expected, "queue {queue_id} at {offset}, filtered");
+            assert!(!found.records.is_empty());
+        }
+    }
+}
+
+#[test]
 fn get_messages_reports_rocketmq_statuses_at_the_edges() {
     let (mut store, _) =
         Store::open(SimDisk::new(SimConfig::new(6)), config(FlushMode::Async), 0).unwrap();
