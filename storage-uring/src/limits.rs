@@ -250,6 +250,11 @@ pub const GET_MESSAGES_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// neighbours in the CommitLog included (`Store::get_messages`).
 pub const GET_MESSAGES_READ_SPAN_MAX: usize = 1024 * 1024;
 
+/// Bytes of spans that background reads for pulls brought, kept per shard
+/// for the pulls executed again once their read completed (and for others
+/// of the same span: other queues' records lie between a queue's).
+pub const READ_CACHE_BYTES_MAX: usize = 32 * 1024 * 1024;
+
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_DEFAULT.is_multiple_of(BLOCK_SIZE as u64));
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_MIN.is_multiple_of(BLOCK_SIZE as u64));
 const _: () = assert!(WRITE_BUFFER_SIZE.is_multiple_of(BLOCK_SIZE));

@@ -101,7 +101,7 @@ pub use cleaning::RetentionStats;
 pub use config::StoreConfig;
 pub use types::{
     AckStatus, AppendAck, AppendMessage, AppendTicket, FoundRecord, GetMessageStatus,
-    GetMessagesResult, OpenReport,
+    GetMessagesResult, OpenReport, PullRead, Pulled,
 };
 
 pub use crate::commit_log::appender::FlushMode as StoreFlushMode;

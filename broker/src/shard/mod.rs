@@ -119,6 +119,8 @@ pub struct ShardHandler {
     persister: Option<PersisterHandle>,
     pending_sends: HashMap<u64, PendingSend>,
     held: Vec<HeldPull>,
+    /// Pulls waiting for the store's background reads of their records.
+    reading_pulls: Vec<pull::ReadingPull>,
     outbound: Vec<(ConnectionId, RemotingCommand)>,
     closes: Vec<ConnectionId>,
     acks: Vec<AppendAck>,
@@ -222,6 +224,7 @@ impl ShardHandler {
             persister,
             pending_sends: HashMap::new(),
             held: Vec::new(),
+            reading_pulls: Vec::new(),
             outbound: Vec::new(),
             closes: Vec::new(),
             acks: Vec::new(),
@@ -691,6 +694,7 @@ impl RequestHandler for ShardHandler {
     fn on_turn(&mut self, now_ms: i64) {
         self.drain_inbox(now_ms);
         self.poll_store(now_ms);
+        self.run_reading_pulls(now_ms);
         self.run_replica_master(now_ms);
         self.run_replica_slave();
         self.run_delay(now_ms); // wired by schedule
@@ -746,6 +750,7 @@ impl RequestHandler for ShardHandler {
     fn has_pending(&self) -> bool {
         !self.pending_sends.is_empty()
             || !self.held.is_empty()
+            || !self.reading_pulls.is_empty()
             || self.replica_pending()
             || self.links.as_ref().is_some_and(Links::has_backlog)
     }

@@ -15,9 +15,18 @@
 //! heartbeat may still be on the way to shard 0) is held likewise and
 //! retried when a new snapshot arrives, up to [`SUBSCRIPTION_WAIT_MS`].
 //!
+//! A pull whose first records are older than the store's tail cache is
+//! parked while the store reads them through the ring
+//! ([`ReadingPull`]), and executed again when the read is done; records
+//! further on that are not in memory end its answer, and the consumer's
+//! next pull starts there. The shard never waits for the disk for a pull.
+//!
 //! # Invariants
 //! - A held pull is answered exactly once: on wake, at its deadline, or at
 //!   stop.
+//! - A parked (reading) pull is executed again exactly once, when the
+//!   store gives its ticket back (every ticket comes back, a failed read's
+//!   too; the second execution reads synchronously what it then lacks).
 
 use bytes::Bytes;
 use ringmq_protocol::code::response_code;
@@ -29,7 +38,7 @@ const EXPRESSION_TYPE_TAG: &str = "TAG";
 use std::sync::Arc;
 
 use ringmq_protocol::message::{CrcCheck, decode_record, java_string_hash_code};
-use ringmq_storage::store::{FoundRecord, GetMessageStatus, GetMessagesResult};
+use ringmq_storage::store::{FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled};
 
 use crate::features::sql92::{EXPRESSION_TYPE_SQL92, Filter, compile, is_tag_type};
 
@@ -53,6 +62,16 @@ pub(crate) struct HeldPull {
     pub(crate) deadline_ms: i64,
     /// Held for want of a subscription rather than of messages.
     awaiting_subscription: bool,
+}
+
+/// A pull whose first records the store is reading in the background
+/// (older than its tail cache): the shard goes on meanwhile, and executes
+/// the pull again, with the same `first`, once the read is done.
+#[derive(Debug)]
+pub(crate) struct ReadingPull {
+    request: Request,
+    ticket: u64,
+    first: bool,
 }
 
 /// The tags of an expression (`a || b`); None for everything (`*`, empty).
@@ -115,6 +134,32 @@ impl ShardHandler {
     /// Executes a pull; `first` is Java's `brokerAllowSuspend` (false when a
     /// held pull is executed again).
     pub(crate) fn pull(&mut self, request: Request, now_ms: i64, first: bool) {
+        self.pull_reading(request, now_ms, first, PullRead::Background);
+    }
+
+    /// After the store's poll: executes again the pulls whose records the
+    /// store has now read (see [`ReadingPull`]).
+    pub(crate) fn run_reading_pulls(&mut self, now_ms: i64) {
+        if self.reading_pulls.is_empty() || self.store.is_none() {
+            return;
+        }
+        let mut done = Vec::new();
+        self.store_mut().take_span_reads(&mut done);
+        for ticket in done {
+            let Some(index) = self
+                .reading_pulls
+                .iter()
+                .position(|pull| pull.ticket == ticket)
+            else {
+                continue;
+            };
+            let pull = self.reading_pulls.swap_remove(index);
+            self.pull_reading(pull.request, now_ms, pull.first, PullRead::AfterRead);
+        }
+    }
+
+    /// Executes a pull whose records not in memory are read as `read` says.
+    fn pull_reading(&mut self, request: Request, now_ms: i64, first: bool, read: PullRead) {
         let header: PullMessageRequestHeader = match request.cmd.decode_custom_header() {
             Ok(header) => header,
             Err(error) => {
@@ -274,15 +319,25 @@ impl ShardHandler {
         let offset = header.queue_offset.max(0) as u64;
         let queue_id = header.queue_id as u32;
         let max_count = header.max_msg_nums.max(1) as usize;
-        let mut result = match self.store_mut().get_messages(
+        let mut result = match self.store_mut().pull_messages(
             &header.topic,
             queue_id,
             offset,
             max_count,
             max_bytes,
             codes.as_deref(),
+            read,
         ) {
-            Ok(result) => result,
+            Ok(Pulled::Ready(result)) => result,
+            Ok(Pulled::Reading(ticket)) => {
+                // Executed again, as it is, once the store read its records.
+                self.reading_pulls.push(ReadingPull {
+                    request,
+                    ticket,
+                    first,
+                });
+                return;
+            }
             Err(error) => {
                 return self.reply(
                     request.reply,

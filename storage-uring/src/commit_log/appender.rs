@@ -148,6 +148,8 @@ pub(crate) const SEQ_SEGMENT_RETIRE: u64 = 9;
 pub(crate) const SEQ_SEGMENT_SHRINK: u64 = 10;
 /// Kind of a read for a slave, in the background (counter: its ticket).
 pub(crate) const SEQ_REPLICA_READ: u64 = 11;
+/// Kind of a read for a pull, in the background (counter: its ticket).
+pub(crate) const SEQ_SPAN_READ: u64 = 12;
 
 /// An OpId of kind `kind` with a counter.
 pub(crate) fn commit_log_op_id(kind: u64, counter: u64) -> OpId {

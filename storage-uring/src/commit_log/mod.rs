@@ -43,6 +43,7 @@ pub mod crc_combine;
 pub mod record_crc;
 pub mod recovery;
 mod replica;
+mod span_reads;
 pub use replica::{RecordMark, ReplicaChunk, ReplicaPosition};
 pub mod segment;
 pub(crate) mod write_bufs;
@@ -55,7 +56,7 @@ use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank}
 
 use self::appender::{
     Appender, FlushMode, Progress, SEQ_READ, SEQ_REPLICA_READ, SEQ_SEGMENT_CREATE,
-    SEQ_SEGMENT_REMOVE, SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE,
+    SEQ_SEGMENT_REMOVE, SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE, SEQ_SPAN_READ,
     commit_log_op_id, op_counter, op_kind,
 };
 use self::recovery::{ScanOutcome, ScanStop, scan};
@@ -234,6 +235,9 @@ pub struct CommitLog {
     last_record: Option<(u64, u32)>,
     /// Reads for slaves in flight, and those done (see `replica`).
     replica_reads: replica::ReplicaReads,
+    /// Reads for pulls in flight, and the spans they brought (see
+    /// `span_reads`).
+    span_reads: span_reads::SpanReads,
     stats: SegmentStats,
 }
 
@@ -406,6 +410,7 @@ impl CommitLog {
             fenced_at: fenced.then_some(end),
             last_record,
             replica_reads: replica::ReplicaReads::default(),
+            span_reads: span_reads::SpanReads::default(),
             stats: SegmentStats::default(),
         };
         Ok((log, report))
@@ -882,6 +887,10 @@ impl CommitLog {
                 self.on_replica_read(disk, completion);
                 Progress::default()
             }
+            SEQ_SPAN_READ => {
+                self.on_span_read(disk, completion);
+                Progress::default()
+            }
             _ => self.appender.on_completion(
                 disk,
                 completion.op_id,
@@ -1088,8 +1097,10 @@ impl CommitLog {
     }
 
     /// The `size` bytes at outside-visible `offset`, if acknowledgeable:
-    /// from the tail cache, else read from disk (synchronously; completions
-    /// of other operations reaped meanwhile are stashed).
+    /// from the tail cache or a span a background read brought
+    /// ([`CommitLog::start_span_read`]), else read from disk
+    /// (synchronously; completions of other operations reaped meanwhile are
+    /// stashed).
     ///
     /// # Errors
     /// [`StorageError::InvalidArgument`] for another shard's offset or a
@@ -1112,6 +1123,9 @@ impl CommitLog {
         if let Some(bytes) = self.appender.cached(local, size) {
             return Ok(Some(bytes.to_vec()));
         }
+        if let Some(bytes) = self.span_reads.cached(local, size) {
+            return Ok(Some(bytes.to_vec()));
+        }
         let Some(segment) = self.segments.get(local) else {
             return Ok(None);
         };
@@ -1130,16 +1144,6 @@ impl CommitLog {
         let bytes = buf.as_slice().get(skip..skip + size).map(<[u8]>::to_vec);
         disk.recycle(buf);
         Ok(bytes)
-    }
-
-    /// Whether `size` bytes at outside-visible `offset` are acknowledgeable
-    /// and in the tail cache (a read of them needs no disk).
-    pub fn is_cached(&self, offset: u64, size: usize) -> bool {
-        let (shard, local) = split_shard_offset(offset);
-        shard == self.config.shard_id
-            && local >= self.min_offset
-            && local + size as u64 <= self.appender.ack_position()
-            && self.appender.cached(local, size).is_some()
     }
 
     /// Removes the oldest segment if it ends at or below outside-visible

@@ -410,7 +410,8 @@ impl CommitLog {
             || self.sparing > 0
             || !self.shrinking.is_empty()
             || !self.stash.is_empty()
-            || self.replica_reads_in_flight();
+            || self.replica_reads_in_flight()
+            || self.span_reads.in_flight();
         if busy {
             return Err(StorageError::Busy {
                 pending_bytes: self.appender.pending_bytes(),
@@ -443,6 +444,7 @@ impl CommitLog {
             self.config.tail_cache_bytes,
         );
         self.min_offset = base;
+        self.span_reads.clear_cache();
         self.first_store_timestamps.clear();
         self.fenced_at = None;
         tracing::info!(

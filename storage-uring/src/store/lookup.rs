@@ -4,7 +4,7 @@
 
 use ringmq_protocol::message::peek_total_size;
 
-use super::{FoundRecord, GetMessageStatus, GetMessagesResult, Store};
+use super::{FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled, Store};
 use crate::commit_log::split_shard_offset;
 use crate::consume_queue::CqEntry;
 use crate::disk::Disk;
@@ -97,6 +97,12 @@ impl<D: Disk> Store<D> {
         }
     }
 
+    /// The tickets of [`Pulled::Reading`] whose reads are done since the
+    /// last call (their pulls may be executed again).
+    pub fn take_span_reads(&mut self, out: &mut Vec<u64>) {
+        self.commit_log.take_span_reads(out);
+    }
+
     /// The stored record at outside-visible `commit_log_offset`, if it is
     /// acknowledgeable and still kept (VIEW_MESSAGE_BY_ID).
     ///
@@ -131,6 +137,40 @@ impl<D: Disk> Store<D> {
         max_bytes: usize,
         tag_filter: Option<&[i32]>,
     ) -> Result<GetMessagesResult, StorageError> {
+        let pulled = self.pull_messages(
+            topic,
+            queue_id,
+            queue_offset,
+            max_count,
+            max_bytes,
+            tag_filter,
+            PullRead::Sync,
+        )?;
+        match pulled {
+            Pulled::Ready(result) => Ok(result),
+            Pulled::Reading(_) => {
+                unreachable!("a synchronous pull reads no span in the background")
+            }
+        }
+    }
+
+    /// As [`Store::get_messages`], reading records not in memory as `read`
+    /// says: a pull for a consumer far behind then does not hold the
+    /// shard on the disk (see [`PullRead`]).
+    ///
+    /// # Errors
+    /// Disk errors reading or submitting reads of older records.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pull_messages(
+        &mut self,
+        topic: &str,
+        queue_id: u32,
+        queue_offset: u64,
+        max_count: usize,
+        max_bytes: usize,
+        tag_filter: Option<&[i32]>,
+        read: PullRead,
+    ) -> Result<Pulled, StorageError> {
         let mut result = GetMessagesResult {
             status: GetMessageStatus::NoMatchedLogicQueue,
             next_begin_offset: 0,
@@ -140,7 +180,7 @@ impl<D: Disk> Store<D> {
             records: Vec::new(),
         };
         if self.queues.get(topic, queue_id).is_none() {
-            return Ok(result);
+            return Ok(Pulled::Ready(result));
         }
         let min = self.queue_min_offset(topic, queue_id);
         let max = self.queue_max_offset(topic, queue_id);
@@ -148,22 +188,22 @@ impl<D: Disk> Store<D> {
         result.max_offset = max;
         if max == 0 {
             result.status = GetMessageStatus::NoMessageInQueue;
-            return Ok(result);
+            return Ok(Pulled::Ready(result));
         }
         if queue_offset < min {
             result.status = GetMessageStatus::OffsetTooSmall;
             result.next_begin_offset = min;
-            return Ok(result);
+            return Ok(Pulled::Ready(result));
         }
         if queue_offset == max {
             result.status = GetMessageStatus::OffsetOverflowOne;
             result.next_begin_offset = queue_offset;
-            return Ok(result);
+            return Ok(Pulled::Ready(result));
         }
         if queue_offset > max {
             result.status = GetMessageStatus::OffsetOverflowBadly;
             result.next_begin_offset = if min == 0 { min } else { max };
-            return Ok(result);
+            return Ok(Pulled::Ready(result));
         }
         let max_count = max_count.clamp(1, GET_MESSAGES_COUNT_MAX);
         let max_bytes = max_bytes.min(GET_MESSAGES_BYTES_MAX);
@@ -205,6 +245,21 @@ impl<D: Disk> Store<D> {
         while at < picked.len() {
             let (count, span) = self.read_span(&picked[at..]);
             let first = picked[at].1.commit_log_offset;
+            let len = span.unwrap_or(picked[at].1.size as usize);
+            if read != PullRead::Sync && !self.commit_log.is_cached(first, len) {
+                if !result.records.is_empty() {
+                    // The consumer's next pull starts here.
+                    next = picked[at].0;
+                    break;
+                }
+                if read == PullRead::Background
+                    && let Some(ticket) =
+                        self.commit_log
+                            .start_span_read(&mut self.disk, first, len)?
+                {
+                    return Ok(Pulled::Reading(ticket));
+                }
+            }
             let together = match span {
                 Some(len) => self.commit_log.read(&mut self.disk, first, len)?,
                 None => None,
@@ -238,6 +293,6 @@ impl<D: Disk> Store<D> {
             GetMessageStatus::Found
         };
         result.next_begin_offset = next;
-        Ok(result)
+        Ok(Pulled::Ready(result))
     }
 }

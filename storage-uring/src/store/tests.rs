@@ -938,6 +938,115 @@ fn a_pull_of_records_the_tail_cache_no_longer_holds_reads_neighbours_together() 
     }
 }
 
+/// A pull as the broker runs it: in the background, then executed again
+/// once its read is done. Returns the answer and whether it waited for a
+/// read.
+fn pull_in_background(
+    store: &mut Store<SimDisk>,
+    queue_id: u32,
+    offset: u64,
+    tag_filter: Option<&[i32]>,
+) -> (GetMessagesResult, bool) {
+    let pull = |store: &mut Store<SimDisk>, read| {
+        store
+            .pull_messages("T", queue_id, offset, 32, 1 << 20, tag_filter, read)
+            .unwrap()
+    };
+    let ticket = match pull(store, PullRead::Background) {
+        Pulled::Ready(result) => return (result, false),
+        Pulled::Reading(ticket) => ticket,
+    };
+    let (mut acks, mut done) = (Vec::new(), Vec::new());
+    while !done.contains(&ticket) {
+        store
+            .poll_wait(T0, std::time::Duration::ZERO, &mut acks)
+            .unwrap();
+        store.take_span_reads(&mut done);
+    }
+    let reads = store.disk().read_count();
+    let Pulled::Ready(result) = pull(store, PullRead::AfterRead) else {
+        panic!("a pull executed again after its read reads again");
+    };
+    assert_eq!(
+        store.disk().read_count(),
+        reads,
+        "served from the span read"
+    );
+    (result, true)
+}
+
+#[test]
+fn a_pull_in_the_background_gets_what_a_synchronous_one_gets() {
+    let open = |tail_cache_bytes| {
+        let mut config = config(FlushMode::Async);
+        config.tail_cache_bytes = tail_cache_bytes;
+        config.segment_size_bytes = 4 * COMMIT_LOG_SEGMENT_SIZE_MIN;
+        Store::open(SimDisk::new(SimConfig::new(13)), config, T0)
+            .unwrap()
+            .0
+    };
+    let (mut warm, mut cold) = (open(64 << 20), open(0));
+    let mut acks = Vec::new();
+    for n in 0..1_200u32 {
+        let body = vec![n as u8; 100 + (n as usize * 53) % 600];
+        let mut m = message(&body);
+        m.queue_id = n % 4;
+        if n % 3 == 0 {
+            m.properties = b"TAGS\x01B\x02";
+        }
+        for store in [&mut warm, &mut cold] {
+            store.append(&m, T0).unwrap();
+            store.poll(T0, &mut acks).unwrap();
+        }
+    }
+    settle(&mut warm, T0, &mut acks);
+    settle(&mut cold, T0, &mut acks);
+    let tag_b = [ringmq_protocol::message::tags_code(Some("B")) as i32];
+    for filter in [None, Some(&tag_b[..])] {
+        for queue_id in 0..4u32 {
+            let everything = warm
+                .get_messages("T", queue_id, 0, 256, 64 << 20, filter)
+                .unwrap();
+            let max = everything.max_offset;
+            let mut records = Vec::new();
+            let (mut offset, mut waited) = (0, 0);
+            while offset < max {
+                let (found, read) = pull_in_background(&mut cold, queue_id, offset, filter);
+                waited += u32::from(read);
+                for record in &found.records {
+                    records.push((
+                        record.queue_offset,
+                        found.body[record.range.clone()].to_vec(),
+                    ));
+                }
+                assert!(found.next_begin_offset > offset);
+                offset = found.next_begin_offset;
+            }
+            let mut expected = Vec::new();
+            let mut offset = 0;
+            while offset < max {
+                let found = warm
+                    .get_messages("T", queue_id, offset, 256, 64 << 20, filter)
+                    .unwrap();
+                for record in &found.records {
+                    expected.push((
+                        record.queue_offset,
+                        found.body[record.range.clone()].to_vec(),
+                    ));
+                }
+                offset = found.next_begin_offset;
+            }
+            assert_eq!(records, expected, "queue {queue_id}, filter {filter:?}");
+            // The second pass finds every span the first one read cached.
+            assert_eq!(
+                waited > 0,
+                filter.is_none(),
+                "queue {queue_id}, filter {filter:?}: {waited} pulls waited"
+            );
+        }
+    }
+}
+
 #[test]
 fn get_messages_reports_rocketmq_statuses_at_the_edges() {
     let (mut store, _) =

@@ -124,6 +124,32 @@ pub struct GetMessagesResult {
     pub records: Vec<FoundRecord>,
 }
 
+/// How [`Store::pull_messages`](super::Store::pull_messages) reads records
+/// that are not in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullRead {
+    /// Synchronously, all of them (as `get_messages`).
+    Sync,
+    /// The first ones in the background ([`Pulled::Reading`]); later ones
+    /// not in memory end the answer (the consumer's next pull gets them).
+    Background,
+    /// As `Background`, but the first ones synchronously: a pull executed
+    /// again after its background read, whose span was evicted or came
+    /// short, still gets an answer.
+    AfterRead,
+}
+
+/// What [`Store::pull_messages`](super::Store::pull_messages) has now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pulled {
+    /// The answer.
+    Ready(GetMessagesResult),
+    /// Its first records are being read: execute the pull again (with
+    /// [`PullRead::AfterRead`]) once [`Store::take_span_reads`](super::Store::take_span_reads)
+    /// gives this ticket.
+    Reading(u64),
+}
+
 /// What `open` found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenReport {
