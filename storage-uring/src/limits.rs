@@ -255,6 +255,10 @@ pub const GET_MESSAGES_READ_SPAN_MAX: usize = 1024 * 1024;
 /// of the same span: other queues' records lie between a queue's).
 pub const READ_CACHE_BYTES_MAX: usize = 32 * 1024 * 1024;
 
+/// Spans kept at most in that cache: a lookup scans them, and a consumer
+/// of one queue among thousands reads spans of one record each.
+pub const READ_CACHE_SPANS_MAX: usize = 512;
+
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_DEFAULT.is_multiple_of(BLOCK_SIZE as u64));
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_MIN.is_multiple_of(BLOCK_SIZE as u64));
 const _: () = assert!(WRITE_BUFFER_SIZE.is_multiple_of(BLOCK_SIZE));

@@ -1,6 +1,7 @@
 //! Reads of older CommitLog bytes in the background, for pulls: a span is
 //! read through the ring while the shard goes on, and kept in a small
-//! cache of recent spans ([`READ_CACHE_BYTES_MAX`]) from which
+//! cache of recent spans ([`READ_CACHE_BYTES_MAX`],
+//! [`READ_CACHE_SPANS_MAX`]) from which
 //! [`CommitLog::read`] serves it afterwards. A pull that needs a span
 //! neither the tail cache nor this cache holds starts its read
 //! ([`CommitLog::start_span_read`]) and is executed again once the ticket
@@ -27,7 +28,7 @@ use super::appender::{SEQ_SPAN_READ, commit_log_op_id, op_counter};
 use crate::aligned::{align_down, align_up};
 use crate::disk::{Disk, DiskCompletion, DiskOp};
 use crate::error::StorageError;
-use crate::limits::READ_CACHE_BYTES_MAX;
+use crate::limits::{READ_CACHE_BYTES_MAX, READ_CACHE_SPANS_MAX};
 
 /// A span read in flight.
 #[derive(Debug)]
@@ -65,7 +66,7 @@ impl SpanReads {
     fn insert(&mut self, local: u64, bytes: Vec<u8>) {
         self.cache_bytes += bytes.len();
         self.cache.push_back((local, bytes));
-        while self.cache_bytes > READ_CACHE_BYTES_MAX {
+        while self.cache_bytes > READ_CACHE_BYTES_MAX || self.cache.len() > READ_CACHE_SPANS_MAX {
             let Some((_, old)) = self.cache.pop_front() else {
                 break;
             };
@@ -190,5 +191,36 @@ impl CommitLog {
             }
         }
         self.span_reads.done.push(ticket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_span_cache_finds_covered_ranges_and_keeps_its_bounds() {
+        let mut reads = SpanReads::default();
+        reads.insert(1_000, vec![1; 100]);
+        reads.insert(1_050, vec![2; 100]);
+        // The newest span that covers a range answers it.
+        assert_eq!(reads.cached(1_060, 10), Some(&[2u8; 10][..]));
+        assert_eq!(reads.cached(1_000, 50), Some(&[1u8; 50][..]));
+        assert_eq!(reads.cached(1_000, 101), None);
+        assert_eq!(reads.cached(999, 1), None);
+        assert_eq!(reads.cached(1_140, 11), None);
+        // At most READ_CACHE_SPANS_MAX spans: the oldest go first.
+        for n in 0..READ_CACHE_SPANS_MAX as u64 {
+            reads.insert(10_000 + n * 10, vec![3; 10]);
+        }
+        assert_eq!(reads.cache.len(), READ_CACHE_SPANS_MAX);
+        assert_eq!(reads.cached(1_000, 1), None);
+        assert!(reads.cached(10_000, 10).is_some());
+        // At most READ_CACHE_BYTES_MAX bytes.
+        reads.insert(u64::MAX / 2, vec![4; READ_CACHE_BYTES_MAX]);
+        assert_eq!(reads.cache.len(), 1);
+        assert_eq!(reads.cache_bytes, READ_CACHE_BYTES_MAX);
+        reads.clear_cache();
+        assert_eq!((reads.cache.len(), reads.cache_bytes), (0, 0));
     }
 }
