@@ -347,8 +347,11 @@ impl ShardHandler {
 
     /// The answer with `bytes` from `from` to the slave connection `key`.
     fn replica_served(&mut self, key: PeerKey, from: u64, bytes: Vec<u8>) -> RemotingCommand {
+        // Past a segment's BLANK the slave goes on at the next segment: its
+        // next pull there needs no new proof of its position (a read).
+        let next = self.store().replica_chunk_end(from, &bytes);
         if let Some(peer) = self.replica.peers.get_mut(&key) {
-            peer.next = from + bytes.len() as u64;
+            peer.next = next;
         }
         let master_offset = self.store().commit_log().appender().ack_position();
         replica_pull_answer(master_offset, None, bytes)

@@ -123,6 +123,25 @@ impl CommitLog {
         }
     }
 
+    /// Where a slave continues after `chunk`, which
+    /// [`CommitLog::replica_chunk`] gave from local `from`: its end, or the
+    /// next segment's start when it ends with the segment's BLANK.
+    pub fn replica_chunk_end(&self, from: u64, chunk: &[u8]) -> u64 {
+        let end = from + chunk.len() as u64;
+        let Some(last) = chunk.len().checked_sub(BLANK_SIZE).map(|at| &chunk[at..]) else {
+            return end;
+        };
+        let at = end - BLANK_SIZE as u64;
+        match decode_entry(last, CrcCheck::Skip) {
+            Ok(Decoded::Blank { total_size })
+                if at + u64::from(total_size) == self.segment_end(at) =>
+            {
+                self.segment_end(at)
+            }
+            _ => end,
+        }
+    }
+
     /// The background reads for slaves that completed since the last call:
     /// each ticket [`CommitLog::replica_chunk`] gave, with what
     /// `replica_chunk` would have answered from the cache.

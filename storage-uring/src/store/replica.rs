@@ -28,6 +28,12 @@ impl<D: Disk> Store<D> {
             .replica_chunk(&mut self.disk, from, max_bytes)
     }
 
+    /// Master side: where a slave continues after a chunk from local
+    /// `from` ([`crate::commit_log::CommitLog::replica_chunk_end`]).
+    pub fn replica_chunk_end(&self, from: u64, chunk: &[u8]) -> u64 {
+        self.commit_log.replica_chunk_end(from, chunk)
+    }
+
     /// Master side: the background reads of [`Store::replica_chunk`] done
     /// since the last call, by ticket.
     pub fn take_replica_reads(&mut self, out: &mut Vec<(u64, Result<Vec<u8>, StorageError>)>) {

@@ -1878,6 +1878,24 @@ fn a_master_reads_what_its_tail_cache_no_longer_holds_in_the_background() {
     let expected = replica_stream(&mut master, 1 << 20);
     assert_same_bytes(&replica_stream(&mut slave, 1 << 20), &expected);
     assert!(expected.starts_with(&bytes));
+    // Where a slave goes on after a chunk: its end, or past the BLANK that
+    // ends its segment.
+    let size = master.config().segment_size_bytes;
+    assert_eq!(master.replica_chunk_end(0, &bytes), bytes.len() as u64);
+    let mut from = 0;
+    let mut blanks = 0;
+    while from < master.commit_log().appender().encoded() {
+        let chunk = chunk_at(&mut master, from, 20_000).unwrap();
+        let next = master.replica_chunk_end(from, &chunk);
+        if chunk.ends_with_blank(from, size) {
+            blanks += 1;
+            assert_eq!(next, (from / size + 1) * size);
+        } else {
+            assert_eq!(next, from + chunk.len() as u64);
+        }
+        from = next;
+    }
+    assert_eq!(blanks, 3, "four segments, three ends");
     // Not a record boundary: the read's answer says so.
     let error = chunk_at(&mut master, 100, 5_000).unwrap_err();
     assert!(matches!(error, StorageError::Record { .. }), "{error}");
