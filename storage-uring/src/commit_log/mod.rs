@@ -188,6 +188,19 @@ pub struct SegmentStats {
     pub removal_steps: u64,
 }
 
+/// Where bytes of the log lie in their segment file: the block-aligned
+/// read that covers them, and their place in it.
+#[derive(Clone, Copy, Debug)]
+struct SegmentRange {
+    file: FileId,
+    /// Aligned start of the read in the file.
+    file_offset: u64,
+    /// Bytes of the read before the wanted ones.
+    skip: usize,
+    /// Aligned length of the read.
+    len: usize,
+}
+
 /// One shard's CommitLog (see the module doc).
 #[derive(Debug)]
 pub struct CommitLog {
@@ -1111,39 +1124,74 @@ impl CommitLog {
         offset: u64,
         size: usize,
     ) -> Result<Option<Vec<u8>>, StorageError> {
-        let (shard, local) = split_shard_offset(offset);
-        if shard != self.config.shard_id {
-            return Err(StorageError::InvalidArgument(format!(
-                "offset {offset} is shard {shard}'s"
-            )));
-        }
-        if local < self.min_offset || local + size as u64 > self.appender.ack_position() {
+        let Some(local) = self.readable(offset, size)? else {
             return Ok(None);
-        }
+        };
         if let Some(bytes) = self.appender.cached(local, size) {
             return Ok(Some(bytes.to_vec()));
         }
         if let Some(bytes) = self.span_reads.cached(local, size) {
             return Ok(Some(bytes.to_vec()));
         }
+        let Some(range) = self.segment_range(local, size)? else {
+            return Ok(None);
+        };
+        self.read_counter += 1;
+        let buf = sync_read(
+            disk,
+            range.file,
+            range.file_offset,
+            range.len,
+            &mut self.stash,
+        )?;
+        let bytes = buf
+            .as_slice()
+            .get(range.skip..range.skip + size)
+            .map(<[u8]>::to_vec);
+        disk.recycle(buf);
+        Ok(bytes)
+    }
+
+    /// The shard-local offset of `size` bytes at outside-visible `offset`,
+    /// if they are acknowledgeable and still kept.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`] for another shard's offset.
+    fn readable(&self, offset: u64, size: usize) -> Result<Option<u64>, StorageError> {
+        let (shard, local) = split_shard_offset(offset);
+        if shard != self.config.shard_id {
+            return Err(StorageError::InvalidArgument(format!(
+                "offset {offset} is shard {shard}'s"
+            )));
+        }
+        let kept = local >= self.min_offset && local + size as u64 <= self.appender.ack_position();
+        Ok(kept.then_some(local))
+    }
+
+    /// The block-aligned read of its segment that covers `size` bytes at
+    /// shard-local `local`; None when no segment holds them.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidArgument`] for a range across a segment end.
+    fn segment_range(&self, local: u64, size: usize) -> Result<Option<SegmentRange>, StorageError> {
         let Some(segment) = self.segments.get(local) else {
             return Ok(None);
         };
         let in_segment = local - segment.base;
         if in_segment + size as u64 > self.segments.segment_size() {
             return Err(StorageError::InvalidArgument(format!(
-                "range at {offset} crosses a segment end"
+                "range at {} crosses a segment end",
+                shard_offset(self.config.shard_id, local)
             )));
         }
-        let from = align_down(in_segment);
-        let len = align_up((in_segment - from) as usize + size);
-        let file = segment.file;
-        self.read_counter += 1;
-        let buf = sync_read(disk, file, from, len, &mut self.stash)?;
-        let skip = (in_segment - from) as usize;
-        let bytes = buf.as_slice().get(skip..skip + size).map(<[u8]>::to_vec);
-        disk.recycle(buf);
-        Ok(bytes)
+        let file_offset = align_down(in_segment);
+        let skip = (in_segment - file_offset) as usize;
+        Ok(Some(SegmentRange {
+            file: segment.file,
+            file_offset,
+            skip,
+            len: align_up(skip + size),
+        }))
     }
 
     /// Removes the oldest segment if it ends at or below outside-visible

@@ -44,7 +44,7 @@ use ringmq_protocol::message::{
 
 use super::appender::{Appender, SEQ_REPLICA_READ, commit_log_op_id, op_counter};
 use super::{BLANK_SIZE, CommitLog, record_crc, shard_offset};
-use crate::aligned::{AlignedBuf, align_down, align_up};
+use crate::aligned::AlignedBuf;
 use crate::disk::{Disk, DiskCompletion, DiskOp};
 use crate::error::StorageError;
 use crate::limits::{RECORD_SIZE_MAX, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE};
@@ -164,31 +164,27 @@ impl CommitLog {
         want: usize,
         limit: usize,
     ) -> Result<(), StorageError> {
-        let Some(segment) = self.segments.get(from) else {
+        let Some(range) = self.segment_range(from, want)? else {
             return Err(StorageError::InvalidArgument(format!(
                 "replication from {from}: not readable"
             )));
         };
-        let in_segment = from - segment.base;
-        let file_offset = align_down(in_segment);
-        let skip = (in_segment - file_offset) as usize;
-        let len = align_up(skip + want);
         let buf = match self.replica_reads.spare.take() {
-            Some(buf) if buf.capacity() >= len => buf,
-            _ => AlignedBuf::new(len),
+            Some(buf) if buf.capacity() >= range.len => buf,
+            _ => AlignedBuf::new(range.len),
         };
         let op = DiskOp::Read {
-            file: segment.file,
-            file_offset,
+            file: range.file,
+            file_offset: range.file_offset,
             buf,
-            len,
+            len: range.len,
         };
         disk.submit(commit_log_op_id(SEQ_REPLICA_READ, ticket), op, false)
             .map_err(|(error, _)| error)?;
         self.replica_reads.in_flight.push(ReplicaRead {
             ticket,
             from,
-            skip,
+            skip: range.skip,
             want,
             limit,
         });

@@ -25,7 +25,6 @@ use std::collections::VecDeque;
 
 use super::CommitLog;
 use super::appender::{SEQ_SPAN_READ, commit_log_op_id, op_counter};
-use crate::aligned::{align_down, align_up};
 use crate::disk::{Disk, DiskCompletion, DiskOp};
 use crate::error::StorageError;
 use crate::limits::{READ_CACHE_BYTES_MAX, READ_CACHE_SPANS_MAX};
@@ -90,11 +89,8 @@ impl CommitLog {
     /// without the disk: acknowledgeable, and in the tail cache or in a span
     /// a background read brought.
     pub fn is_cached(&self, offset: u64, size: usize) -> bool {
-        let (shard, local) = super::split_shard_offset(offset);
-        shard == self.config.shard_id
-            && local >= self.min_offset
-            && local + size as u64 <= self.appender.ack_position()
-            && (self.appender.cached(local, size).is_some()
+        matches!(self.readable(offset, size), Ok(Some(local))
+            if self.appender.cached(local, size).is_some()
                 || self.span_reads.cached(local, size).is_some())
     }
 
@@ -113,41 +109,26 @@ impl CommitLog {
         offset: u64,
         size: usize,
     ) -> Result<Option<u64>, StorageError> {
-        let (shard, local) = super::split_shard_offset(offset);
-        if shard != self.config.shard_id {
-            return Err(StorageError::InvalidArgument(format!(
-                "offset {offset} is shard {shard}'s"
-            )));
-        }
-        if local < self.min_offset || local + size as u64 > self.appender.ack_position() {
-            return Ok(None);
-        }
-        let Some(segment) = self.segments.get(local) else {
+        let Some(local) = self.readable(offset, size)? else {
             return Ok(None);
         };
-        let in_segment = local - segment.base;
-        if in_segment + size as u64 > self.segments.segment_size() {
-            return Err(StorageError::InvalidArgument(format!(
-                "range at {offset} crosses a segment end"
-            )));
-        }
-        let file_offset = align_down(in_segment);
-        let skip = (in_segment - file_offset) as usize;
-        let len = align_up(skip + size);
+        let Some(range) = self.segment_range(local, size)? else {
+            return Ok(None);
+        };
         self.span_reads.last_ticket += 1;
         let ticket = self.span_reads.last_ticket;
         let op = DiskOp::Read {
-            file: segment.file,
-            file_offset,
-            buf: disk.buffer(len),
-            len,
+            file: range.file,
+            file_offset: range.file_offset,
+            buf: disk.buffer(range.len),
+            len: range.len,
         };
         disk.submit(commit_log_op_id(SEQ_SPAN_READ, ticket), op, false)
             .map_err(|(error, _)| error)?;
         self.span_reads.in_flight.push(SpanRead {
             ticket,
             from: local,
-            skip,
+            skip: range.skip,
             len: size,
         });
         Ok(Some(ticket))
