@@ -870,21 +870,21 @@ fn forced_cleaning_after_a_crash_keeps_the_segment_recovery_fenced_off() {
     );
 }
 
-#[test]
-fn a_pull_of_records_the_tail_cache_no_longer_holds_reads_neighbours_together() {
-    // Two stores with the same records: one keeps them all in its tail
-    // cache, the other none, so its pulls read them from the disk.
+/// Two stores on disks of `seed` with the same records: one keeps them all
+/// in its tail cache, the other none, so its pulls read them from the disk.
+/// 1,200 messages over 4 queues in turn, bodies of 100 to 700 bytes, tag B
+/// on every third; returns the stores and each queue's message count.
+fn warm_and_cold_stores(seed: u64) -> (Store<SimDisk>, Store<SimDisk>, [u64; 4]) {
     let open = |tail_cache_bytes| {
         let mut config = config(FlushMode::Async);
         config.tail_cache_bytes = tail_cache_bytes;
         config.segment_size_bytes = 4 * COMMIT_LOG_SEGMENT_SIZE_MIN;
-        Store::open(SimDisk::new(SimConfig::new(12)), config, T0)
+        Store::open(SimDisk::new(SimConfig::new(seed)), config, T0)
             .unwrap()
             .0
     };
     let (mut warm, mut cold) = (open(64 << 20), open(0));
     let mut acks = Vec::new();
-    // 4 queues in turn, bodies of 100 to 700 bytes, tag B on every third.
     let mut counts = [0u64; 4];
     for n in 0..1_200u32 {
         let body = vec![n as u8; 100 + (n as usize * 53) % 600];
@@ -901,6 +901,12 @@ fn a_pull_of_records_the_tail_cache_no_longer_holds_reads_neighbours_together() 
     }
     settle(&mut warm, T0, &mut acks);
     settle(&mut cold, T0, &mut acks);
+    (warm, cold, counts)
+}
+
+#[test]
+fn a_pull_of_records_the_tail_cache_no_longer_holds_reads_neighbours_together() {
+    let (mut warm, mut cold, counts) = warm_and_cold_stores(12);
     assert!(cold.commit_log().encoded_offset() > 2 * cold.config().segment_size_bytes);
     let tag_b = [ringmq_protocol::message::tags_code(Some("B")) as i32];
     for queue_id in 0..4u32 {
@@ -977,30 +983,7 @@ fn pull_in_background(
 
 #[test]
 fn a_pull_in_the_background_gets_what_a_synchronous_one_gets() {
-    let open = |tail_cache_bytes| {
-        let mut config = config(FlushMode::Async);
-        config.tail_cache_bytes = tail_cache_bytes;
-        config.segment_size_bytes = 4 * COMMIT_LOG_SEGMENT_SIZE_MIN;
-        Store::open(SimDisk::new(SimConfig::new(13)), config, T0)
-            .unwrap()
-            .0
-    };
-    let (mut warm, mut cold) = (open(64 << 20), open(0));
-    let mut acks = Vec::new();
-    for n in 0..1_200u32 {
-        let body = vec![n as u8; 100 + (n as usize * 53) % 600];
-        let mut m = message(&body);
-        m.queue_id = n % 4;
-        if n % 3 == 0 {
-            m.properties = b"TAGS\x01B\x02";
-        }
-        for store in [&mut warm, &mut cold] {
-            store.append(&m, T0).unwrap();
-            store.poll(T0, &mut acks).unwrap();
-        }
-    }
-    settle(&mut warm, T0, &mut acks);
-    settle(&mut cold, T0, &mut acks);
+    let (mut warm, mut cold, _) = warm_and_cold_stores(13);
     let tag_b = [ringmq_protocol::message::tags_code(Some("B")) as i32];
     for filter in [None, Some(&tag_b[..])] {
         for queue_id in 0..4u32 {
