@@ -1,15 +1,10 @@
 package dev.ringmq.it;
 
 import static dev.ringmq.it.ItSupport.await;
-import static dev.ringmq.it.ItSupport.body;
 import static dev.ringmq.it.ItSupport.message;
 import static dev.ringmq.it.ItSupport.unique;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertNotNull;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayDeque;
 import java.util.Deque;
@@ -18,11 +13,9 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
-import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.rocketmq.client.exception.MQBrokerException;
@@ -78,8 +71,6 @@ class ReplicationIT {
     static final int COUNT = 200;
     /** SEND_OKs from the SYNC_MASTER before it is killed. */
     static final int ACKED_BEFORE_KILL = 100;
-    /** Upper bound of sends, so the loop ends even if the kill never lands. */
-    static final int MAX_SENDS = 100_000;
 
     /** What the running test started, closed the last first after it. */
     private final Deque<AutoCloseable> started = new ArrayDeque<>();
@@ -214,32 +205,6 @@ class ReplicationIT {
         return received;
     }
 
-    /**
-     * Every message of {@code received} was sent ({@code sent}) with the same tags and body, and the
-     * one of each key in {@code acked} sits at the queue and offset of its SEND_OK.
-     */
-    static void assertAsSent(Map<String, Message> sent, Map<String, SendResult> acked,
-            ConcurrentLinkedQueue<MessageExt> received) {
-        Set<String> atTheirPlace = new TreeSet<>();
-        for (MessageExt message : received) {
-            Message original = sent.get(message.getKeys());
-            assertNotNull(original, "received a message never sent: " + message);
-            assertEquals(original.getTags(), message.getTags(), "tags of " + message.getKeys());
-            assertEquals(body(original), body(message), "body of " + message.getKeys());
-            SendResult result = acked.get(message.getKeys());
-            if (result != null) {
-                assertEquals(result.getMsgId(), message.getMsgId(), "msgId of " + message.getKeys());
-                if (result.getMessageQueue().getQueueId() == message.getQueueId()
-                        && result.getQueueOffset() == message.getQueueOffset()) {
-                    atTheirPlace.add(message.getKeys());
-                }
-            }
-        }
-        Set<String> elsewhere = new TreeSet<>(acked.keySet());
-        elsewhere.removeAll(atTheirPlace);
-        assertTrue(elsewhere.isEmpty(), "not at the queue/offset their SEND_OK named on the slave: " + elsewhere);
-    }
-
     @Test
     void aConsumerReadsEveryMessageFromTheSlaveAfterTheMasterIsKilled() throws Exception {
         String topic = unique("repl");
@@ -270,7 +235,7 @@ class ReplicationIT {
         awaitOnlyTheSlave(pair);
         ConcurrentLinkedQueue<MessageExt> received = consumeFromSlave(pair, topic, sent.keySet());
         assertEquals(sent.keySet(), ItSupport.keys(received), "keys received from the slave");
-        assertAsSent(sent, acked, received);
+        SendLoop.assertStored(sent, acked, received);
         // A slave whose master is gone still stops cleanly (exit status 0 within the bound).
         pair.slave().stop();
     }
@@ -292,51 +257,18 @@ class ReplicationIT {
             assertEquals(SendStatus.SLAVE_NOT_AVAILABLE, result.getSendStatus(),
                     () -> "a SYNC_MASTER without a slave answered " + result);
         }, "--brokerRole=SYNC_MASTER");
-        DefaultMQProducer producer = started.get();
-        Map<String, SendResult> acked = new ConcurrentHashMap<>();
-        Map<String, Integer> failures = new ConcurrentHashMap<>();
-        AtomicReference<Throwable> unexpected = new AtomicReference<>();
-        AtomicBoolean stopSending = new AtomicBoolean();
-        Thread sender = new Thread(() -> {
-            for (int i = 0; i < MAX_SENDS && !stopSending.get(); i++) {
-                Message message = message(topic, "TagSync" + (i % 3), topic + "-key-" + i, "sync body " + i);
-                attempted.put(message.getKeys(), message);
-                try {
-                    SendResult result = producer.send(message);
-                    if (result.getSendStatus() == SendStatus.SEND_OK) {
-                        acked.put(message.getKeys(), result);
-                    } else {
-                        // SLAVE_NOT_AVAILABLE until the slave's first pull, FLUSH_SLAVE_TIMEOUT.
-                        failures.merge(result.getSendStatus().name(), 1, Integer::sum);
-                    }
-                } catch (Exception e) {
-                    failures.merge(e.getClass().getSimpleName(), 1, Integer::sum);
-                } catch (Throwable t) {
-                    unexpected.set(t);
-                    return;
-                }
-            }
-        }, "repl-sync-sender");
-        sender.start();
-        try {
-            await(ACKED_BEFORE_KILL + " SEND_OKs from the SYNC_MASTER",
-                    () -> acked.size() >= ACKED_BEFORE_KILL || !sender.isAlive(),
-                    () -> acked.size() + " acked, other outcomes " + failures + "; " + maxOffsets(pair));
-            // Right after the acknowledgements, no waiting for the slave: it must have them already.
-            pair.master().kill9();
-        } finally {
-            stopSending.set(true);
-            sender.join(TimeUnit.SECONDS.toMillis(60));
-        }
-        assertFalse(sender.isAlive(), "the sender thread did not stop");
-        assertNull(unexpected.get(), "sender thread error");
-        assertTrue(acked.size() >= ACKED_BEFORE_KILL, "acked before the kill: " + acked.size()
-                + ", other outcomes " + failures);
+        SendLoop loop = keep(SendLoop.start(started.get(), topic, "Sync"));
+        // SLAVE_NOT_AVAILABLE until the slave's first pull, FLUSH_SLAVE_TIMEOUT: other outcomes.
+        loop.awaitAcked(ACKED_BEFORE_KILL, () -> maxOffsets(pair));
+        // Right after the acknowledgements, no waiting for the slave: it must have them already.
+        pair.master().kill9();
+        loop.stop();
         awaitOnlyTheSlave(pair);
 
         // Sends that were not acknowledged may or may not have reached the slave.
-        ConcurrentLinkedQueue<MessageExt> received = consumeFromSlave(pair, topic, acked.keySet());
-        assertAsSent(attempted, acked, received);
+        attempted.putAll(loop.attempted());
+        ConcurrentLinkedQueue<MessageExt> received = consumeFromSlave(pair, topic, loop.acked().keySet());
+        SendLoop.assertStored(attempted, loop.acked(), received);
     }
 
     @Test
