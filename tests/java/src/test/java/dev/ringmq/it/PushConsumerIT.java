@@ -35,15 +35,17 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
- * {@link DefaultMQPushConsumer}: two consumers of one group in CLUSTERING mode, a tag-filtered
- * subscription, and two consumers in BROADCASTING mode.
+ * {@link DefaultMQPushConsumer}: two consumers of one group in CLUSTERING mode, a rebalance as a
+ * consumer joins the group and leaves it, a tag-filtered subscription, and two consumers in
+ * BROADCASTING mode.
  *
  * <p>Duplicates: RocketMQ is at-least-once. A message is delivered twice only when its queue moves
  * to another consumer (a rebalance) before the first consumer's offset for it was committed, or
  * when a consumer dies. These tests wait until the allocation is settled (each consumer holds its
- * share, and nothing overlaps) before the first send, and the group does not change while
- * messages flow, so there is no such window: they assert exactly-once delivery, counted once every
- * offset has been committed (which is what ends redelivery).
+ * share, and nothing overlaps) before the first send, and the group changes only once every
+ * message sent was consumed and its offset committed, so there is no such window: they assert
+ * exactly-once delivery, counted once every offset has been committed (which is what ends
+ * redelivery).
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class PushConsumerIT {
@@ -85,8 +87,13 @@ class PushConsumerIT {
 
     /** Sends {@code count} messages with tags cycling through {@code tags}; returns them by key. */
     static Map<String, Message> send(String topic, int count, String... tags) throws Exception {
+        return send(topic, 0, count, tags);
+    }
+
+    /** {@link #send(String, int, String...)} of the messages numbered {@code from} on. */
+    static Map<String, Message> send(String topic, int from, int count, String... tags) throws Exception {
         Map<String, Message> sent = new HashMap<>();
-        for (int i = 0; i < count; i++) {
+        for (int i = from; i < from + count; i++) {
             Message message = message(topic, tags[i % tags.length], topic + "-key-" + i, "push body " + i);
             ItSupport.sendOk(producer, message, "send " + i);
             sent.put(message.getKeys(), message);
@@ -152,6 +159,66 @@ class PushConsumerIT {
         }
         assertFalse(keys(deliveries, "c1").isEmpty(), "c1 consumed nothing");
         assertFalse(keys(deliveries, "c2").isEmpty(), "c2 consumed nothing");
+    }
+
+    /**
+     * Waits until every message of {@code sent} was delivered and the group's offsets are
+     * committed to the end of {@code queues} (so that a queue moving to another consumer next
+     * starts after them).
+     */
+    void awaitConsumedAndCommitted(String group, List<MessageQueue> queues, Map<String, Message> sent,
+            ConcurrentLinkedQueue<Delivery> deliveries) throws Exception {
+        await("every message consumed", () -> keys(deliveries, null).containsAll(sent.keySet()),
+                () -> keys(deliveries, null).size() + " of " + sent.size() + " consumed; offsets "
+                        + ItSupport.offsets(it.admin(), group, queues));
+        ItSupport.awaitCommitted(it.admin(), group, queues);
+    }
+
+    @Test
+    void queuesMoveWhenAConsumerJoinsAndWhenItLeavesWithoutLossOrRepeats() throws Exception {
+        String topic = unique("rebalance");
+        String group = unique("rebalance-group");
+        List<MessageQueue> queues = it.createTopic(topic, QUEUES);
+        Set<MessageQueue> all = new HashSet<>(queues);
+        int batch = COUNT / 2;
+        ConcurrentLinkedQueue<Delivery> deliveries = new ConcurrentLinkedQueue<>();
+        DefaultMQPushConsumer first = startConsumer(group, "r1", topic, "*", MessageModel.CLUSTERING, deliveries);
+        await("r1 alone holding every queue", () -> ownedQueues(first, topic).equals(all),
+                () -> "r1 " + ownedQueues(first, topic));
+        Map<String, Message> sent = new HashMap<>(send(topic, 0, batch, "TagAlone"));
+        awaitConsumedAndCommitted(group, queues, sent, deliveries);
+
+        // A second consumer joins: the broker tells r1, and the queues are split.
+        DefaultMQPushConsumer second = startConsumer(group, "r2", topic, "*", MessageModel.CLUSTERING, deliveries);
+        await("r1 and r2 holding half of the queues each", () -> {
+            Set<MessageQueue> a = ownedQueues(first, topic);
+            Set<MessageQueue> b = ownedQueues(second, topic);
+            Set<MessageQueue> union = new HashSet<>(a);
+            union.addAll(b);
+            return a.size() == QUEUES / 2 && b.size() == QUEUES / 2 && union.equals(all);
+        }, () -> "r1 " + ownedQueues(first, topic) + ", r2 " + ownedQueues(second, topic));
+        Set<MessageQueue> secondQueues = ownedQueues(second, topic);
+        sent.putAll(send(topic, batch, batch, "TagShared"));
+        awaitConsumedAndCommitted(group, queues, sent, deliveries);
+
+        // It leaves: r1 takes its queues back, from the offsets r2 committed.
+        consumers.shutdown(second);
+        await("r1 holding every queue again", () -> ownedQueues(first, topic).equals(all),
+                () -> "r1 " + ownedQueues(first, topic));
+        sent.putAll(send(topic, 2 * batch, batch, "TagBack"));
+        awaitConsumedAndCommitted(group, queues, sent, deliveries);
+
+        assertEquals(sent.keySet(), keys(deliveries, null), "keys delivered");
+        assertEquals(sent.size(), deliveries.size(), "deliveries (each message exactly once)");
+        for (Delivery delivery : deliveries) {
+            MessageExt message = delivery.message();
+            assertSameContent(sent.get(message.getKeys()), message);
+            MessageQueue queue = new MessageQueue(topic, message.getBrokerName(), message.getQueueId());
+            String owner = message.getTags().equals("TagShared") && secondQueues.contains(queue) ? "r2" : "r1";
+            assertEquals(owner, delivery.consumer(), "consumer of " + message.getKeys() + " (" + message.getTags()
+                    + ") from " + queue);
+        }
+        assertFalse(keys(deliveries, "r2").isEmpty(), "r2 consumed nothing while it held half of the queues");
     }
 
     @Test
