@@ -250,14 +250,20 @@ pub const GET_MESSAGES_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// neighbours in the CommitLog included (`Store::get_messages`).
 pub const GET_MESSAGES_READ_SPAN_MAX: usize = 1024 * 1024;
 
-/// Bytes of spans that background reads for pulls brought, kept per shard
-/// for the pulls executed again once their read completed (and for others
-/// of the same span: other queues' records lie between a queue's).
+/// Bytes of spans that background reads for pulls (consumers' and slaves')
+/// brought, kept per shard for the pulls executed again once their read
+/// completed (and for others of the same span: other queues' records lie
+/// between a queue's).
 pub const READ_CACHE_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// Spans kept at most in that cache: a lookup scans them, and a consumer
 /// of one queue among thousands reads spans of one record each.
 pub const READ_CACHE_SPANS_MAX: usize = 512;
+
+/// Read buffers the background reads keep for their next reads, the
+/// largest (each at most a replica chunk and a block); the spans in the
+/// cache hold their buffers too (counted in [`READ_CACHE_BYTES_MAX`]).
+pub const SPAN_READ_SPARES_MAX: usize = 4;
 
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_DEFAULT.is_multiple_of(BLOCK_SIZE as u64));
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_MIN.is_multiple_of(BLOCK_SIZE as u64));

@@ -66,12 +66,14 @@ pub(crate) struct HeldPull {
 
 /// A pull whose first records the store is reading in the background
 /// (older than its tail cache): the shard goes on meanwhile, and executes
-/// the pull again, with the same `first`, once the read is done.
+/// the pull again, with the same `first`, once the read is done. A
+/// consumer's pull or a slave's replica pull.
 #[derive(Debug)]
 pub(crate) struct ReadingPull {
     request: Request,
     ticket: u64,
     first: bool,
+    replica: bool,
 }
 
 /// The tags of an expression (`a || b`); None for everything (`*`, empty).
@@ -154,8 +156,29 @@ impl ShardHandler {
                 continue;
             };
             let pull = self.reading_pulls.swap_remove(index);
-            self.pull_reading(pull.request, now_ms, pull.first, PullRead::AfterRead);
+            if pull.replica {
+                self.replica_pull_reading(pull.request, now_ms, pull.first, PullRead::AfterRead);
+            } else {
+                self.pull_reading(pull.request, now_ms, pull.first, PullRead::AfterRead);
+            }
         }
+    }
+
+    /// Parks a pull (`replica`: a slave's) until the store's background
+    /// read `ticket` is done.
+    pub(crate) fn park_reading_pull(
+        &mut self,
+        request: Request,
+        ticket: u64,
+        first: bool,
+        replica: bool,
+    ) {
+        self.reading_pulls.push(ReadingPull {
+            request,
+            ticket,
+            first,
+            replica,
+        });
     }
 
     /// Executes a pull whose records not in memory are read as `read` says.
@@ -331,11 +354,7 @@ impl ShardHandler {
             Ok(Pulled::Ready(result)) => result,
             Ok(Pulled::Reading(ticket)) => {
                 // Executed again, as it is, once the store read its records.
-                self.reading_pulls.push(ReadingPull {
-                    request,
-                    ticket,
-                    first,
-                });
+                self.park_reading_pull(request, ticket, first, false);
                 return;
             }
             Err(error) => {

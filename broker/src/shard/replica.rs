@@ -5,8 +5,9 @@
 //! the slave's position once per connection ([`Store::check_replica_position`]
 //! with the slave's last record), then answers whole records from the
 //! slave's end ([`Store::replica_chunk`]: from the tail cache at once,
-//! older ones once the store's background read of them completes, so a
-//! slave far behind never holds the shard on the disk); a pull that finds nothing new is
+//! older ones read in the background, the pull parked with the consumers'
+//! parked pulls and executed again once the read completes, so a slave far
+//! behind never holds the shard on the disk); a pull that finds nothing new is
 //! held until the store acknowledges more or its `suspendMillis` passes. A
 //! slave that holds no record below this log's start is told where it
 //! starts (`startOffset`), and its shard moves its empty log there
@@ -57,6 +58,7 @@ use ringmq_protocol::json::{
 };
 use ringmq_storage::commit_log::{RecordMark, ReplicaChunk, ReplicaPosition};
 use ringmq_storage::error::StorageError;
+use ringmq_storage::store::PullRead;
 
 use super::link::{ReplyTo, Request};
 use super::{ShardHandler, response};
@@ -148,14 +150,6 @@ pub(crate) struct HeldReplicaPull {
     pub(crate) deadline_ms: i64,
 }
 
-/// A replica pull waiting for the store's background read of its records.
-#[derive(Debug)]
-pub(crate) struct ReadingReplicaPull {
-    request: Request,
-    ticket: u64,
-    from: u64,
-}
-
 /// A slave's append waiting to become acknowledgeable.
 #[derive(Debug)]
 pub(crate) struct ReplicaWait {
@@ -181,10 +175,6 @@ pub(crate) struct ReplicaState {
     pub(crate) peers: HashMap<PeerKey, ReplicaPeer>,
     /// Master: pulls waiting for new records.
     pub(crate) held: Vec<HeldReplicaPull>,
-    /// Master: pulls waiting for the store to read their records.
-    pub(crate) reading: Vec<ReadingReplicaPull>,
-    /// Master: scratch for the store's completed reads.
-    reads_done: Vec<(u64, Result<Vec<u8>, StorageError>)>,
     /// Slave: appends waiting for their ack.
     pub(crate) waits: Vec<ReplicaWait>,
     /// SYNC_MASTER: sends waiting for a slave, in ack order (so both
@@ -199,11 +189,9 @@ enum Served {
         from: u64,
         suspend_ms: i64,
     },
-    /// Its records are being read from the segment.
-    Reading {
-        ticket: u64,
-        from: u64,
-    },
+    /// Its records are being read from the segment: executed again once
+    /// the read with this ticket is done (as a consumer's pull).
+    Reading(u64),
 }
 
 /// A slave connection: (server shard, connection).
@@ -213,23 +201,39 @@ impl ShardHandler {
     /// Executes RINGMQ_REPLICA_PULL on the shard it names; `first` is
     /// false when a held pull is executed again (it is answered, not held).
     pub(crate) fn replica_pull(&mut self, request: Request, now_ms: i64, first: bool) {
-        match self.serve_replica_pull(&request, now_ms, first) {
+        self.replica_pull_reading(request, now_ms, first, PullRead::Background);
+    }
+
+    /// Executes a replica pull whose records not in memory are read as
+    /// `read` says: in the background the first time (the pull is parked
+    /// with the consumers' pulls, see `run_reading_pulls`), synchronously
+    /// if still missing when it is executed again after that read.
+    pub(crate) fn replica_pull_reading(
+        &mut self,
+        request: Request,
+        now_ms: i64,
+        first: bool,
+        read: PullRead,
+    ) {
+        match self.serve_replica_pull(&request, now_ms, first, read) {
             Served::Answer(answer) => self.reply(request.reply, answer),
             Served::Hold { from, suspend_ms } => self.replica.held.push(HeldReplicaPull {
                 request,
                 from,
                 deadline_ms: now_ms + suspend_ms.clamp(0, REPLICA_SUSPEND_MS_MAX),
             }),
-            Served::Reading { ticket, from } => self.replica.reading.push(ReadingReplicaPull {
-                request,
-                ticket,
-                from,
-            }),
+            Served::Reading(ticket) => self.park_reading_pull(request, ticket, first, true),
         }
     }
 
     /// The answer to a replica pull, or the word to hold it.
-    fn serve_replica_pull(&mut self, request: &Request, now_ms: i64, first: bool) -> Served {
+    fn serve_replica_pull(
+        &mut self,
+        request: &Request,
+        now_ms: i64,
+        first: bool,
+        read: PullRead,
+    ) -> Served {
         let header: ReplicaPullRequestHeader = match request.cmd.decode_custom_header() {
             Ok(header) => header,
             Err(error) => {
@@ -316,6 +320,7 @@ impl ShardHandler {
         let chunk = match self.store_mut().replica_chunk(
             from,
             REPLICA_CHUNK_BYTES_MAX.min(header.max_bytes.max(1) as usize),
+            read,
         ) {
             Ok(chunk) => chunk,
             Err(error) => {
@@ -334,7 +339,7 @@ impl ShardHandler {
         self.release_slave_waits(now_ms);
         let bytes = match chunk {
             ReplicaChunk::Bytes(bytes) => bytes,
-            ReplicaChunk::Reading(ticket) => return Served::Reading { ticket, from },
+            ReplicaChunk::Reading(ticket) => return Served::Reading(ticket),
         };
         if bytes.is_empty() && first && header.suspend_millis > 0 && !self.stopping() {
             return Served::Hold {
@@ -370,38 +375,10 @@ impl ShardHandler {
         response(response_code::SYSTEM_ERROR, error.to_string())
     }
 
-    /// Answers the replica pulls whose background reads completed.
-    fn answer_replica_reads(&mut self) {
-        if self.replica.reading.is_empty() || self.store.is_none() {
-            return;
-        }
-        let mut done = std::mem::take(&mut self.replica.reads_done);
-        self.store_mut().take_replica_reads(&mut done);
-        for (ticket, result) in done.drain(..) {
-            let Some(index) = self
-                .replica
-                .reading
-                .iter()
-                .position(|pull| pull.ticket == ticket)
-            else {
-                continue;
-            };
-            let pull = self.replica.reading.swap_remove(index);
-            let key = (pull.request.reply.shard, pull.request.reply.conn);
-            let answer = match result {
-                Ok(bytes) => self.replica_served(key, pull.from, bytes),
-                Err(error) => self.replica_pull_failed(key, pull.request.peer, &error),
-            };
-            self.reply(pull.request.reply, answer);
-        }
-        self.replica.reads_done = done;
-    }
-
     /// After the store's poll: answers the SYNC_MASTER sends a slave has
     /// now, the held replica pulls the store now has records for, and those
     /// whose deadline passed.
     pub(crate) fn run_replica_master(&mut self, now_ms: i64) {
-        self.answer_replica_reads();
         self.release_slave_waits(now_ms);
         if self.replica.held.is_empty() || self.store.is_none() {
             return;
@@ -552,7 +529,6 @@ impl ShardHandler {
     /// Whether replication holds answers (a stop waits for them).
     pub(crate) fn replica_pending(&self) -> bool {
         !self.replica.held.is_empty()
-            || !self.replica.reading.is_empty()
             || !self.replica.waits.is_empty()
             || !self.replica.slave_waits.is_empty()
     }

@@ -146,9 +146,9 @@ pub(crate) const SEQ_SEGMENT_RETIRE: u64 = 9;
 /// Kind of an `ftruncate` step shrinking a retired segment (counter: its
 /// base over the segment size).
 pub(crate) const SEQ_SEGMENT_SHRINK: u64 = 10;
-/// Kind of a read for a slave, in the background (counter: its ticket).
-pub(crate) const SEQ_REPLICA_READ: u64 = 11;
-/// Kind of a read for a pull, in the background (counter: its ticket).
+/// Kind of a read for a pull (a consumer's or a slave's), in the
+/// background (counter: its ticket). 11 was the kind of a slave's read
+/// before the two shared one.
 pub(crate) const SEQ_SPAN_READ: u64 = 12;
 
 /// An OpId of kind `kind` with a counter.

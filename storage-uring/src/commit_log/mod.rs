@@ -55,9 +55,9 @@ use ringmq_protocol::limits::PROPERTIES_SIZE_MAX;
 use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank};
 
 use self::appender::{
-    Appender, FlushMode, Progress, SEQ_READ, SEQ_REPLICA_READ, SEQ_SEGMENT_CREATE,
-    SEQ_SEGMENT_REMOVE, SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE, SEQ_SPAN_READ,
-    commit_log_op_id, op_counter, op_kind,
+    Appender, FlushMode, Progress, SEQ_READ, SEQ_SEGMENT_CREATE, SEQ_SEGMENT_REMOVE,
+    SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE, SEQ_SPAN_READ, commit_log_op_id,
+    op_counter, op_kind,
 };
 use self::recovery::{ScanOutcome, ScanStop, scan};
 use self::segment::SegmentSet;
@@ -246,10 +246,8 @@ pub struct CommitLog {
     /// The last record (local offset, size), where known: always after an
     /// append, and on a replica after `open` (see `replica`).
     last_record: Option<(u64, u32)>,
-    /// Reads for slaves in flight, and those done (see `replica`).
-    replica_reads: replica::ReplicaReads,
-    /// Reads for pulls in flight, and the spans they brought (see
-    /// `span_reads`).
+    /// Reads for pulls (consumers' and slaves') in flight, and the spans
+    /// they brought (see `span_reads`).
     span_reads: span_reads::SpanReads,
     stats: SegmentStats,
 }
@@ -422,7 +420,6 @@ impl CommitLog {
             shrinking: Vec::new(),
             fenced_at: fenced.then_some(end),
             last_record,
-            replica_reads: replica::ReplicaReads::default(),
             span_reads: span_reads::SpanReads::default(),
             stats: SegmentStats::default(),
         };
@@ -896,12 +893,8 @@ impl CommitLog {
                 }
                 Progress::default()
             }
-            SEQ_REPLICA_READ => {
-                self.on_replica_read(disk, completion);
-                Progress::default()
-            }
             SEQ_SPAN_READ => {
-                self.on_span_read(disk, completion);
+                self.on_span_read(completion);
                 Progress::default()
             }
             _ => self.appender.on_completion(

@@ -42,10 +42,9 @@ use ringmq_protocol::message::{
     CrcCheck, Decoded, RecordError, RecordView, decode_entry, verify_body_crc,
 };
 
-use super::appender::{Appender, SEQ_REPLICA_READ, commit_log_op_id, op_counter};
+use super::appender::Appender;
 use super::{BLANK_SIZE, CommitLog, record_crc, shard_offset};
-use crate::aligned::AlignedBuf;
-use crate::disk::{Disk, DiskCompletion, DiskOp};
+use crate::disk::Disk;
 use crate::error::StorageError;
 use crate::limits::{RECORD_SIZE_MAX, SHARD_OFFSET_BITS, WRITE_BUFFER_SIZE};
 
@@ -84,41 +83,78 @@ impl CommitLog {
     /// segment and the acknowledgeable position; a BLANK ends the chunk
     /// (its 8 bytes only), and the next chunk starts at the next segment.
     /// Empty when nothing is acknowledgeable at `from` yet. A record larger
-    /// than `max_bytes` comes whole all the same. From the tail cache at
-    /// once; otherwise read from the segment in the background
-    /// ([`ReplicaChunk::Reading`]; the bytes come from
-    /// [`CommitLog::take_replica_reads`] after a later poll), so that a slave
-    /// far behind never holds its master's shard on a disk read.
+    /// than `max_bytes` comes whole all the same. From the tail cache or
+    /// the span cache of background reads at once; otherwise, with
+    /// `background`, the read starts as a span read
+    /// ([`ReplicaChunk::Reading`]: call again, without `background`, once
+    /// [`CommitLog::take_span_reads`] gives the ticket), so that a slave far
+    /// behind never holds its master's shard on a disk read; without it
+    /// read synchronously (a pull executed again after its read finds it in
+    /// the span cache unless it was evicted or came short, and still gets
+    /// an answer). A span that came short gives a shorter chunk.
     ///
     /// # Errors
     /// [`StorageError::InvalidArgument`] for `from` below the min offset
     /// (retention removed it), past the acknowledgeable position, or
     /// between the fence of the last crash recovery and its segment end;
     /// [`StorageError::Record`] when `from` is not a record boundary; disk
-    /// errors submitting the read.
+    /// errors reading or submitting the read.
     pub fn replica_chunk(
         &mut self,
         disk: &mut impl Disk,
         from: u64,
         max_bytes: usize,
+        background: bool,
     ) -> Result<ReplicaChunk, StorageError> {
         self.check_replica_from(from)?;
         let bound = self.appender.ack_position().min(self.segment_end(from));
         let limit = (bound - from) as usize;
         let mut want = limit.min(max_bytes.max(BLANK_SIZE));
+        // Each round answers, or grows `want` (up to `limit`), or reads.
         loop {
             if want == 0 {
                 return Ok(ReplicaChunk::Bytes(Vec::new()));
             }
-            let Some(cached) = self.appender.cached(from, want) else {
-                let ticket = self.replica_reads.next_ticket();
-                self.submit_replica_read(disk, ticket, from, want, limit)?;
-                return Ok(ReplicaChunk::Reading(ticket));
+            let (cached, spanned) = match self.appender.cached(from, want) {
+                Some(bytes) => (Some(bytes), false),
+                None => (self.span_reads.cached_from(from, want), true),
             };
-            match whole_prefix(self.config.shard_id, from, cached, limit)? {
-                Whole::Bytes(len) => return Ok(ReplicaChunk::Bytes(cached[..len].to_vec())),
-                Whole::Grow(grown) => want = grown,
+            let needed = match cached {
+                Some(bytes) => match whole_prefix(self.config.shard_id, from, bytes, limit)? {
+                    Whole::Bytes(len) => {
+                        let chunk = bytes[..len].to_vec();
+                        if spanned {
+                            // Read for this chunk: no one else wants it.
+                            self.span_reads.forget_span_holding(from);
+                        }
+                        return Ok(ReplicaChunk::Bytes(chunk));
+                    }
+                    Whole::NotYet => return Ok(ReplicaChunk::Bytes(Vec::new())),
+                    Whole::Grow(needed) => needed,
+                },
+                None => 0,
+            };
+            if needed > want {
+                want = needed;
+                continue;
+            }
+            // Not cached, or a cached span shorter than the first record.
+            if background {
+                return match self.start_local_span_read(disk, from, want)? {
+                    Some(ticket) => Ok(ReplicaChunk::Reading(ticket)),
+                    None => Err(not_readable(from)),
+                };
+            }
+            let offset = shard_offset(self.config.shard_id, from);
+            let bytes = self
+                .read(disk, offset, want)?
+                .ok_or_else(|| not_readable(from))?;
+            match whole_prefix(self.config.shard_id, from, &bytes, limit)? {
+                Whole::Bytes(len) => return Ok(ReplicaChunk::Bytes(bytes[..len].to_vec())),
                 Whole::NotYet => return Ok(ReplicaChunk::Bytes(Vec::new())),
+                // The first record is longer than `want`: the next round
+                // reads it whole.
+                Whole::Grow(needed) => want = needed,
             }
         }
     }
@@ -140,111 +176,6 @@ impl CommitLog {
             }
             _ => end,
         }
-    }
-
-    /// The background reads for slaves that completed since the last call:
-    /// each ticket [`CommitLog::replica_chunk`] gave, with what
-    /// `replica_chunk` would have answered from the cache.
-    pub fn take_replica_reads(&mut self, out: &mut Vec<(u64, Result<Vec<u8>, StorageError>)>) {
-        out.append(&mut self.replica_reads.done);
-    }
-
-    /// Whether reads for slaves are in flight.
-    pub fn replica_reads_in_flight(&self) -> bool {
-        !self.replica_reads.in_flight.is_empty()
-    }
-
-    /// Submits the read of `want` bytes at local `from` (within one
-    /// segment) for `ticket`.
-    fn submit_replica_read(
-        &mut self,
-        disk: &mut impl Disk,
-        ticket: u64,
-        from: u64,
-        want: usize,
-        limit: usize,
-    ) -> Result<(), StorageError> {
-        let Some(range) = self.segment_range(from, want)? else {
-            return Err(StorageError::InvalidArgument(format!(
-                "replication from {from}: not readable"
-            )));
-        };
-        let buf = match self.replica_reads.spare.take() {
-            Some(buf) if buf.capacity() >= range.len => buf,
-            _ => AlignedBuf::new(range.len),
-        };
-        let op = DiskOp::Read {
-            file: range.file,
-            file_offset: range.file_offset,
-            buf,
-            len: range.len,
-        };
-        disk.submit(commit_log_op_id(SEQ_REPLICA_READ, ticket), op, false)
-            .map_err(|(error, _)| error)?;
-        self.replica_reads.in_flight.push(ReplicaRead {
-            ticket,
-            from,
-            skip: range.skip,
-            want,
-            limit,
-        });
-        Ok(())
-    }
-
-    /// A read for a slave completed: its whole records are done, or the
-    /// read grows to take a first record longer than it.
-    pub(super) fn on_replica_read(&mut self, disk: &mut impl Disk, completion: DiskCompletion) {
-        let ticket = op_counter(completion.op_id);
-        let Some(index) = self
-            .replica_reads
-            .in_flight
-            .iter()
-            .position(|read| read.ticket == ticket)
-        else {
-            return;
-        };
-        let read = self.replica_reads.in_flight.swap_remove(index);
-        let buf = completion.buf;
-        // A short read gives a shorter chunk: whole records of what came.
-        let outcome = match (completion.result, &buf) {
-            (Err(error), _) => Err(StorageError::from(error)),
-            (Ok(n), Some(buf)) if n > read.skip => {
-                let got = &buf.as_slice()[read.skip..n.min(read.skip + read.want)];
-                whole_prefix(self.config.shard_id, read.from, got, read.limit).map(|whole| {
-                    match whole {
-                        Whole::Bytes(len) => Ok(got[..len].to_vec()),
-                        Whole::Grow(grown) => Err(grown),
-                        Whole::NotYet => Ok(Vec::new()),
-                    }
-                })
-            }
-            (Ok(n), _) => Err(StorageError::InvalidArgument(format!(
-                "replication from {}: the segment gave {n} bytes of {}",
-                read.from,
-                read.skip + read.want
-            ))),
-        };
-        if let Some(buf) = buf
-            && self
-                .replica_reads
-                .spare
-                .as_ref()
-                .is_none_or(|spare| spare.capacity() < buf.capacity())
-        {
-            self.replica_reads.spare = Some(buf);
-        }
-        let result = match outcome {
-            Ok(Ok(bytes)) => Ok(bytes),
-            // The first record is longer than what came: read it whole.
-            Ok(Err(grown)) => {
-                match self.submit_replica_read(disk, ticket, read.from, grown, read.limit) {
-                    Ok(()) => return,
-                    Err(error) => Err(error),
-                }
-            }
-            Err(error) => Err(error),
-        };
-        self.replica_reads.done.push((ticket, result));
     }
 
     /// Master side: whether a slave may be served from `from` at all: within
@@ -425,7 +356,6 @@ impl CommitLog {
             || self.sparing > 0
             || !self.shrinking.is_empty()
             || !self.stash.is_empty()
-            || self.replica_reads_in_flight()
             || self.span_reads.in_flight();
         if busy {
             return Err(StorageError::Busy {
@@ -642,41 +572,15 @@ impl CommitLog {
 pub enum ReplicaChunk {
     /// Whole records (empty: nothing acknowledgeable at the position yet).
     Bytes(Vec<u8>),
-    /// Being read from the segment: [`CommitLog::take_replica_reads`] gives
-    /// the records with this ticket after a later poll.
+    /// Being read from the segment: once [`CommitLog::take_span_reads`]
+    /// gives this ticket, [`CommitLog::replica_chunk`] finds the bytes.
     Reading(u64),
 }
 
-/// A read for a slave in flight.
-#[derive(Debug)]
-struct ReplicaRead {
-    ticket: u64,
-    /// Local offset of the chunk.
-    from: u64,
-    /// Bytes before `from` in the block-aligned read.
-    skip: usize,
-    /// Bytes wanted from `from`.
-    want: usize,
-    /// Bytes acknowledgeable within the segment from `from` when the read
-    /// started (a first record longer than `want` grows the read up to it).
-    limit: usize,
-}
-
-/// The reads of one CommitLog for slaves.
-#[derive(Debug, Default)]
-pub(super) struct ReplicaReads {
-    last_ticket: u64,
-    in_flight: Vec<ReplicaRead>,
-    done: Vec<(u64, Result<Vec<u8>, StorageError>)>,
-    /// The largest buffer of a completed read, for the next.
-    spare: Option<AlignedBuf>,
-}
-
-impl ReplicaReads {
-    fn next_ticket(&mut self) -> u64 {
-        self.last_ticket += 1;
-        self.last_ticket
-    }
+/// The error for acknowledgeable bytes at local `from` that no segment
+/// holds (the log moved under a pull).
+fn not_readable(from: u64) -> StorageError {
+    StorageError::InvalidArgument(format!("replication from {from}: not readable"))
 }
 
 /// What the bytes read at a record boundary give a slave.

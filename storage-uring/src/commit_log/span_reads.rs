@@ -1,17 +1,25 @@
-//! Reads of older CommitLog bytes in the background, for pulls: a span is
-//! read through the ring while the shard goes on, and kept in a small
-//! cache of recent spans ([`READ_CACHE_BYTES_MAX`],
-//! [`READ_CACHE_SPANS_MAX`]) from which
-//! [`CommitLog::read`] serves it afterwards. A pull that needs a span
-//! neither the tail cache nor this cache holds starts its read
-//! ([`CommitLog::start_span_read`]) and is executed again once the ticket
-//! comes back from [`CommitLog::take_span_reads`].
+//! Reads of older CommitLog bytes in the background, for consumers' pulls
+//! and slaves' replica pulls alike: a span is read through the ring while
+//! the shard goes on, and kept in a small cache of recent spans
+//! ([`READ_CACHE_BYTES_MAX`], [`READ_CACHE_SPANS_MAX`]) from which
+//! [`CommitLog::read`] and [`CommitLog::replica_chunk`] serve it
+//! afterwards. A pull that needs a span neither the tail cache nor this
+//! cache holds starts its read ([`CommitLog::start_span_read`], or
+//! `replica_chunk` itself) and is executed again once the ticket comes back
+//! from [`CommitLog::take_span_reads`].
 //!
 //! ```text
 //!  pull ─ span not cached ─▶ start_span_read ─▶ ticket (pull parked)
 //!  ring ─ read completes ─▶ on_span_read ─▶ span into the cache, ticket done
 //!  turn ─ take_span_reads ─▶ the parked pull again ─▶ read() finds the span
 //! ```
+//!
+//! The read buffers are this module's own, never the disk's: a read of a
+//! 4 MiB replica chunk would otherwise take one of the CommitLog's
+//! registered write buffers while it is in flight, and a read needs no
+//! zeroed buffer. A span stays in the buffer it was read into (no copy);
+//! evicted buffers are kept for the next reads (at most
+//! [`SPAN_READ_SPARES_MAX`], the largest).
 //!
 //! # Invariants
 //! - A cached span holds the log's bytes at its offset: the log is
@@ -25,9 +33,10 @@ use std::collections::VecDeque;
 
 use super::CommitLog;
 use super::appender::{SEQ_SPAN_READ, commit_log_op_id, op_counter};
+use crate::aligned::AlignedBuf;
 use crate::disk::{Disk, DiskCompletion, DiskOp};
 use crate::error::StorageError;
-use crate::limits::{READ_CACHE_BYTES_MAX, READ_CACHE_SPANS_MAX};
+use crate::limits::{READ_CACHE_BYTES_MAX, READ_CACHE_SPANS_MAX, SPAN_READ_SPARES_MAX};
 
 /// A span read in flight.
 #[derive(Debug)]
@@ -41,6 +50,29 @@ struct SpanRead {
     len: usize,
 }
 
+/// A span a read brought, in the buffer it was read into (no copy).
+#[derive(Debug)]
+struct Span {
+    /// Shard-local offset of its first byte.
+    from: u64,
+    buf: AlignedBuf,
+    /// Where its bytes start in `buf` (the read was block-aligned).
+    skip: usize,
+    len: usize,
+}
+
+impl Span {
+    fn bytes(&self) -> &[u8] {
+        &self.buf.as_full_slice()[self.skip..self.skip + self.len]
+    }
+
+    /// Its bytes from shard-local `local` on, if it holds `local`.
+    fn from(&self, local: u64) -> Option<&[u8]> {
+        let skip = usize::try_from(local.checked_sub(self.from)?).ok()?;
+        self.bytes().get(skip..)
+    }
+}
+
 /// The background reads of one CommitLog for pulls, and the spans they
 /// brought.
 #[derive(Debug, Default)]
@@ -48,34 +80,98 @@ pub(super) struct SpanReads {
     last_ticket: u64,
     in_flight: Vec<SpanRead>,
     done: Vec<u64>,
-    /// (shard-local offset, bytes), oldest first.
-    cache: VecDeque<(u64, Vec<u8>)>,
+    /// Oldest first.
+    cache: VecDeque<Span>,
+    /// The capacity of the cached spans' buffers.
     cache_bytes: usize,
+    /// Buffers for the next reads.
+    spares: Vec<AlignedBuf>,
 }
 
 impl SpanReads {
     /// The cached bytes `[local, local + size)`, if one span holds them.
     pub(super) fn cached(&self, local: u64, size: usize) -> Option<&[u8]> {
-        self.cache.iter().rev().find_map(|(start, bytes)| {
-            let skip = usize::try_from(local.checked_sub(*start)?).ok()?;
-            bytes.get(skip..skip.checked_add(size)?)
+        self.cache
+            .iter()
+            .rev()
+            .find_map(|span| span.from(local)?.get(..size))
+    }
+
+    /// The cached bytes from `local` on, at most `max` of them, from the
+    /// newest span that holds `local` (possibly fewer than `max`: a span
+    /// that ends earlier, or a short read's).
+    pub(super) fn cached_from(&self, local: u64, max: usize) -> Option<&[u8]> {
+        self.cache.iter().rev().find_map(|span| {
+            let rest = span.from(local).filter(|rest| !rest.is_empty())?;
+            Some(&rest[..rest.len().min(max)])
         })
     }
 
-    fn insert(&mut self, local: u64, bytes: Vec<u8>) {
-        self.cache_bytes += bytes.len();
-        self.cache.push_back((local, bytes));
+    /// Drops the newest span holding `local` (its buffer to the spares):
+    /// a slave's chunk is read once, and its next read reuses the buffer.
+    pub(super) fn forget_span_holding(&mut self, local: u64) {
+        if let Some(index) = self
+            .cache
+            .iter()
+            .rposition(|span| span.from(local).is_some_and(|rest| !rest.is_empty()))
+            && let Some(span) = self.cache.remove(index)
+        {
+            self.cache_bytes -= span.buf.capacity();
+            self.recycle(span.buf);
+        }
+    }
+
+    /// A buffer of at least `len` bytes for a read: a spare of at most
+    /// twice that, or a new one.
+    fn buffer(&mut self, len: usize) -> AlignedBuf {
+        match self
+            .spares
+            .iter()
+            .position(|buf| buf.capacity() >= len && buf.capacity() / 2 <= len)
+        {
+            Some(index) => self.spares.swap_remove(index),
+            None => AlignedBuf::new(len),
+        }
+    }
+
+    /// Keeps `buf` for a later read; when enough are kept, in place of the
+    /// smallest if it is larger (small buffers cost little to allocate, a
+    /// replica chunk's 4 MiB are fresh pages to fault in).
+    fn recycle(&mut self, buf: AlignedBuf) {
+        if self.spares.len() < SPAN_READ_SPARES_MAX {
+            self.spares.push(buf);
+        } else if let Some(smallest) = self.spares.iter_mut().min_by_key(|spare| spare.capacity())
+            && smallest.capacity() < buf.capacity()
+        {
+            *smallest = buf;
+        }
+    }
+
+    /// Caches `len` bytes at `skip` in `buf`, read at shard-local `from`;
+    /// the oldest spans go (their buffers to the spares) while the cache is
+    /// over its bounds.
+    fn insert(&mut self, from: u64, buf: AlignedBuf, skip: usize, len: usize) {
+        self.cache_bytes += buf.capacity();
+        self.cache.push_back(Span {
+            from,
+            buf,
+            skip,
+            len,
+        });
         while self.cache_bytes > READ_CACHE_BYTES_MAX || self.cache.len() > READ_CACHE_SPANS_MAX {
-            let Some((_, old)) = self.cache.pop_front() else {
+            let Some(old) = self.cache.pop_front() else {
                 break;
             };
-            self.cache_bytes -= old.len();
+            self.cache_bytes -= old.buf.capacity();
+            self.recycle(old.buf);
         }
     }
 
     /// Forgets every cached span (the log was moved: see `restart_empty_at`).
     pub(super) fn clear_cache(&mut self) {
-        self.cache.clear();
+        while let Some(old) = self.cache.pop_front() {
+            self.recycle(old.buf);
+        }
         self.cache_bytes = 0;
     }
 
@@ -109,9 +205,20 @@ impl CommitLog {
         offset: u64,
         size: usize,
     ) -> Result<Option<u64>, StorageError> {
-        let Some(local) = self.readable(offset, size)? else {
-            return Ok(None);
-        };
+        match self.readable(offset, size)? {
+            Some(local) => self.start_local_span_read(disk, local, size),
+            None => Ok(None),
+        }
+    }
+
+    /// [`CommitLog::start_span_read`] of `size` acknowledgeable bytes at
+    /// shard-local `local`.
+    pub(super) fn start_local_span_read(
+        &mut self,
+        disk: &mut impl Disk,
+        local: u64,
+        size: usize,
+    ) -> Result<Option<u64>, StorageError> {
         let Some(range) = self.segment_range(local, size)? else {
             return Ok(None);
         };
@@ -120,11 +227,15 @@ impl CommitLog {
         let op = DiskOp::Read {
             file: range.file,
             file_offset: range.file_offset,
-            buf: disk.buffer(range.len),
+            buf: self.span_reads.buffer(range.len),
             len: range.len,
         };
-        disk.submit(commit_log_op_id(SEQ_SPAN_READ, ticket), op, false)
-            .map_err(|(error, _)| error)?;
+        if let Err((error, op)) = disk.submit(commit_log_op_id(SEQ_SPAN_READ, ticket), op, false) {
+            if let DiskOp::Read { buf, .. } = op {
+                self.span_reads.recycle(buf);
+            }
+            return Err(error.into());
+        }
         self.span_reads.in_flight.push(SpanRead {
             ticket,
             from: local,
@@ -141,7 +252,7 @@ impl CommitLog {
 
     /// A span read completed: what it brought goes into the cache (a short
     /// read, the whole blocks that came).
-    pub(super) fn on_span_read(&mut self, disk: &mut impl Disk, completion: DiskCompletion) {
+    pub(super) fn on_span_read(&mut self, completion: DiskCompletion) {
         let ticket = op_counter(completion.op_id);
         let Some(index) = self
             .span_reads
@@ -149,25 +260,23 @@ impl CommitLog {
             .iter()
             .position(|read| read.ticket == ticket)
         else {
-            if let Some(buf) = completion.buf {
-                disk.recycle(buf);
-            }
             return;
         };
         let read = self.span_reads.in_flight.swap_remove(index);
         match (completion.result, completion.buf) {
             (Ok(n), Some(buf)) => {
                 if n > read.skip {
-                    let got = &buf.as_slice()[read.skip..n.min(read.skip + read.len)];
-                    self.span_reads.insert(read.from, got.to_vec());
+                    let len = n.min(read.skip + read.len) - read.skip;
+                    self.span_reads.insert(read.from, buf, read.skip, len);
+                } else {
+                    self.span_reads.recycle(buf);
                 }
-                disk.recycle(buf);
             }
             (Ok(_), None) => {}
             (Err(error), buf) => {
-                tracing::warn!(%error, from = read.from, "a background read for a pull failed");
+                tracing::warn!(%error, from = read.from, "a background read of the commit log failed");
                 if let Some(buf) = buf {
-                    disk.recycle(buf);
+                    self.span_reads.recycle(buf);
                 }
             }
         }
@@ -179,29 +288,62 @@ impl CommitLog {
 mod tests {
     use super::*;
 
+    /// A buffer holding `len` bytes of `byte` after `skip` others.
+    fn span(skip: usize, len: usize, byte: u8) -> AlignedBuf {
+        let mut buf = AlignedBuf::new(skip + len);
+        buf.as_full_mut_slice()[..skip].fill(byte.wrapping_add(1));
+        buf.as_full_mut_slice()[skip..skip + len].fill(byte);
+        buf
+    }
+
     #[test]
     fn the_span_cache_finds_covered_ranges_and_keeps_its_bounds() {
         let mut reads = SpanReads::default();
-        reads.insert(1_000, vec![1; 100]);
-        reads.insert(1_050, vec![2; 100]);
+        reads.insert(1_000, span(0, 100, 1), 0, 100);
+        reads.insert(1_050, span(7, 100, 2), 7, 100);
         // The newest span that covers a range answers it.
         assert_eq!(reads.cached(1_060, 10), Some(&[2u8; 10][..]));
         assert_eq!(reads.cached(1_000, 50), Some(&[1u8; 50][..]));
         assert_eq!(reads.cached(1_000, 101), None);
         assert_eq!(reads.cached(999, 1), None);
         assert_eq!(reads.cached(1_140, 11), None);
+        // A prefix: from the newest span holding the offset, up to its end.
+        assert_eq!(reads.cached_from(1_140, 20), Some(&[2u8; 10][..]));
+        assert_eq!(reads.cached_from(1_020, 20), Some(&[1u8; 20][..]));
+        assert_eq!(reads.cached_from(1_060, 200), Some(&[2u8; 90][..]));
+        assert_eq!(reads.cached_from(1_150, 1), None);
+        assert_eq!(reads.cached_from(999, 1), None);
         // At most READ_CACHE_SPANS_MAX spans: the oldest go first.
         for n in 0..READ_CACHE_SPANS_MAX as u64 {
-            reads.insert(10_000 + n * 10, vec![3; 10]);
+            reads.insert(10_000 + n * 10, span(0, 10, 3), 0, 10);
         }
         assert_eq!(reads.cache.len(), READ_CACHE_SPANS_MAX);
         assert_eq!(reads.cached(1_000, 1), None);
-        assert!(reads.cached(10_000, 10).is_some());
-        // At most READ_CACHE_BYTES_MAX bytes.
-        reads.insert(u64::MAX / 2, vec![4; READ_CACHE_BYTES_MAX]);
+        assert_eq!(reads.cached(10_000, 10), Some(&[3u8; 10][..]));
+        // Evicted buffers (the first two spans') become spares.
+        assert_eq!(reads.spares.len(), 2);
+        // At most READ_CACHE_BYTES_MAX bytes of buffers.
+        reads.insert(
+            u64::MAX / 2,
+            span(0, READ_CACHE_BYTES_MAX, 4),
+            0,
+            READ_CACHE_BYTES_MAX,
+        );
         assert_eq!(reads.cache.len(), 1);
         assert_eq!(reads.cache_bytes, READ_CACHE_BYTES_MAX);
         reads.clear_cache();
         assert_eq!((reads.cache.len(), reads.cache_bytes), (0, 0));
+        // At most SPAN_READ_SPARES_MAX spares are kept, the largest.
+        assert_eq!(reads.spares.len(), SPAN_READ_SPARES_MAX);
+        assert!(
+            reads
+                .spares
+                .iter()
+                .any(|spare| spare.capacity() == READ_CACHE_BYTES_MAX)
+        );
+        // A spare of at least the length and at most twice it, or none.
+        let spare = reads.buffer(READ_CACHE_BYTES_MAX / 2 + 1);
+        assert_eq!(spare.capacity(), READ_CACHE_BYTES_MAX);
+        assert_eq!(reads.buffer(100).capacity(), crate::aligned::BLOCK_SIZE);
     }
 }

@@ -4,18 +4,20 @@
 //! ConsumeQueue and the index as recovery does (see
 //! [`crate::commit_log`]'s `replica` module for the format and checks).
 
-use super::Store;
 use super::recover::Dispatcher;
+use super::{PullRead, Store};
 use crate::commit_log::{ReplicaChunk, ReplicaPosition};
 use crate::disk::Disk;
 use crate::error::StorageError;
 
 impl<D: Disk> Store<D> {
     /// Master side: whole records from local `from` (a slave's end), at
-    /// most about `max_bytes`, acknowledgeable ones only, at once from the
-    /// tail cache, or read in the background
-    /// ([`crate::commit_log::CommitLog::replica_chunk`]): their bytes come
-    /// from [`Store::take_replica_reads`] after a later poll.
+    /// most about `max_bytes`, acknowledgeable ones only, at once from
+    /// memory, or read as `read` says
+    /// ([`crate::commit_log::CommitLog::replica_chunk`]): with
+    /// [`PullRead::Background`] a read in the background, after which the
+    /// replica pull is executed again with [`PullRead::AfterRead`] once
+    /// [`Store::take_span_reads`] gives its ticket (as a consumer's pull).
     ///
     /// # Errors
     /// As `CommitLog::replica_chunk`.
@@ -23,21 +25,20 @@ impl<D: Disk> Store<D> {
         &mut self,
         from: u64,
         max_bytes: usize,
+        read: PullRead,
     ) -> Result<ReplicaChunk, StorageError> {
-        self.commit_log
-            .replica_chunk(&mut self.disk, from, max_bytes)
+        self.commit_log.replica_chunk(
+            &mut self.disk,
+            from,
+            max_bytes,
+            read == PullRead::Background,
+        )
     }
 
     /// Master side: where a slave continues after a chunk from local
     /// `from` ([`crate::commit_log::CommitLog::replica_chunk_end`]).
     pub fn replica_chunk_end(&self, from: u64, chunk: &[u8]) -> u64 {
         self.commit_log.replica_chunk_end(from, chunk)
-    }
-
-    /// Master side: the background reads of [`Store::replica_chunk`] done
-    /// since the last call, by ticket.
-    pub fn take_replica_reads(&mut self, out: &mut Vec<(u64, Result<Vec<u8>, StorageError>)>) {
-        self.commit_log.take_replica_reads(out);
     }
 
     /// Slave side: where this log ends and its last record, for the

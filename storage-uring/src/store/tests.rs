@@ -944,6 +944,22 @@ fn a_pull_of_records_the_tail_cache_no_longer_holds_reads_neighbours_together() 
     }
 }
 
+/// Polls `store` as its owner would until its background read `ticket` is
+/// done.
+fn await_span_read(store: &mut Store<SimDisk>, ticket: u64) {
+    let (mut acks, mut done) = (Vec::new(), Vec::new());
+    for _ in 0..1_000 {
+        store
+            .poll_wait(T0, std::time::Duration::ZERO, &mut acks)
+            .unwrap();
+        store.take_span_reads(&mut done);
+        if done.contains(&ticket) {
+            return;
+        }
+    }
+    panic!("background read {ticket} never completed");
+}
+
 /// A pull as the broker runs it: in the background, then executed again
 /// once its read is done. Returns the answer and whether it waited for a
 /// read.
@@ -962,13 +978,7 @@ fn pull_in_background(
         Pulled::Ready(result) => return (result, false),
         Pulled::Reading(ticket) => ticket,
     };
-    let (mut acks, mut done) = (Vec::new(), Vec::new());
-    while !done.contains(&ticket) {
-        store
-            .poll_wait(T0, std::time::Duration::ZERO, &mut acks)
-            .unwrap();
-        store.take_span_reads(&mut done);
-    }
+    await_span_read(store, ticket);
     let reads = store.disk().read_count();
     let Pulled::Ready(result) = pull(store, PullRead::AfterRead) else {
         panic!("a pull executed again after its read reads again");
@@ -1649,26 +1659,24 @@ fn fill_until(store: &mut Store<SimDisk>, end: u64, now_ms: u64, byte: impl Fn(u
     settle(store, now_ms + n, &mut acks);
 }
 
-/// What `Store::replica_chunk` gives at `from`, waiting for a background
-/// read (polling the store as its owner would).
+/// What `Store::replica_chunk` gives at `from` as the broker runs it: in
+/// the background, then executed again once its read is done.
 fn chunk_at(
     store: &mut Store<SimDisk>,
     from: u64,
     max_bytes: usize,
 ) -> Result<Vec<u8>, StorageError> {
-    let ticket = match store.replica_chunk(from, max_bytes)? {
+    let ticket = match store.replica_chunk(from, max_bytes, PullRead::Background)? {
         ReplicaChunk::Bytes(bytes) => return Ok(bytes),
         ReplicaChunk::Reading(ticket) => ticket,
     };
-    let (mut acks, mut done) = (Vec::new(), Vec::new());
-    for _ in 0..1_000 {
-        store.poll_wait(T0, std::time::Duration::ZERO, &mut acks)?;
-        store.take_replica_reads(&mut done);
-        if let Some(index) = done.iter().position(|(read, _)| *read == ticket) {
-            return done.swap_remove(index).1;
+    await_span_read(store, ticket);
+    match store.replica_chunk(from, max_bytes, PullRead::AfterRead)? {
+        ReplicaChunk::Bytes(bytes) => Ok(bytes),
+        ReplicaChunk::Reading(_) => {
+            panic!("a replica pull executed again after its read reads again")
         }
     }
-    panic!("the read for a slave never completed");
 }
 
 /// Every chunk `chunk_at` gives from the log's start to its end,
@@ -1817,34 +1825,60 @@ fn a_slave_fed_the_masters_chunks_holds_its_log_and_answers_its_reads() {
 fn a_master_reads_what_its_tail_cache_no_longer_holds_in_the_background() {
     let mut uncached = config(FlushMode::Async);
     uncached.tail_cache_bytes = 0;
-    let (mut master, _) = Store::open(SimDisk::new(SimConfig::new(41)), uncached, T0).unwrap();
+    let (mut master, _) =
+        Store::open(SimDisk::new(SimConfig::new(41)), uncached.clone(), T0).unwrap();
     fill_for_replication(&mut master, 4, T0);
-    let ReplicaChunk::Reading(ticket) = master.replica_chunk(0, 5_000).unwrap() else {
+    let ReplicaChunk::Reading(ticket) = master
+        .replica_chunk(0, 5_000, PullRead::Background)
+        .unwrap()
+    else {
         panic!("the log's start is not in the tail cache");
     };
     // Nothing is done before a poll.
     let mut done = Vec::new();
-    master.take_replica_reads(&mut done);
+    master.take_span_reads(&mut done);
     assert!(done.is_empty());
-    let mut acks = Vec::new();
-    while done.is_empty() {
-        master
-            .poll_wait(T0, std::time::Duration::ZERO, &mut acks)
-            .unwrap();
-        master.take_replica_reads(&mut done);
-    }
-    let (read, bytes) = done.pop().unwrap();
-    assert_eq!(read, ticket);
-    let bytes = bytes.unwrap();
+    await_span_read(&mut master, ticket);
+    // Executed again, the pull finds the span its read brought.
+    let reads = master.disk().read_count();
+    let ReplicaChunk::Bytes(bytes) = master.replica_chunk(0, 5_000, PullRead::AfterRead).unwrap()
+    else {
+        panic!("a replica pull executed again after its read reads again");
+    };
+    assert_eq!(
+        master.disk().read_count(),
+        reads,
+        "served from the span read"
+    );
     assert!(
         bytes.len() <= 5_000 && bytes.len() > 1_000,
         "{}",
         bytes.len()
     );
+    // Read synchronously instead (a pull executed again whose span was
+    // evicted), from a store with the same records and nothing cached: the
+    // same chunk, and a first record longer than asked for comes whole.
+    let (mut twin, _) = Store::open(SimDisk::new(SimConfig::new(41)), uncached, T0).unwrap();
+    fill_for_replication(&mut twin, 4, T0);
+    let reads = twin.disk().read_count();
+    assert_eq!(
+        twin.replica_chunk(0, 5_000, PullRead::Sync).unwrap(),
+        ReplicaChunk::Bytes(bytes.clone())
+    );
+    assert!(twin.disk().read_count() > reads, "read from the segment");
+    let ReplicaChunk::Bytes(first) = twin.replica_chunk(0, 200, PullRead::Sync).unwrap() else {
+        panic!("a synchronous chunk was read in the background");
+    };
+    assert!(
+        first.len() > 200 && bytes.starts_with(&first),
+        "{}",
+        first.len()
+    );
     // Chunks of 200 bytes: every first record is longer, and each read
     // grows to take it whole; then chunks of 20 KiB from reads the disk
     // cuts short at random. The slave checks every record it gets.
     let mut slave = open_replica(42);
+    let mut acks = Vec::new();
     let half = master.commit_log().appender().encoded() / 2;
     while slave.commit_log().appender().encoded() < half {
         let from = slave.commit_log().appender().encoded();
