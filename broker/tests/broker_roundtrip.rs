@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Broker, Client, fresh_store, start_broker};
+use common::{Broker, Client, commit_log_offset, fresh_store, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
@@ -814,6 +814,53 @@ fn send_back_stores_nothing_for_a_group_without_retry_queues_and_refuses_a_read_
         answer.remark.as_deref(),
         Some("the topic[%RETRY%cg] sending message is forbidden")
     );
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn a_record_no_longer_in_memory_is_viewed_and_sent_back() {
+    // No tail cache: once the write buffers holding a record are written
+    // and reused, it is read from the segment (in the background, the
+    // request parked).
+    let store = fresh_store("roundtrip");
+    let Some(broker) = start_broker(
+        &store,
+        &[
+            "--shards=1".to_owned(),
+            "--maxMessageSize=65536".to_owned(),
+            "--tailCacheSize=0".to_owned(),
+        ],
+    ) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Cold", 1);
+    client.create_topic("Filler", 1);
+    // Two records with three write buffers' worth (24 MiB) after each,
+    // so that reading one does not bring the other.
+    let filler = vec![b'f'; 60 * 1024];
+    let mut offsets = Vec::new();
+    for body in [&b"sent back"[..], b"viewed"] {
+        offsets.push(commit_log_offset(&client.send("Cold", 0, body).msg_id));
+        for _ in 0..420 {
+            client.send("Filler", 0, &filler);
+        }
+    }
+    let (sent_back, viewed) = (offsets[0], offsets[1]);
+    assert_eq!(client.send_back(sent_back, -1), response_code::SUCCESS);
+    let dead = client.pull_records("%DLQ%cg", 0);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].3, b"sent back");
+    let answer = client.view(viewed);
+    assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+    let view =
+        ringmq_protocol::message::decode_record(answer.body_bytes(), CrcCheck::Verify).unwrap();
+    assert_eq!(view.body(), b"viewed");
+    assert_eq!(view.commit_log_offset(), viewed);
+    // An offset past the end is refused, not waited for.
+    let past = client.view(viewed + (1 << 40));
+    assert_eq!(past.code, response_code::SYSTEM_ERROR);
     drop(client);
     assert!(broker.stop().success());
 }

@@ -14,14 +14,14 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Broker, Client, fresh_store, send_message_request, start_broker};
+use common::{Broker, Client, commit_log_offset, fresh_store, send_message_request, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
     CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
     GetMinOffsetResponseHeader, PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
     QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader, ReplicaPullRequestHeader,
-    SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader,
+    SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader,
 };
 use ringmq_protocol::json::SubscriptionGroupConfig;
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
@@ -143,18 +143,6 @@ impl Client {
         let header: QueryConsumerOffsetResponseHeader = answer.decode_custom_header().unwrap();
         Some(header.offset)
     }
-
-    /// VIEW_MESSAGE_BY_ID: the stored record at a CommitLog offset.
-    fn view(&mut self, offset: i64) -> RemotingCommand {
-        let header = ViewMessageRequestHeader {
-            offset,
-            topic: None,
-        };
-        self.call(RemotingCommand::new_request(
-            request_code::VIEW_MESSAGE_BY_ID,
-            header.to_ext_fields(),
-        ))
-    }
 }
 
 /// A first replica pull of shard 0 from offset 0, as a slave with
@@ -170,11 +158,6 @@ fn replica_pull_from_zero(shard_count: i32) -> RemotingCommand {
         ..ReplicaPullRequestHeader::default()
     };
     RemotingCommand::new_request(request_code::RINGMQ_REPLICA_PULL, header.to_ext_fields())
-}
-
-/// The CommitLog offset in an offset message id (its last 8 bytes).
-fn commit_log_offset(msg_id: &str) -> i64 {
-    i64::from_str_radix(&msg_id[msg_id.len() - 16..], 16).unwrap()
 }
 
 /// Sends `count` messages over the queues; returns their CommitLog offsets.

@@ -250,6 +250,13 @@ pub const GET_MESSAGES_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// neighbours in the CommitLog included (`Store::get_messages`).
 pub const GET_MESSAGES_READ_SPAN_MAX: usize = 1024 * 1024;
 
+/// Bytes a background read of one record by its offset takes, its
+/// neighbours after it included (`Store::record_at`: a consumer's
+/// CONSUMER_SEND_MSG_BACK, VIEW_MESSAGE_BY_ID), whose size is not known
+/// before the read: most records fit; a larger one is read synchronously
+/// when the request runs again.
+pub const RECORD_READ_SPAN_BYTES: usize = 64 * 1024;
+
 /// Bytes of spans that background reads for pulls (consumers' and slaves')
 /// brought, kept per shard for the pulls executed again once their read
 /// completed (and for others of the same span: other queues' records lie

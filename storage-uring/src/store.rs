@@ -101,7 +101,7 @@ pub use cleaning::RetentionStats;
 pub use config::StoreConfig;
 pub use types::{
     AckStatus, AppendAck, AppendMessage, AppendTicket, FoundRecord, GetMessageStatus,
-    GetMessagesResult, OpenReport, PullRead, Pulled,
+    GetMessagesResult, OpenReport, PullRead, Pulled, RecordRead,
 };
 
 pub use crate::commit_log::appender::FlushMode as StoreFlushMode;

@@ -64,16 +64,28 @@ pub(crate) struct HeldPull {
     awaiting_subscription: bool,
 }
 
-/// A pull whose first records the store is reading in the background
-/// (older than its tail cache): the shard goes on meanwhile, and executes
-/// the pull again, with the same `first`, once the read is done. A
-/// consumer's pull or a slave's replica pull.
+/// A request whose records the store is reading in the background (older
+/// than its tail cache): the shard goes on meanwhile, and executes the
+/// request again, with the same `first`, once the read is done.
 #[derive(Debug)]
 pub(crate) struct ReadingPull {
     request: Request,
     ticket: u64,
     first: bool,
-    replica: bool,
+    kind: Parked,
+}
+
+/// What a [`ReadingPull`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Parked {
+    /// A consumer's PULL_MESSAGE.
+    Pull,
+    /// A slave's replica pull.
+    ReplicaPull,
+    /// CONSUMER_SEND_MSG_BACK, reading the original record.
+    SendBack,
+    /// VIEW_MESSAGE_BY_ID.
+    View,
 }
 
 /// The tags of an expression (`a || b`); None for everything (`*`, empty).
@@ -156,28 +168,29 @@ impl ShardHandler {
                 continue;
             };
             let pull = self.reading_pulls.swap_remove(index);
-            if pull.replica {
-                self.replica_pull_reading(pull.request, now_ms, pull.first, PullRead::AfterRead);
-            } else {
-                self.pull_reading(pull.request, now_ms, pull.first, PullRead::AfterRead);
+            let (request, first, read) = (pull.request, pull.first, PullRead::AfterRead);
+            match pull.kind {
+                Parked::Pull => self.pull_reading(request, now_ms, first, read),
+                Parked::ReplicaPull => self.replica_pull_reading(request, now_ms, first, read),
+                Parked::SendBack => self.send_back_reading(Box::new(request), now_ms, read),
+                Parked::View => self.view_message_reading(Box::new(request), read),
             }
         }
     }
 
-    /// Parks a pull (`replica`: a slave's) until the store's background
-    /// read `ticket` is done.
+    /// Parks a request until the store's background read `ticket` is done.
     pub(crate) fn park_reading_pull(
         &mut self,
         request: Request,
         ticket: u64,
         first: bool,
-        replica: bool,
+        kind: Parked,
     ) {
         self.reading_pulls.push(ReadingPull {
             request,
             ticket,
             first,
-            replica,
+            kind,
         });
     }
 
@@ -354,7 +367,7 @@ impl ShardHandler {
             Ok(Pulled::Ready(result)) => result,
             Ok(Pulled::Reading(ticket)) => {
                 // Executed again, as it is, once the store read its records.
-                self.park_reading_pull(request, ticket, first, false);
+                self.park_reading_pull(request, ticket, first, Parked::Pull);
                 return;
             }
             Err(error) => {

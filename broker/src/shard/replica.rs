@@ -222,7 +222,9 @@ impl ShardHandler {
                 from,
                 deadline_ms: now_ms + suspend_ms.clamp(0, REPLICA_SUSPEND_MS_MAX),
             }),
-            Served::Reading(ticket) => self.park_reading_pull(request, ticket, first, true),
+            Served::Reading(ticket) => {
+                self.park_reading_pull(request, ticket, first, super::pull::Parked::ReplicaPull);
+            }
         }
     }
 

@@ -42,10 +42,11 @@ use ringmq_protocol::message::{
     push_offset_msg_id,
 };
 use ringmq_storage::error::StorageError;
-use ringmq_storage::store::{AckStatus, AppendAck, AppendMessage};
+use ringmq_storage::store::{AckStatus, AppendAck, AppendMessage, PullRead, RecordRead};
 
 use super::control::AfterPersist;
 use super::link::{ReplyTo, Request};
+use super::pull::Parked;
 use super::{ShardHandler, response};
 use crate::features::timer::TimerConfig;
 use crate::features::{PutError, PutRoute, Redirect, retry, route_put};
@@ -580,6 +581,14 @@ impl ShardHandler {
 
     /// CONSUMER_SEND_MSG_BACK on the shard holding the original record.
     pub(crate) fn send_back(&mut self, request: Box<Request>, now_ms: i64) {
+        self.send_back_reading(request, now_ms, PullRead::Background);
+    }
+
+    /// CONSUMER_SEND_MSG_BACK, the original record read as `read` says: in
+    /// the background the first time (the request is parked with the
+    /// pulls, see `run_reading_pulls`), synchronously if still missing when
+    /// it runs again after that read.
+    pub(crate) fn send_back_reading(&mut self, request: Box<Request>, now_ms: i64, read: PullRead) {
         if !self.settings.is_master {
             return self.reply(request.reply, slave_refuses_writes());
         }
@@ -610,9 +619,12 @@ impl ShardHandler {
         if group.retry_queue_nums <= 0 {
             return self.reply(request.reply, super::success());
         }
-        let record = match self.store_mut().read_record(header.offset as u64) {
-            Ok(Some(record)) => record,
-            Ok(None) | Err(_) => {
+        let record = match self.store_mut().record_at(header.offset as u64, read) {
+            Ok(RecordRead::Ready(Some(record))) => record,
+            Ok(RecordRead::Reading(ticket)) => {
+                return self.park_reading_pull(*request, ticket, false, Parked::SendBack);
+            }
+            Ok(RecordRead::Ready(None)) | Err(_) => {
                 let remark = format!("look message by offset failed, {}", header.offset);
                 return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
             }
@@ -677,6 +689,12 @@ impl ShardHandler {
     /// VIEW_MESSAGE_BY_ID (33) on the shard in the top byte of the offset:
     /// the stored record as the body.
     pub(crate) fn view_message(&mut self, request: Box<Request>) {
+        self.view_message_reading(request, PullRead::Background);
+    }
+
+    /// VIEW_MESSAGE_BY_ID, the record read as `read` says (as
+    /// [`ShardHandler::send_back_reading`]).
+    pub(crate) fn view_message_reading(&mut self, request: Box<Request>, read: PullRead) {
         let header: ViewMessageRequestHeader = match request.cmd.decode_custom_header() {
             Ok(header) => header,
             Err(error) => {
@@ -686,9 +704,12 @@ impl ShardHandler {
                 );
             }
         };
-        let answer = match self.store_mut().read_record(header.offset as u64) {
-            Ok(Some(record)) => super::success().with_body(Bytes::from(record)),
-            Ok(None) | Err(_) => response(
+        let answer = match self.store_mut().record_at(header.offset as u64, read) {
+            Ok(RecordRead::Ready(Some(record))) => super::success().with_body(Bytes::from(record)),
+            Ok(RecordRead::Reading(ticket)) => {
+                return self.park_reading_pull(*request, ticket, false, Parked::View);
+            }
+            Ok(RecordRead::Ready(None)) | Err(_) => response(
                 response_code::SYSTEM_ERROR,
                 format!("can not find message by the offset, {}", header.offset),
             ),

@@ -22,6 +22,7 @@ use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
 use ringmq_protocol::header::{
     CreateTopicRequestHeader, CustomHeader, SendMessageRequestHeaderV2, SendMessageResponseHeader,
+    ViewMessageRequestHeader,
 };
 use ringmq_protocol::json::{JsonStyle, SubscriptionGroupConfig};
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
@@ -97,6 +98,11 @@ pub struct Broker {
     pub port: u16,
     /// The embedded name server's port.
     pub namesrv_port: u16,
+}
+
+/// The CommitLog offset in an offset message id (its last 8 bytes).
+pub fn commit_log_offset(msg_id: &str) -> i64 {
+    i64::from_str_radix(&msg_id[msg_id.len() - 16..], 16).unwrap()
 }
 
 /// Starts `ringmq broker` on `store` (kernel-chosen broker and name server
@@ -303,6 +309,18 @@ impl Client {
             )
             .with_body(Bytes::from(body)),
         );
+    }
+
+    /// VIEW_MESSAGE_BY_ID: the stored record at a CommitLog offset.
+    pub fn view(&mut self, offset: i64) -> RemotingCommand {
+        let header = ViewMessageRequestHeader {
+            offset,
+            topic: None,
+        };
+        self.call(RemotingCommand::new_request(
+            request_code::VIEW_MESSAGE_BY_ID,
+            header.to_ext_fields(),
+        ))
     }
 
     /// UPDATE_AND_CREATE_TOPIC with `queues` read and write queues; asserts

@@ -211,6 +211,29 @@ impl CommitLog {
         }
     }
 
+    /// Starts reading, in the background, the record at outside-visible
+    /// `offset` whose size is not known yet: `span` bytes from it, fewer
+    /// where the acknowledgeable bytes or its segment end first (a record
+    /// never crosses a segment end). The ticket comes back from
+    /// [`CommitLog::take_span_reads`]; None when nothing at `offset` is
+    /// acknowledgeable or kept.
+    ///
+    /// # Errors
+    /// As [`CommitLog::start_span_read`].
+    pub fn start_record_read(
+        &mut self,
+        disk: &mut impl Disk,
+        offset: u64,
+        span: usize,
+    ) -> Result<Option<u64>, StorageError> {
+        let Some(local) = self.readable(offset, 1)? else {
+            return Ok(None);
+        };
+        let end = self.appender.ack_position().min(self.segment_end(local));
+        let len = usize::try_from(end - local).map_or(span, |len| len.min(span));
+        self.start_local_span_read(disk, local, len)
+    }
+
     /// [`CommitLog::start_span_read`] of `size` acknowledgeable bytes at
     /// shard-local `local`.
     pub(super) fn start_local_span_read(

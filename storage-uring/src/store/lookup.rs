@@ -4,7 +4,9 @@
 
 use ringmq_protocol::message::peek_total_size;
 
-use super::{FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled, Store};
+use super::{
+    FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled, RecordRead, Store,
+};
 use crate::commit_log::split_shard_offset;
 use crate::consume_queue::CqEntry;
 use crate::disk::Disk;
@@ -12,7 +14,7 @@ use crate::error::StorageError;
 use crate::index_file::IndexQueryResult;
 use crate::limits::{
     GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX, GET_MESSAGES_READ_SPAN_MAX,
-    GET_MESSAGES_SCAN_ENTRIES_MAX,
+    GET_MESSAGES_SCAN_ENTRIES_MAX, RECORD_READ_SPAN_BYTES,
 };
 
 impl<D: Disk> Store<D> {
@@ -119,6 +121,45 @@ impl<D: Disk> Store<D> {
         };
         self.commit_log
             .read(&mut self.disk, commit_log_offset, size)
+    }
+
+    /// [`Store::read_record`] for a request on the shard's thread: from
+    /// memory at once; otherwise, with [`PullRead::Background`], the read
+    /// starts in the background ([`RecordRead::Reading`]: ask again with
+    /// [`PullRead::AfterRead`] once [`Store::take_span_reads`] gives the
+    /// ticket); otherwise read synchronously. The background read takes the
+    /// record's neighbours too (up to [`RECORD_READ_SPAN_BYTES`] from it), so
+    /// that a consumer sending back a run of messages finds the next ones
+    /// in memory.
+    ///
+    /// # Errors
+    /// As [`Store::read_record`].
+    pub fn record_at(
+        &mut self,
+        commit_log_offset: u64,
+        read: PullRead,
+    ) -> Result<RecordRead, StorageError> {
+        let in_memory = self.commit_log.is_cached(commit_log_offset, 4)
+            && self
+                .commit_log
+                .read(&mut self.disk, commit_log_offset, 4)?
+                .and_then(|head| peek_total_size(&head).ok())
+                .is_some_and(|size| {
+                    size == 0 || self.commit_log.is_cached(commit_log_offset, size as usize)
+                });
+        if in_memory || read != PullRead::Background {
+            return self.read_record(commit_log_offset).map(RecordRead::Ready);
+        }
+        Ok(
+            match self.commit_log.start_record_read(
+                &mut self.disk,
+                commit_log_offset,
+                RECORD_READ_SPAN_BYTES,
+            )? {
+                Some(ticket) => RecordRead::Reading(ticket),
+                None => RecordRead::Ready(None),
+            },
+        )
     }
 
     /// Messages of one queue from `queue_offset` (PULL_MESSAGE), as

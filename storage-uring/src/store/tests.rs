@@ -5,12 +5,14 @@ use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
 use super::*;
 use crate::commit_log::ReplicaChunk;
+use crate::commit_log::shard_offset;
 use crate::consume_queue::CQ_ENTRY_SIZE;
 use crate::disk::sim::{CrashKind, SimConfig, SimDisk, SimImage};
 use crate::disk::{Disk, OpenOptions};
 use crate::index_file::IndexGeometry;
 use crate::limits::{
     COMMIT_BEHIND_BYTES_MAX_ASYNC, COMMIT_BEHIND_BYTES_MIN_ASYNC, COMMIT_LOG_SEGMENT_SIZE_MIN,
+    RECORD_READ_SPAN_BYTES, WRITE_BUFFER_SIZE,
 };
 
 fn config(mode: FlushMode) -> StoreConfig {
@@ -989,6 +991,76 @@ fn pull_in_background(
         "served from the span read"
     );
     (result, true)
+}
+
+/// `Store::record_at` as the broker runs it: in the background, then
+/// again once its read is done. Returns the record and whether it waited
+/// for a read.
+fn record_in_background(store: &mut Store<SimDisk>, offset: u64) -> (Option<Vec<u8>>, bool) {
+    let ticket = match store.record_at(offset, PullRead::Background).unwrap() {
+        RecordRead::Ready(record) => return (record, false),
+        RecordRead::Reading(ticket) => ticket,
+    };
+    await_span_read(store, ticket);
+    match store.record_at(offset, PullRead::AfterRead).unwrap() {
+        RecordRead::Ready(record) => (record, true),
+        RecordRead::Reading(_) => panic!("a record asked again after its read is read again"),
+    }
+}
+
+#[test]
+fn records_by_offset_are_read_in_the_background_with_their_neighbours() {
+    let (mut warm, mut cold, counts) = warm_and_cold_stores(14);
+    let all = warm
+        .get_messages("T", 1, 0, counts[1] as usize, usize::MAX, None)
+        .unwrap();
+    assert!(all.records.len() > 200, "{}", all.records.len());
+    let (mut waited, before) = (0, cold.disk().read_count());
+    for found in &all.records {
+        let offset = found.commit_log_offset;
+        let (record, read) = record_in_background(&mut cold, offset);
+        assert_eq!(record, warm.read_record(offset).unwrap(), "at {offset}");
+        assert_eq!(record.as_deref(), Some(&all.body[found.range.clone()]));
+        waited += usize::from(read);
+    }
+    // One read brings a record and the next ones up to 64 KiB on: the
+    // queue's records (every fourth of the log, about 500 bytes each) took
+    // a few dozen reads, and nothing was read twice.
+    assert!(
+        waited > 0 && waited * 8 < all.records.len(),
+        "{waited} reads"
+    );
+    assert_eq!(cold.disk().read_count() - before, waited as u64);
+    // Past the acknowledgeable end: nothing, at once.
+    let end = shard_offset(0, cold.commit_log().appender().ack_position());
+    assert_eq!(
+        cold.record_at(end, PullRead::Background).unwrap(),
+        RecordRead::Ready(None)
+    );
+}
+
+#[test]
+fn a_record_larger_than_the_background_read_comes_whole() {
+    let mut uncached = config(FlushMode::Async);
+    uncached.tail_cache_bytes = 0;
+    uncached.segment_size_bytes = 4 << 20;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(15)), uncached, T0).unwrap();
+    let mut acks = Vec::new();
+    let big = vec![7u8; RECORD_READ_SPAN_BYTES * 2];
+    let mut offsets = Vec::new();
+    for body in [&b"small"[..], &big, &b"after"[..]] {
+        let ticket = store.append(&message(body), T0).unwrap();
+        offsets.push(ticket.commit_log_offset);
+        store.poll(T0, &mut acks).unwrap();
+    }
+    settle(&mut store, T0, &mut acks);
+    // Fill on until the three are out of the write buffers.
+    fill_until(&mut store, 3 * WRITE_BUFFER_SIZE as u64, T0, |n| n as u8);
+    let (record, read) = record_in_background(&mut store, offsets[1]);
+    assert!(read);
+    let record = record.unwrap();
+    let view = decode_record(&record, CrcCheck::Verify).unwrap();
+    assert_eq!(view.body(), &big[..]);
 }
 
 #[test]

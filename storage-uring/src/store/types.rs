@@ -150,6 +150,17 @@ pub enum Pulled {
     Reading(u64),
 }
 
+/// What [`Store::record_at`](super::Store::record_at) has now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordRead {
+    /// The record (None: not acknowledgeable, not kept, or not a record).
+    Ready(Option<Vec<u8>>),
+    /// It is being read: ask again (with [`PullRead::AfterRead`]) once
+    /// [`Store::take_span_reads`](super::Store::take_span_reads) gives this
+    /// ticket.
+    Reading(u64),
+}
+
 /// What `open` found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenReport {
