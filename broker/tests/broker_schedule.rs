@@ -209,6 +209,47 @@ fn a_delayed_message_is_not_pullable_before_it_is_due_and_is_delivered_after() {
 }
 
 #[test]
+fn delayed_messages_no_longer_in_memory_when_due_are_delivered() {
+    // No tail cache, and 24 MiB written after the delayed messages before
+    // they are due: their schedule records are read from the segment when
+    // due (in the background, the level waiting for the read).
+    let store = fresh_store("schedule");
+    let Some(broker) = start_broker(
+        &store,
+        &[
+            "--shards=1".to_owned(),
+            "--maxMessageSize=65536".to_owned(),
+            format!("--messageDelayLevel={LADDER}"),
+            "--tailCacheSize=0".to_owned(),
+        ],
+    ) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Delayed", 1);
+    client.create_topic("Filler", 1);
+    let sent_at = now_ms();
+    for n in 0..3 {
+        client.send_delayed("Delayed", 0, 2, format!("later {n}").as_bytes());
+    }
+    let filler = vec![b'f'; 60 * 1024];
+    for _ in 0..420 {
+        client.send_delayed("Filler", 0, 0, &filler);
+    }
+    let records = client.await_records("Delayed", 0, 0, 3);
+    let bodies: Vec<&[u8]> = records.iter().map(|r| r.body.as_slice()).collect();
+    assert_eq!(bodies, [&b"later 0"[..], b"later 1", b"later 2"]);
+    for record in &records {
+        assert!(
+            record.store_timestamp_ms >= sent_at + LEVEL_2_MS,
+            "delivered early"
+        );
+    }
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
 fn a_delayed_message_survives_a_sigterm_restart_before_it_is_due() {
     let store = fresh_store("schedule");
     let Some(broker) = start(&store, 2) else {

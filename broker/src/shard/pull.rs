@@ -152,9 +152,10 @@ impl ShardHandler {
     }
 
     /// After the store's poll: executes again the pulls whose records the
-    /// store has now read (see [`ReadingPull`]).
+    /// store has now read (see [`ReadingPull`]), and marks the delay levels
+    /// whose reads are done.
     pub(crate) fn run_reading_pulls(&mut self, now_ms: i64) {
-        if self.reading_pulls.is_empty() || self.store.is_none() {
+        if (self.reading_pulls.is_empty() && !self.delay.is_reading()) || self.store.is_none() {
             return;
         }
         let mut done = Vec::new();
@@ -165,6 +166,8 @@ impl ShardHandler {
                 .iter()
                 .position(|pull| pull.ticket == ticket)
             else {
+                // Or a delay level's read (polled again in `run_delay`).
+                self.delay.on_read_done(ticket);
                 continue;
             };
             let pull = self.reading_pulls.swap_remove(index);

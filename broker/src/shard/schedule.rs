@@ -45,6 +45,8 @@ use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{CustomHeader, SendMessageRequestHeader};
 use ringmq_protocol::json::DelayOffsetFile;
 use ringmq_protocol::message::{CrcCheck, decode_record};
+use ringmq_storage::limits::GET_MESSAGES_BYTES_MAX;
+use ringmq_storage::store::{PullRead, Pulled};
 
 use super::ShardHandler;
 use super::link::{ReplyTo, Request};
@@ -121,6 +123,12 @@ pub(crate) struct DelayState {
     owned: Vec<i32>,
     /// When each level (index = level - 1) is looked at next.
     next_poll_ms: Vec<i64>,
+    /// Per level: the store's background read of its next records, while
+    /// the level waits for it (not polled meanwhile).
+    reading: Vec<Option<u64>>,
+    /// Per level: its read is done; the next poll reads what is still
+    /// missing synchronously (`PullRead::AfterRead`).
+    after_read: Vec<bool>,
     /// Internal sends in flight: token (the opaque) → (level, offset).
     in_flight: HashMap<i32, (i32, i64)>,
     next_token: i32,
@@ -156,6 +164,8 @@ impl DelayState {
             scheduler,
             owned,
             next_poll_ms: vec![0; count],
+            reading: vec![None; count],
+            after_read: vec![false; count],
             in_flight: HashMap::new(),
             next_token: 0,
             board,
@@ -167,6 +177,23 @@ impl DelayState {
     /// The ladder (for the put path).
     pub(crate) fn levels(&self) -> &DelayLevels {
         self.scheduler.levels()
+    }
+
+    /// Whether a level waits for a background read.
+    pub(crate) fn is_reading(&self) -> bool {
+        self.reading.iter().any(Option::is_some)
+    }
+
+    /// The store's background read `ticket` is done: the level waiting for
+    /// it is polled again at once. False if no level waits for it.
+    pub(crate) fn on_read_done(&mut self, ticket: u64) -> bool {
+        let Some(index) = self.reading.iter().position(|read| *read == Some(ticket)) else {
+            return false;
+        };
+        self.reading[index] = None;
+        self.after_read[index] = true;
+        self.next_poll_ms[index] = 0;
+        true
     }
 
     /// The earliest time an owned level wants to be looked at.
@@ -288,10 +315,52 @@ impl ShardHandler {
             .get(SCHEDULE_TOPIC, queue_id)
             .map(|queue| queue.entries(read_from as u64, count))
             .unwrap_or_default();
+        // The records as a pull reads them: from memory, or (older than the
+        // tail cache, as after a long delay) read in the background with
+        // their neighbours while the level waits; records further on that
+        // are not in memory are left to the next poll.
+        let index = (level - 1) as usize;
+        let read_mode = if std::mem::take(&mut self.delay.after_read[index]) {
+            PullRead::AfterRead
+        } else {
+            PullRead::Background
+        };
+        let pulled = match store.pull_messages(
+            SCHEDULE_TOPIC,
+            queue_id,
+            read_from as u64,
+            count,
+            GET_MESSAGES_BYTES_MAX,
+            None,
+            read_mode,
+        ) {
+            Ok(Pulled::Ready(result)) => Some(result),
+            Ok(Pulled::Reading(ticket)) => {
+                self.delay.reading[index] = Some(ticket);
+                self.delay.next_poll_ms[index] = i64::MAX;
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, level, "reading a delay level's records failed");
+                None
+            }
+        };
         let levels = self.delay.scheduler.levels().clone();
         let mut read = Vec::with_capacity(cq_entries.len());
         for (i, cq) in cq_entries.iter().enumerate() {
-            let record = store.read_record(cq.commit_log_offset).ok().flatten();
+            let queue_offset = read_from + i as i64;
+            let found = pulled.as_ref().and_then(|result| {
+                let found = result.records.get(i)?;
+                (found.queue_offset == queue_offset as u64)
+                    .then(|| result.body[found.range.clone()].to_vec())
+            });
+            let record = match found {
+                Some(record) => Some(record),
+                // What the pull did not give at its start (a record the log
+                // no longer holds): read as before, and dropped if unreadable.
+                None if i == 0 => store.read_record(cq.commit_log_offset).ok().flatten(),
+                None => break,
+            };
             let due_ms = record
                 .as_deref()
                 .and_then(|bytes| decode_record(bytes, CrcCheck::Skip).ok())
@@ -308,7 +377,7 @@ impl ShardHandler {
                 .unwrap_or(0);
             read.push(ReadEntry {
                 entry: QueueEntry {
-                    queue_offset: read_from + i as i64,
+                    queue_offset,
                     commit_log_offset: cq.commit_log_offset as i64,
                     size: cq.size as i32,
                     tags_code: due_ms,
