@@ -152,10 +152,12 @@ impl ShardHandler {
     }
 
     /// After the store's poll: executes again the pulls whose records the
-    /// store has now read (see [`ReadingPull`]), and marks the delay levels
-    /// whose reads are done.
+    /// store has now read (see [`ReadingPull`]), marks the delay levels
+    /// whose reads are done, and delivers the timer entries whose are.
     pub(crate) fn run_reading_pulls(&mut self, now_ms: i64) {
-        if (self.reading_pulls.is_empty() && !self.delay.is_reading()) || self.store.is_none() {
+        let parked =
+            !self.reading_pulls.is_empty() || self.delay.is_reading() || self.timer_is_reading();
+        if !parked || self.store.is_none() {
             return;
         }
         let mut done = Vec::new();
@@ -166,8 +168,11 @@ impl ShardHandler {
                 .iter()
                 .position(|pull| pull.ticket == ticket)
             else {
-                // Or a delay level's read (polled again in `run_delay`).
-                self.delay.on_read_done(ticket);
+                // Or a delay level's read (polled again in `run_delay`), or
+                // a due timer entry's.
+                if !self.delay.on_read_done(ticket) {
+                    self.on_timer_read_done(ticket, now_ms);
+                }
                 continue;
             };
             let pull = self.reading_pulls.swap_remove(index);

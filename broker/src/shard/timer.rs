@@ -6,7 +6,8 @@
 //!  send TIMER_* ─ route_put ─▶ rmq_sys_wheel_timer queue 0 (+ TIMER_OUT_MS, REAL_TOPIC, REAL_QID)
 //!  every turn on the owner:
 //!    timer queue entries from read_from ─ read record ─ fire time (timer_tags_code) ─▶ enqueue
-//!    TimerWheel::poll(now) ─▶ due ─ restore_from_timer ─▶ internal SEND_MESSAGE (direct mark)
+//!    TimerWheel::poll(now) ─▶ due ─ record (in the background if it left memory)
+//!      ─ restore_from_timer ─▶ internal SEND_MESSAGE (direct mark)
 //!    ─ answer to INTERNAL_CONN ─▶ ack (stored or dropped) | retry (failed)
 //!    durable offset + delivered entries above it ─▶ config/timerProgress.json
 //! ```
@@ -44,6 +45,7 @@ use std::time::Duration;
 use ringmq_protocol::code::response_code;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::message::{CrcCheck, decode_record};
+use ringmq_storage::store::{PullRead, RecordRead};
 
 use super::ShardHandler;
 use crate::features::QueueEntry;
@@ -107,6 +109,9 @@ pub(crate) struct TimerState {
     config: TimerConfig,
     /// Re-deliveries in flight: token → entry.
     in_flight: HashMap<i32, QueueEntry>,
+    /// Due entries whose records the store is reading in the background:
+    /// (ticket, entry), delivered once the read is done.
+    reading: Vec<(u64, QueueEntry)>,
     next_poll_ms: i64,
     /// Delivered entries at or above the durable offset.
     delivered: BTreeSet<i64>,
@@ -125,6 +130,7 @@ impl TimerState {
             wheel: TimerWheel::new(config, durable, now_ms),
             config,
             in_flight: HashMap::new(),
+            reading: Vec::new(),
             next_poll_ms: now_ms,
             delivered: progress
                 .delivered
@@ -201,7 +207,7 @@ impl ShardHandler {
         let poll = state.wheel.poll(now_ms);
         state.next_poll_ms = poll.next_poll_ms;
         for entry in poll.due {
-            self.deliver_timer_entry(entry, now_ms);
+            self.deliver_timer_entry(entry, now_ms, PullRead::Background);
         }
         self.write_timer_progress(now_ms, false);
     }
@@ -278,12 +284,47 @@ impl ShardHandler {
         }
     }
 
-    fn deliver_timer_entry(&mut self, entry: QueueEntry, now_ms: i64) {
-        let record = self
+    /// Whether due entries wait for the store's background reads.
+    pub(crate) fn timer_is_reading(&self) -> bool {
+        self.timer
+            .as_ref()
+            .is_some_and(|state| !state.reading.is_empty())
+    }
+
+    /// The store's background read `ticket` is done: delivers the entries
+    /// that waited for it (what is still missing is read synchronously).
+    /// False if none did.
+    pub(crate) fn on_timer_read_done(&mut self, ticket: u64, now_ms: i64) -> bool {
+        let Some(state) = self.timer.as_mut() else {
+            return false;
+        };
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.reading)
+            .into_iter()
+            .partition(|(read, _)| *read == ticket);
+        state.reading = waiting;
+        for (_, entry) in &done {
+            self.deliver_timer_entry(*entry, now_ms, PullRead::AfterRead);
+        }
+        !done.is_empty()
+    }
+
+    /// Delivers a due entry, its record read as `read` says: in the
+    /// background when it is no longer in memory (a long timer), the entry
+    /// then waiting in `reading` until the read is done.
+    fn deliver_timer_entry(&mut self, entry: QueueEntry, now_ms: i64, read: PullRead) {
+        let record = match self
             .store_mut()
-            .read_record(entry.commit_log_offset as u64)
-            .ok()
-            .flatten();
+            .record_at(entry.commit_log_offset as u64, read)
+        {
+            Ok(RecordRead::Ready(record)) => record,
+            Ok(RecordRead::Reading(ticket)) => {
+                if let Some(state) = self.timer.as_mut() {
+                    state.reading.push((ticket, entry));
+                }
+                return;
+            }
+            Err(_) => None,
+        };
         let view = record
             .as_deref()
             .and_then(|bytes| decode_record(bytes, CrcCheck::Skip).ok());
