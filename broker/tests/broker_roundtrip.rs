@@ -839,13 +839,10 @@ fn a_record_no_longer_in_memory_is_viewed_and_sent_back() {
     client.create_topic("Filler", 1);
     // Two records with three write buffers' worth (24 MiB) after each,
     // so that reading one does not bring the other.
-    let filler = vec![b'f'; 60 * 1024];
     let mut offsets = Vec::new();
     for body in [&b"sent back"[..], b"viewed"] {
         offsets.push(commit_log_offset(&client.send("Cold", 0, body).msg_id));
-        for _ in 0..420 {
-            client.send("Filler", 0, &filler);
-        }
+        client.push_out_of_memory("Filler");
     }
     let (sent_back, viewed) = (offsets[0], offsets[1]);
     assert_eq!(client.send_back(sent_back, -1), response_code::SUCCESS);

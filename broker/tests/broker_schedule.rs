@@ -237,10 +237,7 @@ fn delayed_and_timer_messages_no_longer_in_memory_when_due_are_delivered() {
         let delay = format!("TIMER_DELAY_MS\u{1}{LEVEL_2_MS}\u{2}");
         client.send_with("Timed", 0, &delay, format!("timed {n}").as_bytes());
     }
-    let filler = vec![b'f'; 60 * 1024];
-    for _ in 0..420 {
-        client.send_delayed("Filler", 0, 0, &filler);
-    }
+    client.push_out_of_memory("Filler");
     for (topic, expected) in [
         ("Delayed", vec!["later 0", "later 1", "later 2"]),
         ("Timed", vec!["timed 0", "timed 1"]),

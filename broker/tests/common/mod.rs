@@ -351,6 +351,16 @@ impl Client {
         );
         self.call_ok(request).decode_custom_header().unwrap()
     }
+
+    /// Sends 24 MiB (three write buffers' worth, in 60 KiB messages) to
+    /// queue 0 of `topic`, so that on a broker started with
+    /// `--tailCacheSize=0` every record before them has left memory.
+    pub fn push_out_of_memory(&mut self, topic: &str) {
+        let filler = vec![b'f'; 60 * 1024];
+        for _ in 0..420 {
+            self.send_message("pg", topic, 0, 1_700_000_000_000, String::new(), &filler);
+        }
+    }
 }
 
 /// The UPDATE_AND_CREATE_TOPIC request of [`Client::create_topic`], for
