@@ -175,6 +175,8 @@ pub(crate) enum Measure {
     FromDue {
         /// Messages with a due time seen so far.
         arrived: Arc<AtomicU64>,
+        /// The most any arrival was early by, in µs.
+        early_max_us: Arc<AtomicU64>,
     },
 }
 
@@ -479,7 +481,10 @@ fn record_arrival(
             let born_us = record.born_timestamp_ms().max(0) as u64 * 1000;
             stats.record_success(now_us.saturating_sub(born_us), 1, body_size);
         }
-        Measure::FromDue { arrived } => {
+        Measure::FromDue {
+            arrived,
+            early_max_us,
+        } => {
             let Some(due_us) = record
                 .property(crate::delay::DUE_US_PROPERTY)
                 .and_then(|text| text.parse::<u64>().ok())
@@ -489,6 +494,7 @@ fn record_arrival(
             arrived.fetch_add(1, Ordering::Relaxed);
             if now_us < due_us {
                 stats.record_error(crate::hist::ERROR_CODE_EARLY);
+                early_max_us.fetch_max(due_us - now_us, Ordering::Relaxed);
             } else {
                 stats.record_success(now_us - due_us, 1, body_size);
             }

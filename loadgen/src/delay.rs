@@ -254,6 +254,8 @@ pub struct DelayResult {
     pub arrived: u64,
     /// Of those, the ones that arrived before their due time.
     pub early: u64,
+    /// The most one of them was early by, in µs.
+    pub early_max_us: u64,
 }
 
 impl DelayResult {
@@ -274,6 +276,7 @@ pub fn run_delay(config: &DelayConfig, outputs: &Outputs) -> Result<DelayResult,
     let git_commit = report::git_commit();
     let origin = Instant::now();
     let arrived = Arc::new(AtomicU64::new(0));
+    let early_max_us = Arc::new(AtomicU64::new(0));
     let consume = ConsumeConfig {
         namesrv: config.namesrv.clone(),
         topic: config.topic.clone(),
@@ -286,6 +289,7 @@ pub fn run_delay(config: &DelayConfig, outputs: &Outputs) -> Result<DelayResult,
     };
     let measure = Measure::FromDue {
         arrived: Arc::clone(&arrived),
+        early_max_us: Arc::clone(&early_max_us),
     };
     let consumers = Consumers::start_measuring(&consume, origin, &measure)?;
     let route = Route::lookup(
@@ -336,6 +340,7 @@ pub fn run_delay(config: &DelayConfig, outputs: &Outputs) -> Result<DelayResult,
         .get(&ERROR_CODE_EARLY)
         .copied()
         .unwrap_or(0);
+    let early_max_us = early_max_us.load(Ordering::Relaxed);
     let info = RunInfo {
         name: outputs
             .name
@@ -352,6 +357,7 @@ pub fn run_delay(config: &DelayConfig, outputs: &Outputs) -> Result<DelayResult,
         ("send_errors".into(), send_errors.into()),
         ("arrived".into(), arrived.into()),
         ("early".into(), early.into()),
+        ("early_max_us".into(), early_max_us.into()),
         ("missing".into(), sent.saturating_sub(arrived).into()),
         (
             "final_lag_msgs".into(),
@@ -371,6 +377,7 @@ pub fn run_delay(config: &DelayConfig, outputs: &Outputs) -> Result<DelayResult,
         send_errors,
         arrived,
         early,
+        early_max_us,
     })
 }
 

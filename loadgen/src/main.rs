@@ -447,11 +447,12 @@ fn run_delay(args: &DelayArgs) -> anyhow::Result<()> {
     println!("delivery error (arrival minus due time):");
     print!("{}", result.summary.table());
     println!(
-        "sent {}  send errors {}  arrived {}  early {}  missing {}",
+        "sent {}  send errors {}  arrived {}  early {} (by at most {} µs)  missing {}",
         result.sent,
         result.send_errors,
         result.arrived,
         result.early,
+        result.early_max_us,
         result.missing()
     );
     Ok(())
