@@ -1064,6 +1064,43 @@ fn a_record_larger_than_the_background_read_comes_whole() {
 }
 
 #[test]
+fn a_failed_background_read_leaves_the_request_to_a_synchronous_read() {
+    let mut uncached = config(FlushMode::Async);
+    uncached.tail_cache_bytes = 0;
+    // Two stores with the same records; the twin answers synchronously.
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(16)), uncached.clone(), T0).unwrap();
+    fill_for_replication(&mut store, 4, T0);
+    let (mut twin, _) = Store::open(SimDisk::new(SimConfig::new(16)), uncached, T0).unwrap();
+    fill_for_replication(&mut twin, 4, T0);
+    // A replica chunk: its background read fails (EIO), caches nothing,
+    // and still comes back; asked again, the chunk is read synchronously.
+    let next = store.disk().read_count() + 1;
+    store.disk_mut().faults_mut().read_eio_nth = Some(next);
+    let ReplicaChunk::Reading(ticket) =
+        store.replica_chunk(0, 5_000, PullRead::Background).unwrap()
+    else {
+        panic!("the log's start is not in memory");
+    };
+    await_span_read(&mut store, ticket);
+    assert!(!store.commit_log().is_cached(shard_offset(0, 0), 1));
+    let chunk = store.replica_chunk(0, 5_000, PullRead::AfterRead).unwrap();
+    assert_eq!(chunk, twin.replica_chunk(0, 5_000, PullRead::Sync).unwrap());
+    assert!(matches!(&chunk, ReplicaChunk::Bytes(bytes) if !bytes.is_empty()));
+    // A record by its offset likewise.
+    let offset = shard_offset(0, 2 * store.config().segment_size_bytes);
+    let next = store.disk().read_count() + 1;
+    store.disk_mut().faults_mut().read_eio_nth = Some(next);
+    let RecordRead::Reading(ticket) = store.record_at(offset, PullRead::Background).unwrap() else {
+        panic!("the record is not in memory");
+    };
+    await_span_read(&mut store, ticket);
+    let record = store.record_at(offset, PullRead::AfterRead).unwrap();
+    assert_eq!(record, RecordRead::Ready(twin.read_record(offset).unwrap()));
+    assert!(matches!(record, RecordRead::Ready(Some(_))));
+}
+
+#[test]
 fn a_pull_in_the_background_gets_what_a_synchronous_one_gets() {
     let (mut warm, mut cold, _) = warm_and_cold_stores(13);
     let tag_b = [ringmq_protocol::message::tags_code(Some("B")) as i32];
