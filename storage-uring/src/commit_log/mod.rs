@@ -208,7 +208,6 @@ pub struct CommitLog {
     segments: SegmentSet,
     appender: Appender,
     last_flush_ms: u64,
-    read_counter: u64,
     /// Completions reaped while waiting for a synchronous read; handed to the
     /// store's next poll.
     stash: Vec<DiskCompletion>,
@@ -403,7 +402,6 @@ impl CommitLog {
             segments,
             appender,
             last_flush_ms: now_ms,
-            read_counter: 0,
             stash: Vec::new(),
             min_offset,
             sealer: record_crc::Sealer::default(),
@@ -531,7 +529,7 @@ impl CommitLog {
     }
 
     /// The end of the segment that holds local `offset`.
-    fn segment_end(&self, offset: u64) -> u64 {
+    pub(crate) fn segment_end(&self, offset: u64) -> u64 {
         let size = self.config.segment_size_bytes;
         (offset / size + 1) * size
     }
@@ -1120,16 +1118,12 @@ impl CommitLog {
         let Some(local) = self.readable(offset, size)? else {
             return Ok(None);
         };
-        if let Some(bytes) = self.appender.cached(local, size) {
-            return Ok(Some(bytes.to_vec()));
-        }
-        if let Some(bytes) = self.span_reads.cached(local, size) {
+        if let Some(bytes) = self.cached_local(local, size) {
             return Ok(Some(bytes.to_vec()));
         }
         let Some(range) = self.segment_range(local, size)? else {
             return Ok(None);
         };
-        self.read_counter += 1;
         let buf = sync_read(
             disk,
             range.file,

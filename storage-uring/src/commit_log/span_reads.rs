@@ -101,19 +101,21 @@ impl SpanReads {
     /// newest span that holds `local` (possibly fewer than `max`: a span
     /// that ends earlier, or a short read's).
     pub(super) fn cached_from(&self, local: u64, max: usize) -> Option<&[u8]> {
-        self.cache.iter().rev().find_map(|span| {
-            let rest = span.from(local).filter(|rest| !rest.is_empty())?;
-            Some(&rest[..rest.len().min(max)])
-        })
+        let rest = self.cache[self.holding(local)?].from(local)?;
+        Some(&rest[..rest.len().min(max)])
+    }
+
+    /// The index of the newest span holding a byte at `local`.
+    fn holding(&self, local: u64) -> Option<usize> {
+        self.cache
+            .iter()
+            .rposition(|span| span.from(local).is_some_and(|rest| !rest.is_empty()))
     }
 
     /// Drops the newest span holding `local` (its buffer to the spares):
     /// a slave's chunk is read once, and its next read reuses the buffer.
     pub(super) fn forget_span_holding(&mut self, local: u64) {
-        if let Some(index) = self
-            .cache
-            .iter()
-            .rposition(|span| span.from(local).is_some_and(|rest| !rest.is_empty()))
+        if let Some(index) = self.holding(local)
             && let Some(span) = self.cache.remove(index)
         {
             self.cache_bytes -= span.buf.capacity();
@@ -185,9 +187,22 @@ impl CommitLog {
     /// without the disk: acknowledgeable, and in the tail cache or in a span
     /// a background read brought.
     pub fn is_cached(&self, offset: u64, size: usize) -> bool {
-        matches!(self.readable(offset, size), Ok(Some(local))
-            if self.appender.cached(local, size).is_some()
-                || self.span_reads.cached(local, size).is_some())
+        self.cached(offset, size).is_some()
+    }
+
+    /// The `size` bytes at outside-visible `offset` if they can be had
+    /// without the disk (as [`CommitLog::is_cached`]).
+    pub fn cached(&self, offset: u64, size: usize) -> Option<&[u8]> {
+        let local = self.readable(offset, size).ok()??;
+        self.cached_local(local, size)
+    }
+
+    /// The acknowledgeable `size` bytes at shard-local `local` from the
+    /// tail cache or a cached span.
+    pub(super) fn cached_local(&self, local: u64, size: usize) -> Option<&[u8]> {
+        self.appender
+            .cached(local, size)
+            .or_else(|| self.span_reads.cached(local, size))
     }
 
     /// Starts reading `size` bytes at outside-visible `offset` (within one

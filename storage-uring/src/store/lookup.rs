@@ -78,9 +78,8 @@ impl<D: Disk> Store<D> {
             return (1, None);
         }
         let start = first.commit_log_offset;
-        let size = self.config.segment_size_bytes;
         let (_, local) = split_shard_offset(start);
-        let segment_end = start - local % size + size;
+        let segment_end = start - local + self.commit_log.segment_end(local);
         let limit = segment_end.min(start + GET_MESSAGES_READ_SPAN_MAX as u64);
         let mut end = start + u64::from(first.size);
         let mut count = 1;
@@ -139,14 +138,13 @@ impl<D: Disk> Store<D> {
         commit_log_offset: u64,
         read: PullRead,
     ) -> Result<RecordRead, StorageError> {
-        let in_memory = self.commit_log.is_cached(commit_log_offset, 4)
-            && self
-                .commit_log
-                .read(&mut self.disk, commit_log_offset, 4)?
-                .and_then(|head| peek_total_size(&head).ok())
-                .is_some_and(|size| {
-                    size == 0 || self.commit_log.is_cached(commit_log_offset, size as usize)
-                });
+        let in_memory = self
+            .commit_log
+            .cached(commit_log_offset, 4)
+            .and_then(|head| peek_total_size(head).ok())
+            .is_some_and(|size| {
+                size == 0 || self.commit_log.is_cached(commit_log_offset, size as usize)
+            });
         if in_memory || read != PullRead::Background {
             return self.read_record(commit_log_offset).map(RecordRead::Ready);
         }

@@ -1065,14 +1065,8 @@ fn a_record_larger_than_the_background_read_comes_whole() {
 
 #[test]
 fn a_failed_background_read_leaves_the_request_to_a_synchronous_read() {
-    let mut uncached = config(FlushMode::Async);
-    uncached.tail_cache_bytes = 0;
     // Two stores with the same records; the twin answers synchronously.
-    let (mut store, _) =
-        Store::open(SimDisk::new(SimConfig::new(16)), uncached.clone(), T0).unwrap();
-    fill_for_replication(&mut store, 4, T0);
-    let (mut twin, _) = Store::open(SimDisk::new(SimConfig::new(16)), uncached, T0).unwrap();
-    fill_for_replication(&mut twin, 4, T0);
+    let (mut store, mut twin) = (uncached_four_segments(16), uncached_four_segments(16));
     // A replica chunk: its background read fails (EIO), caches nothing,
     // and still comes back; asked again, the chunk is read synchronously.
     let next = store.disk().read_count() + 1;
@@ -1745,6 +1739,17 @@ fn fill_for_replication(store: &mut Store<SimDisk>, segments: u64, now_ms: u64) 
     fill_until(store, (segments - 1) * size + size / 3, now_ms, |n| n as u8);
 }
 
+/// A store without a tail cache on a disk of `seed`, filled over four
+/// segments ([`fill_for_replication`]): the same records for the same seed,
+/// and reads of all but its newest bytes go to the disk.
+fn uncached_four_segments(seed: u64) -> Store<SimDisk> {
+    let mut config = config(FlushMode::Async);
+    config.tail_cache_bytes = 0;
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(seed)), config, T0).unwrap();
+    fill_for_replication(&mut store, 4, T0);
+    store
+}
+
 /// As [`fill_for_replication`] until the log passes local `end`, the
 /// bodies of the `n`th message filled with `byte(n)`.
 fn fill_until(store: &mut Store<SimDisk>, end: u64, now_ms: u64, byte: impl Fn(u64) -> u8) {
@@ -1932,11 +1937,7 @@ fn a_slave_fed_the_masters_chunks_holds_its_log_and_answers_its_reads() {
 
 #[test]
 fn a_master_reads_what_its_tail_cache_no_longer_holds_in_the_background() {
-    let mut uncached = config(FlushMode::Async);
-    uncached.tail_cache_bytes = 0;
-    let (mut master, _) =
-        Store::open(SimDisk::new(SimConfig::new(41)), uncached.clone(), T0).unwrap();
-    fill_for_replication(&mut master, 4, T0);
+    let mut master = uncached_four_segments(41);
     let ReplicaChunk::Reading(ticket) = master
         .replica_chunk(0, 5_000, PullRead::Background)
         .unwrap()
@@ -1967,8 +1968,7 @@ fn a_master_reads_what_its_tail_cache_no_longer_holds_in_the_background() {
     // Read synchronously instead (a pull executed again whose span was
     // evicted), from a store with the same records and nothing cached: the
     // same chunk, and a first record longer than asked for comes whole.
-    let (mut twin, _) = Store::open(SimDisk::new(SimConfig::new(41)), uncached, T0).unwrap();
-    fill_for_replication(&mut twin, 4, T0);
+    let mut twin = uncached_four_segments(41);
     let reads = twin.disk().read_count();
     assert_eq!(
         twin.replica_chunk(0, 5_000, PullRead::Sync).unwrap(),
