@@ -123,12 +123,8 @@ pub(crate) struct DelayState {
     owned: Vec<i32>,
     /// When each level (index = level - 1) is looked at next.
     next_poll_ms: Vec<i64>,
-    /// Per level: the store's background read of its next records, while
-    /// the level waits for it (not polled meanwhile).
-    reading: Vec<Option<u64>>,
-    /// Per level: its read is done; the next poll reads what is still
-    /// missing synchronously (`PullRead::AfterRead`).
-    after_read: Vec<bool>,
+    /// Per level: where its background read of due records stands.
+    reads: Vec<LevelRead>,
     /// Internal sends in flight: token (the opaque) → (level, offset).
     in_flight: HashMap<i32, (i32, i64)>,
     next_token: i32,
@@ -164,8 +160,7 @@ impl DelayState {
             scheduler,
             owned,
             next_poll_ms: vec![0; count],
-            reading: vec![None; count],
-            after_read: vec![false; count],
+            reads: vec![LevelRead::Idle; count],
             in_flight: HashMap::new(),
             next_token: 0,
             board,
@@ -181,17 +176,22 @@ impl DelayState {
 
     /// Whether a level waits for a background read.
     pub(crate) fn is_reading(&self) -> bool {
-        self.reading.iter().any(Option::is_some)
+        self.reads
+            .iter()
+            .any(|read| matches!(read, LevelRead::Waiting(_)))
     }
 
     /// The store's background read `ticket` is done: the level waiting for
     /// it is polled again at once. False if no level waits for it.
     pub(crate) fn on_read_done(&mut self, ticket: u64) -> bool {
-        let Some(index) = self.reading.iter().position(|read| *read == Some(ticket)) else {
+        let Some(index) = self
+            .reads
+            .iter()
+            .position(|read| *read == LevelRead::Waiting(ticket))
+        else {
             return false;
         };
-        self.reading[index] = None;
-        self.after_read[index] = true;
+        self.reads[index] = LevelRead::Done;
         self.next_poll_ms[index] = 0;
         true
     }
@@ -203,6 +203,18 @@ impl DelayState {
             .map(|level| self.next_poll_ms[(*level - 1) as usize])
             .min()
     }
+}
+
+/// A delay level's background read of its due records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LevelRead {
+    /// The next poll reads in the background what is not in memory.
+    Idle,
+    /// The level waits for this read (and is not polled meanwhile).
+    Waiting(u64),
+    /// Its read is done: the next poll reads what is still missing
+    /// synchronously (`PullRead::AfterRead`).
+    Done,
 }
 
 /// A read schedule entry: its queue entry (tags code = due time) and record.
@@ -320,10 +332,9 @@ impl ShardHandler {
         // their neighbours while the level waits; records further on that
         // are not in memory are left to the next poll.
         let index = (level - 1) as usize;
-        let read_mode = if std::mem::take(&mut self.delay.after_read[index]) {
-            PullRead::AfterRead
-        } else {
-            PullRead::Background
+        let read_mode = match std::mem::replace(&mut self.delay.reads[index], LevelRead::Idle) {
+            LevelRead::Done => PullRead::AfterRead,
+            LevelRead::Idle | LevelRead::Waiting(_) => PullRead::Background,
         };
         let pulled = match store.pull_messages(
             SCHEDULE_TOPIC,
@@ -336,7 +347,7 @@ impl ShardHandler {
         ) {
             Ok(Pulled::Ready(result)) => Some(result),
             Ok(Pulled::Reading(ticket)) => {
-                self.delay.reading[index] = Some(ticket);
+                self.delay.reads[index] = LevelRead::Waiting(ticket);
                 self.delay.next_poll_ms[index] = i64::MAX;
                 return;
             }

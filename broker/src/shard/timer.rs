@@ -293,19 +293,17 @@ impl ShardHandler {
 
     /// The store's background read `ticket` is done: delivers the entries
     /// that waited for it (what is still missing is read synchronously).
-    /// False if none did.
-    pub(crate) fn on_timer_read_done(&mut self, ticket: u64, now_ms: i64) -> bool {
+    pub(crate) fn on_timer_read_done(&mut self, ticket: u64, now_ms: i64) {
         let Some(state) = self.timer.as_mut() else {
-            return false;
+            return;
         };
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.reading)
             .into_iter()
             .partition(|(read, _)| *read == ticket);
         state.reading = waiting;
-        for (_, entry) in &done {
-            self.deliver_timer_entry(*entry, now_ms, PullRead::AfterRead);
+        for (_, entry) in done {
+            self.deliver_timer_entry(entry, now_ms, PullRead::AfterRead);
         }
-        !done.is_empty()
     }
 
     /// Delivers a due entry, its record read as `read` says: in the
