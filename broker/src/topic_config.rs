@@ -47,10 +47,11 @@ use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
     CreateTopicRequestHeader, DeleteTopicRequestHeader, GetAllTopicConfigResponseHeader,
+    GetTopicConfigRequestHeader,
 };
 use ringmq_protocol::json::{
-    DataVersion, JsonError, JsonStyle, TopicConfig, TopicConfigList, TopicConfigSerializeWrapper,
-    TopicFilterType,
+    DataVersion, JsonError, JsonStyle, TopicConfig, TopicConfigAndQueueMapping, TopicConfigList,
+    TopicConfigSerializeWrapper, TopicFilterType,
 };
 
 /// Path of the topic config file under the store root.
@@ -750,8 +751,8 @@ impl TopicConfigTable {
 
     /// Serves the admin codes this table owns: UPDATE_AND_CREATE_TOPIC (17),
     /// UPDATE_AND_CREATE_TOPIC_LIST (18), DELETE_TOPIC_IN_BROKER (215),
-    /// GET_ALL_TOPIC_CONFIG (21). `None` for
-    /// any other code.
+    /// GET_ALL_TOPIC_CONFIG (21), GET_TOPIC_CONFIG (351). `None` for any
+    /// other code.
     pub fn handle(
         &mut self,
         request: &RemotingCommand,
@@ -769,6 +770,9 @@ impl TopicConfigTable {
             }
             request_code::GET_ALL_TOPIC_CONFIG => Some(TopicCommandOutcome::unchanged(
                 self.get_all_topic_config(request),
+            )),
+            request_code::GET_TOPIC_CONFIG => Some(TopicCommandOutcome::unchanged(
+                self.get_topic_config(request),
             )),
             _ => None,
         }
@@ -983,6 +987,33 @@ impl TopicConfigTable {
             .with_custom_header(&GetAllTopicConfigResponseHeader {
                 total_topic_num: Some(total),
             })
+            .with_body(Bytes::from(body))
+    }
+
+    /// GET_TOPIC_CONFIG (351), which `DefaultMQAdminExt` asks before it
+    /// reports topic status or consumer progress: one topic's config as
+    /// `TopicConfigAndQueueMappingDetail`, without a mapping (ringmq has no
+    /// static topics); TOPIC_NOT_EXIST for a topic it does not hold.
+    pub fn get_topic_config(&self, request: &RemotingCommand) -> RemotingCommand {
+        let opaque = request.opaque;
+        let header: GetTopicConfigRequestHeader = match request.decode_custom_header() {
+            Ok(header) => header,
+            Err(err) => return header_error(opaque, &err),
+        };
+        let Some(config) = self.topics.get(&header.topic) else {
+            return RemotingCommand::new_response(
+                response_code::TOPIC_NOT_EXIST,
+                opaque,
+                Some(format!("No topic in this broker. topic: {}", header.topic)),
+            );
+        };
+        let detail = TopicConfigAndQueueMapping {
+            topic_config: config.clone(),
+            mapping_detail: None,
+        };
+        let mut body = Vec::new();
+        detail.to_json(&mut body, JsonStyle::Java);
+        RemotingCommand::new_response(response_code::SUCCESS, opaque, None)
             .with_body(Bytes::from(body))
     }
 }
@@ -1450,6 +1481,43 @@ mod tests {
         assert!(
             text.starts_with("{\"dataVersion\":{\"counter\":1,"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn get_topic_config_returns_one_topic_without_a_mapping_or_topic_not_exist() {
+        let mut table = table();
+        table.update_and_create_topic(&create_request("T1", 4, 6), NOW);
+        let ask = |topic: &str| {
+            let request = RemotingCommand::new_request(
+                request_code::GET_TOPIC_CONFIG,
+                GetTopicConfigRequestHeader {
+                    topic: topic.to_owned(),
+                }
+                .to_ext_fields(),
+            );
+            table.get_topic_config(&request)
+        };
+        let found = ask("T1");
+        assert_eq!(found.code, response_code::SUCCESS);
+        let body = TopicConfigAndQueueMapping::from_json(found.body_bytes()).unwrap();
+        assert_eq!(&body.topic_config, table.get("T1").unwrap());
+        assert_eq!(body.topic_config.read_queue_nums, 4);
+        assert!(body.mapping_detail.is_none());
+        let missing = ask("T2");
+        assert_eq!(missing.code, response_code::TOPIC_NOT_EXIST);
+        assert_eq!(
+            missing.remark.as_deref(),
+            Some("No topic in this broker. topic: T2")
+        );
+        let request =
+            RemotingCommand::new_request(request_code::GET_TOPIC_CONFIG, ExtFields::new());
+        let outcome = table.handle(&request, NOW).unwrap();
+        assert!(outcome.change.is_empty());
+        assert_eq!(
+            outcome.response.code,
+            response_code::SYSTEM_ERROR,
+            "no topic header"
         );
     }
 

@@ -565,6 +565,58 @@ fn request_missing_a_required_header_field_gets_an_error_response_not_a_close() 
 }
 
 #[test]
+fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
+    run_case(&[TargetKind::Broker], |target| {
+        let mut client = target.connect();
+        // Each needs one header field; without it, SYSTEM_ERROR naming it.
+        for (code, field) in [
+            (request_code::GET_TOPIC_STATS_INFO, "topic"),
+            (request_code::GET_CONSUME_STATS, "consumerGroup"),
+            (request_code::QUERY_TOPIC_CONSUME_BY_WHO, "topic"),
+            (request_code::QUERY_TOPICS_BY_CONSUMER, "group"),
+            (request_code::GET_TOPIC_CONFIG, "topic"),
+        ] {
+            let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
+            assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");
+            let remark = response.remark.unwrap_or_default();
+            assert!(remark.contains(field), "code {code}: `{field}` in {remark}");
+        }
+        let with = |code: i32, key: &str, value: &str| {
+            let mut fields = ExtFields::new();
+            fields.insert(key, value);
+            RemotingCommand::new_request(code, fields)
+        };
+        let unknown = client.call(with(
+            request_code::GET_TOPIC_STATS_INFO,
+            "topic",
+            "NoSuchTopic",
+        ));
+        assert_eq!(unknown.code, response_code::TOPIC_NOT_EXIST);
+        assert_eq!(
+            unknown.remark.as_deref(),
+            Some("topic[NoSuchTopic] not exist")
+        );
+        // A group nobody knows has no offsets: an empty table, not an error.
+        let stats = client.call(with(
+            request_code::GET_CONSUME_STATS,
+            "consumerGroup",
+            "NoSuchGroup",
+        ));
+        assert_eq!(stats.code, response_code::SUCCESS, "{:?}", stats.remark);
+        let body = ringmq_protocol::json::ConsumeStats::from_json(stats.body_bytes()).unwrap();
+        assert!(body.offset_table.is_empty(), "{body:?}");
+        let topics = client.call(with(
+            request_code::QUERY_TOPICS_BY_CONSUMER,
+            "group",
+            "NoSuchGroup",
+        ));
+        assert_eq!(topics.code, response_code::SUCCESS, "{:?}", topics.remark);
+        let list = ringmq_protocol::json::TopicList::from_json(topics.body_bytes()).unwrap();
+        assert!(list.topic_list.is_empty(), "{list:?}");
+    });
+}
+
+#[test]
 fn client_vanishing_mid_request_leaves_the_server_serving() {
     run_case(&TARGETS, |target| {
         // A whole request and half of the next, then a reset before the

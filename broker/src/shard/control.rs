@@ -367,7 +367,8 @@ impl ShardHandler {
             request_code::UPDATE_AND_CREATE_TOPIC
             | request_code::UPDATE_AND_CREATE_TOPIC_LIST
             | request_code::DELETE_TOPIC_IN_BROKER
-            | request_code::GET_ALL_TOPIC_CONFIG => {
+            | request_code::GET_ALL_TOPIC_CONFIG
+            | request_code::GET_TOPIC_CONFIG => {
                 let Some(outcome) = self.control().topics.handle(cmd, now_ms) else {
                     unreachable!("the topic table serves the codes routed to it");
                 };

@@ -78,17 +78,18 @@ pub enum ShardMsg {
     GroupOffsetsDeleted(String),
     /// A pull saw a group that does not exist yet (to shard 0).
     EnsureGroup(String),
-    /// Another shard asks for this shard's part of a QUERY_MESSAGE.
-    QueryPart {
-        /// The asking shard's query id.
+    /// Another shard asks for this shard's part of a request it gathers
+    /// (`super::gather`).
+    Ask {
+        /// The asking shard's gathering id.
         query: u64,
         /// The asking shard.
         from: u16,
-        /// The request.
-        cmd: RemotingCommand,
+        /// What it asks.
+        ask: Box<super::gather::Ask>,
     },
-    /// This shard's part of a query, by the asking shard's id.
-    QueryResult(u64, Box<super::query::QueryPart>),
+    /// This shard's part of a gathering, by the asking shard's id.
+    Part(u64, Box<super::gather::Part>),
     /// Shard 0 asks for this shard's runtime counters (query id).
     StatsRequest(u64),
     /// A shard's runtime counters for query `id` (to shard 0).

@@ -16,8 +16,10 @@
 //! which creates it (TBW102 rules), publishes the snapshot and forwards the
 //! send to the owner behind it; CONSUMER_SEND_MSG_BACK goes to the shard in
 //! the top byte of its CommitLog offset (VIEW_MESSAGE_BY_ID too); client
-//! and admin commands go to shard 0; QUERY_MESSAGE and
-//! GET_BROKER_RUNTIME_INFO gather a part from every shard; anything else is
+//! and admin commands go to shard 0; QUERY_MESSAGE, GET_TOPIC_STATS_INFO,
+//! GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO and
+//! QUERY_TOPICS_BY_CONSUMER gather a part from every shard where they
+//! arrived ([`gather`]), GET_BROKER_RUNTIME_INFO on shard 0; anything else is
 //! answered where it arrived (REQUEST_CODE_NOT_SUPPORTED for unknown codes).
 //!
 //! # Invariants
@@ -30,6 +32,7 @@
 //!   a request crosses to reach another shard.
 
 pub mod control;
+pub mod gather;
 pub mod link;
 mod offsets;
 mod pull;
@@ -134,8 +137,9 @@ pub struct ShardHandler {
     /// GET_BROKER_RUNTIME_INFO requests waiting for the other shards'
     /// counters (shard 0).
     runtime_queries: HashMap<u64, control::RuntimeQuery>,
-    /// QUERY_MESSAGE requests waiting for the other shards' parts.
-    pending_queries: HashMap<u64, query::PendingQuery>,
+    /// Requests waiting for the other shards' parts (`gather`).
+    gatherings: HashMap<u64, gather::Gathering>,
+    /// The last id given to a gathering or a GET_BROKER_RUNTIME_INFO.
     next_query: u64,
     /// Delay-level delivery of the levels this shard owns (wired by schedule).
     delay: schedule::DelayState,
@@ -235,7 +239,7 @@ impl ShardHandler {
             stats: RuntimeStats::new(crate::shard::runtime::wall_clock_ms()),
             tps: TpsSampler::new(),
             runtime_queries: HashMap::new(),
-            pending_queries: HashMap::new(),
+            gatherings: HashMap::new(),
             next_query: 0,
             delay: schedule::DelayState::new(
                 id,
@@ -402,6 +406,7 @@ impl ShardHandler {
             | request_code::UPDATE_AND_CREATE_TOPIC_LIST
             | request_code::DELETE_TOPIC_IN_BROKER
             | request_code::GET_ALL_TOPIC_CONFIG
+            | request_code::GET_TOPIC_CONFIG
             | request_code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
             | request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG
             | request_code::DELETE_SUBSCRIPTIONGROUP
@@ -519,7 +524,7 @@ impl ShardHandler {
             }
             request_code::CONSUMER_SEND_MSG_BACK => self.send_back(request, now_ms),
             request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),
-            request_code::QUERY_MESSAGE => self.query_message(request),
+            code if gather::is_gathered(code) => self.gather_request(request),
             request_code::RINGMQ_REPLICA_PULL | request_code::RINGMQ_REPLICA_OFFSETS
                 if !self.settings.is_master =>
             {
@@ -581,13 +586,13 @@ impl ShardHandler {
                     }
                 }
                 ShardMsg::Stats(query, stats) => self.on_shard_stats(query, &stats, now_ms),
-                ShardMsg::QueryPart { query, from, cmd } => {
-                    let part = self.query_part(&cmd).unwrap_or_default();
+                ShardMsg::Ask { query, from, ask } => {
+                    let part = Box::new(self.answer_ask(&ask));
                     if let Some(links) = &mut self.links {
-                        links.send(from, ShardMsg::QueryResult(query, Box::new(part)));
+                        links.send(from, ShardMsg::Part(query, part));
                     }
                 }
-                ShardMsg::QueryResult(query, part) => self.on_query_result(query, *part),
+                ShardMsg::Part(query, part) => self.on_part(query, *part),
                 ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
                 ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
                 ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),

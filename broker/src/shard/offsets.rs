@@ -96,14 +96,14 @@ impl ShardHandler {
         }
     }
 
-    fn max_offset(&self, topic: &str, queue_id: i32) -> i64 {
+    pub(crate) fn max_offset(&self, topic: &str, queue_id: i32) -> i64 {
         if queue_id < 0 {
             return 0;
         }
         self.store().queue_max_offset(topic, queue_id as u32) as i64
     }
 
-    fn min_offset(&self, topic: &str, queue_id: i32) -> i64 {
+    pub(crate) fn min_offset(&self, topic: &str, queue_id: i32) -> i64 {
         if queue_id < 0 {
             return 0;
         }
@@ -111,7 +111,7 @@ impl ShardHandler {
     }
 
     /// The store timestamp of the message at `offset`, if it is there.
-    fn store_time_at(&mut self, topic: &str, queue_id: i32, offset: i64) -> Option<i64> {
+    pub(crate) fn store_time_at(&mut self, topic: &str, queue_id: i32, offset: i64) -> Option<i64> {
         if queue_id < 0 || offset < 0 {
             return None;
         }

@@ -1,19 +1,17 @@
 //! QUERY_MESSAGE (12): messages by key (or unique key) within a time range.
-//! Every shard has its own IndexFile, so the shard the request arrived on
-//! asks every other shard for its part and answers with the merge once all
-//! have replied.
+//! Every shard has its own IndexFile: this module finds one shard's records
+//! and merges the shards' parts, which `super::gather` collects.
 //!
 //! # Invariants
-//! - A query is answered exactly once, when its last part arrived; a body
-//!   never holds more than the query's maximum number of records.
+//! - A body never holds more than the query's maximum number of records,
+//!   and only whole records.
 
 use bytes::Bytes;
 use ringmq_protocol::code::response_code;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{QueryMessageRequestHeader, QueryMessageResponseHeader};
 
-use super::link::{ReplyTo, Request, ShardMsg};
-use super::{ShardHandler, response};
+use super::ShardHandler;
 
 /// Records a unique-key query returns at most (Java's `defaultQueryMaxNum`).
 pub const UNIQUE_KEY_QUERY_MAX: usize = 32;
@@ -33,16 +31,8 @@ pub struct QueryPart {
     pub last_update_phy_offset: i64,
 }
 
-/// A query waiting for the other shards' parts.
-#[derive(Debug)]
-pub(crate) struct PendingQuery {
-    reply: ReplyTo,
-    merged: QueryPart,
-    max: usize,
-    missing: u16,
-}
-
-fn limit(header: &QueryMessageRequestHeader) -> usize {
+/// The most records `header`'s query returns.
+pub(crate) fn query_limit(header: &QueryMessageRequestHeader) -> usize {
     if header.unique_key_query == Some(true) {
         UNIQUE_KEY_QUERY_MAX
     } else {
@@ -56,7 +46,7 @@ impl ShardHandler {
         let header: QueryMessageRequestHeader = cmd
             .decode_custom_header()
             .map_err(|error| error.to_string())?;
-        let max = limit(&header);
+        let max = query_limit(&header);
         let found = self.store().query_message(
             &header.topic,
             &header.key,
@@ -77,94 +67,37 @@ impl ShardHandler {
         }
         Ok(part)
     }
+}
 
-    /// QUERY_MESSAGE where it arrived: the local part now, the others'
-    /// through the links.
-    pub(crate) fn query_message(&mut self, request: Box<Request>) {
-        let max = match request
-            .cmd
-            .decode_custom_header::<QueryMessageRequestHeader>()
-        {
-            Ok(header) => limit(&header),
-            Err(error) => {
-                let answer = response(response_code::SYSTEM_ERROR, error.to_string());
-                return self.reply(request.reply, answer);
-            }
-        };
-        let part = match self.query_part(&request.cmd) {
-            Ok(part) => part,
-            Err(remark) => {
-                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
-            }
-        };
-        let missing = self.settings.shard_count - 1;
-        let mut pending = PendingQuery {
-            reply: request.reply,
-            merged: QueryPart::default(),
-            max,
-            missing,
-        };
-        merge(&mut pending, part);
-        if missing == 0 {
-            return self.answer_query(pending);
-        }
-        self.next_query += 1;
-        let query = self.next_query;
-        self.pending_queries.insert(query, pending);
-        let (me, cmd) = (self.id, request.cmd);
-        if let Some(links) = &mut self.links {
-            links.broadcast(|| ShardMsg::QueryPart {
-                query,
-                from: me,
-                cmd: cmd.clone(),
-            });
-        }
-    }
-
-    /// Another shard's part of a pending query.
-    pub(crate) fn on_query_result(&mut self, query: u64, part: QueryPart) {
-        let Some(pending) = self.pending_queries.get_mut(&query) else {
-            return;
-        };
-        merge(pending, part);
-        pending.missing -= 1;
-        if pending.missing == 0
-            && let Some(done) = self.pending_queries.remove(&query)
-        {
-            self.answer_query(done);
-        }
-    }
-
-    fn answer_query(&mut self, done: PendingQuery) {
-        let header = QueryMessageResponseHeader {
-            index_last_update_timestamp: done.merged.last_update_timestamp,
-            index_last_update_phyoffset: done.merged.last_update_phy_offset,
-        };
-        let answer = if done.merged.count == 0 {
-            RemotingCommand::new_response(
-                response_code::QUERY_NOT_FOUND,
-                0,
-                Some("can not find message, maybe time range not correct".to_owned()),
-            )
+/// The answer to a query from every shard's merged part.
+pub(crate) fn answer(merged: QueryPart) -> RemotingCommand {
+    let header = QueryMessageResponseHeader {
+        index_last_update_timestamp: merged.last_update_timestamp,
+        index_last_update_phyoffset: merged.last_update_phy_offset,
+    };
+    if merged.count == 0 {
+        RemotingCommand::new_response(
+            response_code::QUERY_NOT_FOUND,
+            0,
+            Some("can not find message, maybe time range not correct".to_owned()),
+        )
+        .with_custom_header(&header)
+    } else {
+        super::success()
             .with_custom_header(&header)
-        } else {
-            super::success()
-                .with_custom_header(&header)
-                .with_body(Bytes::from(done.merged.records))
-        };
-        self.reply(done.reply, answer);
+            .with_body(Bytes::from(merged.records))
     }
 }
 
-fn merge(pending: &mut PendingQuery, part: QueryPart) {
-    let merged = &mut pending.merged;
+/// Adds a shard's `part` to `merged`, keeping whole records up to `max`.
+pub(crate) fn merge_records(merged: &mut QueryPart, part: QueryPart, max: usize) {
     merged.last_update_timestamp = merged.last_update_timestamp.max(part.last_update_timestamp);
     merged.last_update_phy_offset = merged
         .last_update_phy_offset
         .max(part.last_update_phy_offset);
-    if merged.count < pending.max {
+    if merged.count < max {
         // Records are whole: take this shard's only while they fit the count.
-        let take = (pending.max - merged.count).min(part.count);
+        let take = (max - merged.count).min(part.count);
         if take == part.count {
             merged.records.extend_from_slice(&part.records);
         } else {
@@ -186,7 +119,6 @@ fn merge(pending: &mut PendingQuery, part: QueryPart) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::ConnectionId;
 
     /// A stand-in record: its size word and filler.
     fn record(size: u8) -> Vec<u8> {
@@ -206,27 +138,17 @@ mod tests {
 
     #[test]
     fn merging_parts_keeps_whole_records_up_to_the_maximum() {
-        let mut pending = PendingQuery {
-            reply: ReplyTo {
-                shard: 0,
-                conn: ConnectionId(1),
-                opaque: 1,
-                oneway: false,
-            },
-            merged: QueryPart::default(),
-            max: 3,
-            missing: 2,
-        };
-        merge(&mut pending, part(&[8, 9]));
-        merge(&mut pending, part(&[10, 11]));
-        assert_eq!(pending.merged.count, 3);
+        let mut merged = QueryPart::default();
+        merge_records(&mut merged, part(&[8, 9]), 3);
+        merge_records(&mut merged, part(&[10, 11]), 3);
+        assert_eq!(merged.count, 3);
         let mut expected = record(8);
         expected.extend(record(9));
         expected.extend(record(10));
         assert_eq!(
-            pending.merged.records, expected,
+            merged.records, expected,
             "the 11-byte record is left out whole"
         );
-        assert_eq!(pending.merged.last_update_timestamp, 2);
+        assert_eq!(merged.last_update_timestamp, 2);
     }
 }

@@ -14,7 +14,7 @@
 //!   entry in its group's `filters`: the compiled filter, or the compile
 //!   error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ringmq_protocol::json::{MessageModel, SubscriptionData};
@@ -146,6 +146,21 @@ impl SubscriptionSnapshot {
             return Err(PullSubscriptionError::NotLatest);
         }
         Ok(subscription)
+    }
+
+    /// The topics an online `group` subscribes to; `None` when it is not
+    /// online.
+    pub fn topics_of(&self, group: &str) -> Option<BTreeSet<&str>> {
+        let info = self.groups.get(group)?;
+        Some(info.topics.keys().map(String::as_str).collect())
+    }
+
+    /// The online groups subscribed to `topic`.
+    pub fn groups_of_topic<'a>(&'a self, topic: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.groups
+            .iter()
+            .filter(move |(_, info)| info.topics.contains_key(topic))
+            .map(|(group, _)| group.as_str())
     }
 
     /// Number of groups.

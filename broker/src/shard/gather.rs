@@ -1,0 +1,498 @@
+//! Requests answered from every shard's part. Each shard owns its queues,
+//! their consumer offsets and its IndexFile, so the shard a request arrived
+//! on computes its own part, asks every other shard for theirs through the
+//! links, and answers once the last part arrived:
+//!
+//! ```text
+//!  request ─▶ arrival shard ─ own part ─────────────────────────┐
+//!                 └─ Ask ─▶ every other shard ─ Part ─▶ merge ◀─┘
+//!                                   (all parts in) ─▶ answer, or the next round
+//! ```
+//!
+//! | request | ask | answer |
+//! | --- | --- | --- |
+//! | QUERY_MESSAGE (12) | the records by key in each shard's index | records, up to the query's maximum (`super::query`) |
+//! | GET_TOPIC_STATS_INFO (202) | min and max offset of each owned queue, and the store time of its last message | `TopicStatsTable`; TOPIC_NOT_EXIST for an unknown topic |
+//! | GET_CONSUME_STATS (208) | without a topic, first the topics the group has offsets for; then per owned queue the max offset, the group's offset and the store time of the last message it consumed | `ConsumeStats` |
+//! | QUERY_TOPIC_CONSUME_BY_WHO (300) | groups with offsets on the topic | `GroupList`, with the online groups subscribed to it |
+//! | QUERY_TOPICS_BY_CONSUMER (343) | topics the group has offsets for | `TopicList` with this broker's address |
+//!
+//! As in Java, GET_TOPIC_STATS_INFO covers `max(readQueueNums,
+//! writeQueueNums)` queues and GET_CONSUME_STATS `readQueueNums`; a topic the
+//! group has offsets for but which is no longer configured is left out, and
+//! so is one the group, online with subscriptions, does not subscribe to.
+//! `consumeTps` and `topicPutTps` are 0 (no per-topic or per-group rates
+//! are kept), and `pullOffset` is the committed offset (no pull offsets are
+//! kept). Store times are read on the shard's thread, from memory or from
+//! the disk, as GET_EARLIEST_MSG_STORETIME's are.
+//!
+//! # Invariants
+//! - A gathering is answered exactly once: when its last part arrived, or at
+//!   once on a single shard.
+//! - Each shard reports only the queues it owns, so a merged table holds
+//!   every queue once.
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use ringmq_protocol::code::{request_code, response_code};
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::header::{
+    GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader, QueryMessageRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader, QueryTopicsByConsumerRequestHeader,
+};
+use ringmq_protocol::json::{
+    ConsumeStats, GroupList, JsonStyle, MessageQueue, OffsetWrapper, TopicList, TopicOffset,
+    TopicStatsTable,
+};
+
+use super::link::{ReplyTo, Request, ShardMsg};
+use super::query::{QueryPart, merge_records, query_limit};
+use super::{ShardHandler, response, success};
+
+/// What the arrival shard asks the others for.
+#[derive(Debug, Clone)]
+pub enum Ask {
+    /// QUERY_MESSAGE's records in this shard's index.
+    Messages(RemotingCommand),
+    /// Topics the group has committed offsets for on this shard.
+    TopicsOfGroup(String),
+    /// Groups with committed offsets on the topic on this shard.
+    GroupsOfTopic(String),
+    /// Figures of the queues this shard owns among the first `queues`
+    /// queues of each topic; with a group, its committed offsets and the
+    /// store time of the last message it consumed, without one the store
+    /// time of each queue's last message.
+    Queues {
+        /// (topic, number of queues).
+        topics: Vec<(String, u32)>,
+        /// The consumer group, for GET_CONSUME_STATS.
+        group: Option<String>,
+    },
+}
+
+/// One shard's answer to an [`Ask`].
+#[derive(Debug, Clone)]
+pub enum Part {
+    /// Records by key.
+    Messages(QueryPart),
+    /// Topic or group names.
+    Names(BTreeSet<String>),
+    /// Queue figures.
+    Queues(Vec<QueueFigures>),
+}
+
+/// One queue's figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueFigures {
+    /// The topic.
+    pub topic: String,
+    /// The queue id.
+    pub queue_id: u32,
+    /// The queue's min offset.
+    pub min: i64,
+    /// The queue's max offset (one past its last message).
+    pub max: i64,
+    /// The group's committed offset, when a group was asked for and has one.
+    pub consumer_offset: Option<i64>,
+    /// The store time of the message before `consumer_offset` when a group
+    /// was asked for, of the one before `max` otherwise; 0 when there is
+    /// none (or it could not be read).
+    pub store_time_ms: i64,
+}
+
+/// What the merged parts answer.
+#[derive(Debug)]
+enum Goal {
+    Messages {
+        max: usize,
+    },
+    TopicStats,
+    /// GET_CONSUME_STATS without topics: the group's topics first.
+    GroupTopicsForStats {
+        group: String,
+    },
+    ConsumeStats,
+    ConsumeByWho {
+        online: BTreeSet<String>,
+    },
+    TopicsByConsumer,
+}
+
+/// A request waiting for the other shards' parts.
+#[derive(Debug)]
+pub(crate) struct Gathering {
+    reply: ReplyTo,
+    goal: Goal,
+    merged: Part,
+    missing: u16,
+}
+
+/// Whether `code` is answered by a gathering.
+pub(crate) fn is_gathered(code: i32) -> bool {
+    matches!(
+        code,
+        request_code::QUERY_MESSAGE
+            | request_code::GET_TOPIC_STATS_INFO
+            | request_code::GET_CONSUME_STATS
+            | request_code::QUERY_TOPIC_CONSUME_BY_WHO
+            | request_code::QUERY_TOPICS_BY_CONSUMER
+    )
+}
+
+impl ShardHandler {
+    /// Starts the gathering that answers `request` (a code of
+    /// [`is_gathered`]), or answers a bad request at once.
+    pub(crate) fn gather_request(&mut self, request: Box<Request>) {
+        let start = self.gather_start(&request.cmd);
+        match start {
+            Ok((goal, ask)) => self.gather(request.reply, goal, ask),
+            Err(answer) => self.reply(request.reply, *answer),
+        }
+    }
+
+    fn gather_start(&self, cmd: &RemotingCommand) -> Result<(Goal, Ask), Box<RemotingCommand>> {
+        let bad = |error: ringmq_protocol::error::DecodeError| {
+            Box::new(response(response_code::SYSTEM_ERROR, error.to_string()))
+        };
+        match cmd.code {
+            request_code::QUERY_MESSAGE => {
+                let header: QueryMessageRequestHeader = cmd.decode_custom_header().map_err(bad)?;
+                let max = query_limit(&header);
+                Ok((Goal::Messages { max }, Ask::Messages(cmd.clone())))
+            }
+            request_code::GET_TOPIC_STATS_INFO => {
+                let header: GetTopicStatsInfoRequestHeader =
+                    cmd.decode_custom_header().map_err(bad)?;
+                let Some(config) = self.topics.get(&header.topic) else {
+                    return Err(Box::new(response(
+                        response_code::TOPIC_NOT_EXIST,
+                        format!("topic[{}] not exist", header.topic),
+                    )));
+                };
+                let queues = config.read_queue_nums.max(config.write_queue_nums).max(0) as u32;
+                let ask = Ask::Queues {
+                    topics: vec![(header.topic, queues)],
+                    group: None,
+                };
+                Ok((Goal::TopicStats, ask))
+            }
+            request_code::GET_CONSUME_STATS => {
+                let header: GetConsumeStatsRequestHeader =
+                    cmd.decode_custom_header().map_err(bad)?;
+                let named: Vec<String> = match header.topic.as_deref() {
+                    Some(topic) if !topic.trim().is_empty() => vec![topic.to_owned()],
+                    _ => header.topics().map(str::to_owned).collect(),
+                };
+                let group = header.consumer_group;
+                if named.is_empty() {
+                    let ask = Ask::TopicsOfGroup(group.clone());
+                    return Ok((Goal::GroupTopicsForStats { group }, ask));
+                }
+                Ok(self.consume_stats_round(group, named))
+            }
+            request_code::QUERY_TOPIC_CONSUME_BY_WHO => {
+                let header: QueryTopicConsumeByWhoRequestHeader =
+                    cmd.decode_custom_header().map_err(bad)?;
+                let online = self
+                    .subs
+                    .groups_of_topic(&header.topic)
+                    .map(str::to_owned)
+                    .collect();
+                Ok((
+                    Goal::ConsumeByWho { online },
+                    Ask::GroupsOfTopic(header.topic),
+                ))
+            }
+            request_code::QUERY_TOPICS_BY_CONSUMER => {
+                let header: QueryTopicsByConsumerRequestHeader =
+                    cmd.decode_custom_header().map_err(bad)?;
+                Ok((Goal::TopicsByConsumer, Ask::TopicsOfGroup(header.group)))
+            }
+            code => Err(Box::new(response(
+                response_code::REQUEST_CODE_NOT_SUPPORTED,
+                format!(" request type {code} not supported"),
+            ))),
+        }
+    }
+
+    /// GET_CONSUME_STATS's queue round over `topics`: the configured ones,
+    /// less those an online group with subscriptions does not subscribe to.
+    fn consume_stats_round(&self, group: String, topics: Vec<String>) -> (Goal, Ask) {
+        let subscribed = self.subs.topics_of(&group);
+        let kept: Vec<(String, u32)> = topics
+            .into_iter()
+            .filter(|topic| {
+                subscribed.as_ref().is_none_or(|subscribed| {
+                    subscribed.is_empty() || subscribed.contains(topic.as_str())
+                })
+            })
+            .filter_map(|topic| {
+                let queues = self.topics.get(&topic)?.read_queue_nums.max(0) as u32;
+                Some((topic, queues))
+            })
+            .collect();
+        let ask = Ask::Queues {
+            topics: kept,
+            group: Some(group),
+        };
+        (Goal::ConsumeStats, ask)
+    }
+
+    /// Computes this shard's part and asks the other shards for theirs.
+    fn gather(&mut self, reply: ReplyTo, goal: Goal, ask: Ask) {
+        let merged = self.answer_ask(&ask);
+        let missing = self.settings.shard_count - 1;
+        let gathering = Gathering {
+            reply,
+            goal,
+            merged,
+            missing,
+        };
+        if missing == 0 {
+            return self.gathered(gathering);
+        }
+        self.next_query += 1;
+        let query = self.next_query;
+        self.gatherings.insert(query, gathering);
+        let me = self.id;
+        if let Some(links) = &mut self.links {
+            links.broadcast(|| ShardMsg::Ask {
+                query,
+                from: me,
+                ask: Box::new(ask.clone()),
+            });
+        }
+    }
+
+    /// This shard's part of `ask`.
+    pub(crate) fn answer_ask(&mut self, ask: &Ask) -> Part {
+        match ask {
+            Ask::Messages(cmd) => Part::Messages(self.query_part(cmd).unwrap_or_default()),
+            Ask::TopicsOfGroup(group) => Part::Names(
+                self.offsets
+                    .topics_of_group(group)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            Ask::GroupsOfTopic(topic) => Part::Names(
+                self.offsets
+                    .groups_of_topic(topic)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            Ask::Queues { topics, group } => {
+                let mut figures = Vec::new();
+                for (topic, queues) in topics {
+                    for queue_id in 0..*queues {
+                        if self.router.shard_of(queue_id).0 != self.id {
+                            continue;
+                        }
+                        figures.push(self.queue_figures(topic, queue_id, group.as_deref()));
+                    }
+                }
+                Part::Queues(figures)
+            }
+        }
+    }
+
+    fn queue_figures(&mut self, topic: &str, queue_id: u32, group: Option<&str>) -> QueueFigures {
+        let wire_id = queue_id as i32;
+        let min = self.min_offset(topic, wire_id);
+        let max = self.max_offset(topic, wire_id);
+        let consumer_offset = group.and_then(|group| self.offsets.query(group, topic, wire_id));
+        let before = match group {
+            Some(_) => consumer_offset.unwrap_or(0),
+            None => max,
+        };
+        let store_time_ms = if before > 0 {
+            self.store_time_at(topic, wire_id, before - 1)
+                .unwrap_or(0)
+                .max(0)
+        } else {
+            0
+        };
+        QueueFigures {
+            topic: topic.to_owned(),
+            queue_id,
+            min,
+            max,
+            consumer_offset,
+            store_time_ms,
+        }
+    }
+
+    /// Another shard's part of gathering `query`.
+    pub(crate) fn on_part(&mut self, query: u64, part: Part) {
+        let Some(gathering) = self.gatherings.get_mut(&query) else {
+            return;
+        };
+        merge(&gathering.goal, &mut gathering.merged, part);
+        gathering.missing -= 1;
+        if gathering.missing == 0
+            && let Some(done) = self.gatherings.remove(&query)
+        {
+            self.gathered(done);
+        }
+    }
+
+    /// Every part is in: answer, or start the next round.
+    fn gathered(&mut self, done: Gathering) {
+        let answer = match (done.goal, done.merged) {
+            (Goal::Messages { .. }, Part::Messages(merged)) => super::query::answer(merged),
+            (Goal::GroupTopicsForStats { group }, Part::Names(topics)) => {
+                let (goal, ask) = self.consume_stats_round(group, topics.into_iter().collect());
+                return self.gather(done.reply, goal, ask);
+            }
+            (Goal::TopicStats, Part::Queues(figures)) => {
+                let table = TopicStatsTable {
+                    offset_table: figures
+                        .into_iter()
+                        .map(|f| {
+                            let queue = self.message_queue(&f);
+                            let offsets = TopicOffset {
+                                min_offset: f.min.max(0),
+                                max_offset: f.max.max(0),
+                                last_update_timestamp: f.store_time_ms,
+                            };
+                            (queue, offsets)
+                        })
+                        .collect(),
+                    topic_put_tps: 0.0,
+                };
+                json_success(|body| table.to_json(body, JsonStyle::Java))
+            }
+            (Goal::ConsumeStats, Part::Queues(figures)) => {
+                let stats = ConsumeStats {
+                    consume_tps: 0.0,
+                    offset_table: figures
+                        .into_iter()
+                        .map(|f| {
+                            let queue = self.message_queue(&f);
+                            let consumer_offset = f.consumer_offset.unwrap_or(0).max(0);
+                            let offsets = OffsetWrapper {
+                                broker_offset: f.max.max(0),
+                                consumer_offset,
+                                pull_offset: consumer_offset,
+                                last_timestamp: f.store_time_ms,
+                            };
+                            (queue, offsets)
+                        })
+                        .collect(),
+                };
+                json_success(|body| stats.to_json(body, JsonStyle::Java))
+            }
+            (Goal::ConsumeByWho { mut online }, Part::Names(groups)) => {
+                online.extend(groups);
+                let list = GroupList {
+                    group_list: online.into_iter().collect(),
+                };
+                json_success(|body| list.to_json(body, JsonStyle::Java))
+            }
+            (Goal::TopicsByConsumer, Part::Names(topics)) => {
+                let config = &self.settings.broker_config;
+                let list = TopicList {
+                    topic_list: topics.into_iter().collect(),
+                    broker_addr: Some(format!("{}:{}", config.broker_ip1, config.listen_port)),
+                };
+                json_success(|body| list.to_json(body, JsonStyle::Java))
+            }
+            (goal, merged) => {
+                unreachable!("a gathering's parts match its ask: {goal:?} got {merged:?}")
+            }
+        };
+        self.reply(done.reply, answer);
+    }
+
+    fn message_queue(&self, figures: &QueueFigures) -> MessageQueue {
+        MessageQueue::new(
+            &figures.topic,
+            &self.settings.broker_name,
+            figures.queue_id as i32,
+        )
+    }
+}
+
+/// Adds `part` to what a gathering holds.
+fn merge(goal: &Goal, merged: &mut Part, part: Part) {
+    match (merged, part) {
+        (Part::Messages(merged), Part::Messages(part)) => {
+            let max = match goal {
+                Goal::Messages { max } => *max,
+                _ => unreachable!("records are gathered for QUERY_MESSAGE only"),
+            };
+            merge_records(merged, part, max);
+        }
+        (Part::Names(merged), Part::Names(part)) => merged.extend(part),
+        (Part::Queues(merged), Part::Queues(part)) => merged.extend(part),
+        (merged, part) => unreachable!("parts of one ask differ: {merged:?} and {part:?}"),
+    }
+}
+
+/// SUCCESS with the JSON body `write` appends.
+fn json_success(write: impl FnOnce(&mut Vec<u8>)) -> RemotingCommand {
+    let mut body = Vec::new();
+    write(&mut body);
+    success().with_body(Bytes::from(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The queues of a merged table, by topic then queue id.
+    fn by_queue(figures: &[QueueFigures]) -> BTreeMap<(String, u32), &QueueFigures> {
+        figures
+            .iter()
+            .map(|f| ((f.topic.clone(), f.queue_id), f))
+            .collect()
+    }
+
+    fn figures(topic: &str, queue_id: u32) -> QueueFigures {
+        QueueFigures {
+            topic: topic.to_owned(),
+            queue_id,
+            min: 0,
+            max: i64::from(queue_id) + 1,
+            consumer_offset: None,
+            store_time_ms: 0,
+        }
+    }
+
+    #[test]
+    fn names_are_merged_as_a_set_and_queues_side_by_side() {
+        let goal = Goal::TopicsByConsumer;
+        let mut merged = Part::Names(["a".to_owned(), "b".to_owned()].into());
+        merge(
+            &goal,
+            &mut merged,
+            Part::Names(["b".to_owned(), "c".to_owned()].into()),
+        );
+        let Part::Names(names) = merged else {
+            panic!("names stay names");
+        };
+        assert_eq!(names.into_iter().collect::<Vec<_>>(), ["a", "b", "c"]);
+
+        let goal = Goal::TopicStats;
+        let mut merged = Part::Queues(vec![figures("t", 0), figures("t", 2)]);
+        merge(&goal, &mut merged, Part::Queues(vec![figures("t", 1)]));
+        let Part::Queues(all) = merged else {
+            panic!("queues stay queues");
+        };
+        let queues = by_queue(&all);
+        assert_eq!(queues.len(), 3);
+        assert_eq!(queues[&("t".to_owned(), 1)].max, 2);
+    }
+
+    #[test]
+    fn gathered_codes_are_the_five_of_the_table() {
+        for code in [12, 202, 208, 300, 343] {
+            assert!(is_gathered(code), "{code}");
+        }
+        assert!(!is_gathered(request_code::PULL_MESSAGE));
+    }
+}

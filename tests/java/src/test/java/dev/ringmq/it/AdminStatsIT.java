@@ -1,0 +1,169 @@
+package dev.ringmq.it;
+
+import static dev.ringmq.it.FeatureSupport.unique;
+import static dev.ringmq.it.ItSupport.await;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
+import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
+import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
+import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * What {@code mqadmin topicStatus}, {@code consumerProgress}, {@code topicConsumeByWho} and the
+ * dashboard ask a broker, through {@link DefaultMQAdminExt}: GET_TOPIC_STATS_INFO,
+ * GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO and QUERY_TOPICS_BY_CONSUMER. The topic's queues
+ * live on both shards of the broker, so every answer merges both shards' parts.
+ *
+ * <p>Queue {@code q} gets {@code q + 2} messages, which a lite pull consumer polls and commits;
+ * then {@code q} more, which it leaves (it stays online and subscribed, but is not polled again).
+ * Store times are compared with what VIEW_MESSAGE_BY_ID returns for the same message.
+ */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class AdminStatsIT {
+    static final int PORT = 24800;
+    static final int QUEUES = 4;
+
+    @RegisterExtension
+    static final ItBroker it = new ItBroker("admin-stats", PORT);
+    static DefaultMQAdminExt admin;
+    static String topic;
+    static String group;
+    static List<MessageQueue> queues;
+    /** The last message committed per queue, then the last stored per queue. */
+    static final List<SendResult> LAST_CONSUMED = new ArrayList<>();
+    static final List<SendResult> LAST_STORED = new ArrayList<>();
+    static DefaultLitePullConsumer consumer;
+
+    static int consumed(int queue) {
+        return queue + 2;
+    }
+
+    static int lagging(int queue) {
+        return queue;
+    }
+
+    @BeforeAll
+    static void start() throws Exception {
+        admin = it.admin();
+        topic = unique("stats");
+        group = unique("stats-group");
+        queues = it.createTopic(topic, QUEUES);
+        DefaultMQProducer producer = it.startProducer(unique("stats-producer"));
+        int total = 0;
+        for (int q = 0; q < QUEUES; q++) {
+            LAST_CONSUMED.add(sendTo(producer, q, consumed(q)));
+            total += consumed(q);
+        }
+
+        consumer = it.keep(new DefaultLitePullConsumer(group), DefaultLitePullConsumer::shutdown);
+        consumer.setNamesrvAddr(it.broker().namesrvAddr());
+        consumer.setInstanceName(ItSupport.instanceName("stats"));
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setAutoCommit(true);
+        consumer.setAutoCommitIntervalMillis(200);
+        consumer.setPollTimeoutMillis(500);
+        consumer.setPollNameServerInterval(ItSupport.POLL_NAMESRV_INTERVAL_MS);
+        consumer.setHeartbeatBrokerInterval(ItSupport.HEARTBEAT_INTERVAL_MS);
+        consumer.subscribe(topic, "*");
+        consumer.start();
+        List<MessageExt> polled = new ArrayList<>();
+        final int expected = total;
+        await("the first messages polled and committed", () -> {
+            polled.addAll(consumer.poll(200));
+            return polled.size() >= expected && ItSupport.committedUpToMax(admin, group, queues);
+        }, () -> polled.size() + " of " + expected + " polled; " + ItSupport.offsets(admin, group, queues));
+        assertEquals(expected, polled.size(), "messages polled");
+
+        for (int q = 0; q < QUEUES; q++) {
+            SendResult last = lagging(q) == 0 ? LAST_CONSUMED.get(q) : sendTo(producer, q, lagging(q));
+            LAST_STORED.add(last);
+        }
+    }
+
+    /** Sends {@code count} messages to queue {@code q}; returns the last one's result. */
+    static SendResult sendTo(DefaultMQProducer producer, int q, int count) throws Exception {
+        SendResult last = null;
+        for (int i = 0; i < count; i++) {
+            last = producer.send(ItSupport.message(topic, "TagStats", topic + "-" + q + "-" + i, "stats " + i),
+                    queues.get(q));
+            assertEquals(q, last.getMessageQueue().getQueueId(), "queue of " + last);
+        }
+        return last;
+    }
+
+    /** The store time the broker gives the message of {@code sent} (VIEW_MESSAGE_BY_ID). */
+    static long storeTime(SendResult sent) throws Exception {
+        return admin.viewMessage(topic, sent.getOffsetMsgId()).getStoreTimestamp();
+    }
+
+    @Test
+    void topicStatsGiveEveryQueuesOffsetsAndTheStoreTimeOfItsLastMessage() throws Exception {
+        TopicStatsTable stats = admin.examineTopicStats(topic);
+        assertEquals(QUEUES, stats.getOffsetTable().size(), "queues in " + stats.getOffsetTable());
+        for (int q = 0; q < QUEUES; q++) {
+            TopicOffset offsets = stats.getOffsetTable().get(queues.get(q));
+            assertNotNull(offsets, "queue " + q + " in " + stats.getOffsetTable());
+            assertEquals(0, offsets.getMinOffset(), "min offset of queue " + q);
+            assertEquals(consumed(q) + lagging(q), offsets.getMaxOffset(), "max offset of queue " + q);
+            assertEquals(storeTime(LAST_STORED.get(q)), offsets.getLastUpdateTimestamp(),
+                    "last update of queue " + q);
+        }
+    }
+
+    @Test
+    void consumeStatsGiveEveryQueuesLagAndTheStoreTimeOfTheLastConsumedMessage() throws Exception {
+        // mqadmin consumerProgress -g GROUP (every topic the group has offsets for) and -t TOPIC.
+        for (ConsumeStats stats : List.of(admin.examineConsumeStats(group), admin.examineConsumeStats(group, topic))) {
+            assertEquals(QUEUES, stats.getOffsetTable().size(), "queues in " + stats.getOffsetTable());
+            long lag = 0;
+            for (int q = 0; q < QUEUES; q++) {
+                OffsetWrapper offsets = stats.getOffsetTable().get(queues.get(q));
+                assertNotNull(offsets, "queue " + q + " in " + stats.getOffsetTable());
+                assertEquals(consumed(q) + lagging(q), offsets.getBrokerOffset(), "broker offset of queue " + q);
+                assertEquals(consumed(q), offsets.getConsumerOffset(), "consumer offset of queue " + q);
+                assertEquals(storeTime(LAST_CONSUMED.get(q)), offsets.getLastTimestamp(),
+                        "last consumed message's store time, queue " + q);
+                lag += lagging(q);
+            }
+            assertEquals(lag, stats.computeTotalDiff(), "total lag");
+        }
+    }
+
+    @Test
+    void theGroupAndTheTopicAreFoundFromEachOther() throws Exception {
+        assertTrue(admin.queryTopicConsumeByWho(topic).getGroupList().contains(group),
+                "groups consuming " + topic);
+        assertTrue(admin.queryTopicsByConsumer(group).getTopicList().contains(topic),
+                "topics of " + group);
+    }
+
+    @Test
+    void statsOfAnUnknownTopicAreRefusedWithTopicNotExist() throws Exception {
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        MQBrokerException refused = assertThrows(MQBrokerException.class,
+                () -> admin.getDefaultMQAdminExtImpl().getMqClientInstance().getMQClientAPIImpl()
+                        .getTopicStatsInfo(addr, unique("missing"), ItSupport.ADMIN_TIMEOUT_MS));
+        assertEquals(ResponseCode.TOPIC_NOT_EXIST, refused.getResponseCode(), refused.getMessage());
+    }
+}
