@@ -85,6 +85,10 @@ pub fn split_offset_key(key: &str) -> Option<(&str, &str)> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOffsetTable {
     offsets: BTreeMap<String, BTreeMap<i32, i64>>,
+    /// Offsets reset by INVOKE_BROKER_TO_RESET_OFFSET and not yet handed to
+    /// the group's next pull of the queue (`topic@group` → queue → offset);
+    /// memory only, as Java's `resetOffsetTable`.
+    resets: BTreeMap<String, BTreeMap<i32, i64>>,
     data_version: DataVersion,
     commits_since_version: u64,
     dirty: bool,
@@ -96,6 +100,7 @@ impl ConsumerOffsetTable {
     pub fn new(now_ms: i64) -> Self {
         Self {
             offsets: BTreeMap::new(),
+            resets: BTreeMap::new(),
             data_version: DataVersion {
                 timestamp: now_ms,
                 counter: 0,
@@ -159,7 +164,8 @@ impl ConsumerOffsetTable {
     }
 
     /// The commit a pull carries (`COMMIT_OFFSET` sys-flag bit, first
-    /// processing, master only — the pull handler decides those).
+    /// processing, master only — the pull handler decides those); ignored
+    /// while a reset of the queue waits for the group's next pull.
     pub fn commit_from_pull(
         &mut self,
         group: &str,
@@ -168,7 +174,48 @@ impl ConsumerOffsetTable {
         commit_offset: i64,
         now_ms: i64,
     ) {
-        self.commit(group, topic, queue_id, commit_offset, now_ms);
+        if !self.reset_pending(group, topic, queue_id) {
+            self.commit(group, topic, queue_id, commit_offset, now_ms);
+        }
+    }
+
+    /// Resets (group, topic, queue) to `offset` (INVOKE_BROKER_TO_RESET_OFFSET,
+    /// Java 5.x's server-side reset): the offset is stored at once and kept
+    /// for the group's next pull of the queue ([`Self::take_reset`]), which
+    /// tells the consumer to move there. Until then the group's commits of
+    /// the queue are ignored: they come from consumers still reading from
+    /// before the reset.
+    pub fn assign_reset(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        now_ms: i64,
+    ) {
+        self.commit(group, topic, queue_id, offset, now_ms);
+        self.resets
+            .entry(offset_key(topic, group))
+            .or_default()
+            .insert(queue_id, offset);
+    }
+
+    /// The reset waiting for the group's next pull of the queue, removed.
+    pub fn take_reset(&mut self, group: &str, topic: &str, queue_id: i32) -> Option<i64> {
+        let key = offset_key(topic, group);
+        let queues = self.resets.get_mut(&key)?;
+        let offset = queues.remove(&queue_id);
+        if queues.is_empty() {
+            self.resets.remove(&key);
+        }
+        offset
+    }
+
+    /// Whether a reset of the queue waits for the group's next pull.
+    pub fn reset_pending(&self, group: &str, topic: &str, queue_id: i32) -> bool {
+        self.resets
+            .get(&offset_key(topic, group))
+            .is_some_and(|queues| queues.contains_key(&queue_id))
     }
 
     /// Removes every group's offsets of `topic` (DELETE_TOPIC_IN_BROKER);
@@ -184,6 +231,10 @@ impl ConsumerOffsetTable {
     }
 
     fn remove_where(&mut self, doomed: impl Fn(&str, &str) -> bool) -> usize {
+        self.resets.retain(|key, _| match split_offset_key(key) {
+            Some((topic, group)) => !doomed(topic, group),
+            None => true,
+        });
         let before = self.offsets.len();
         self.offsets.retain(|key, _| match split_offset_key(key) {
             Some((topic, group)) => !doomed(topic, group),
@@ -237,7 +288,8 @@ impl ConsumerOffsetTable {
     }
 
     /// UPDATE_CONSUMER_OFFSET (15), as Java 5.x: the group must exist
-    /// (SUBSCRIPTION_GROUP_NOT_EXIST) and the topic too (TOPIC_NOT_EXIST).
+    /// (SUBSCRIPTION_GROUP_NOT_EXIST) and the topic too (TOPIC_NOT_EXIST);
+    /// a commit of a queue whose reset waits for a pull is not stored.
     /// The request is usually one-way; the caller drops the response then.
     pub fn update_consumer_offset(
         &mut self,
@@ -271,13 +323,16 @@ impl ConsumerOffsetTable {
                 Some(format!("Topic {} not exist!", header.topic)),
             );
         }
-        self.commit(
-            &header.consumer_group,
-            &header.topic,
-            header.queue_id,
-            header.commit_offset,
-            now_ms,
-        );
+        // Java 5.x skips the commit while a reset waits, and says SUCCESS.
+        if !self.reset_pending(&header.consumer_group, &header.topic, header.queue_id) {
+            self.commit(
+                &header.consumer_group,
+                &header.topic,
+                header.queue_id,
+                header.commit_offset,
+                now_ms,
+            );
+        }
         RemotingCommand::new_response(response_code::SUCCESS, opaque, None)
     }
 
@@ -540,6 +595,40 @@ mod tests {
         assert_eq!(response.code, response_code::SUCCESS);
         assert_eq!(table.query("g", "%RETRY%g", 2), Some(9));
         assert!(table.is_dirty());
+    }
+
+    #[test]
+    fn a_reset_wins_over_commits_until_a_pull_takes_it() {
+        let mut topics = TopicConfigTable::new(TopicConfigSettings::default(), NOW);
+        topics.ensure_retry_topic("g", 1, false, NOW);
+        let mut groups = SubscriptionGroupTable::new(true, NOW);
+        groups.find_or_create("g", NOW);
+        let (topics, groups) = (topics.snapshot(), groups.snapshot());
+        let retry = "%RETRY%g";
+        let mut table = ConsumerOffsetTable::new(NOW);
+        table.commit("g", retry, 0, 50, NOW);
+        table.assign_reset("g", retry, 0, 7, NOW);
+        assert_eq!(table.query("g", retry, 0), Some(7), "stored at once");
+        // Commits of a consumer still reading from before the reset.
+        table.commit_from_pull("g", retry, 0, 51, NOW);
+        let response =
+            table.update_consumer_offset(&update_request("g", retry, 0, 52), &topics, &groups, NOW);
+        assert_eq!(response.code, response_code::SUCCESS);
+        assert_eq!(table.query("g", retry, 0), Some(7));
+        // Other queues and groups are not held back.
+        table.commit_from_pull("g", retry, 1, 3, NOW);
+        table.commit_from_pull("h", retry, 0, 4, NOW);
+        assert_eq!(table.query("g", retry, 1), Some(3));
+        assert_eq!(table.query("h", retry, 0), Some(4));
+        assert!(table.reset_pending("g", retry, 0));
+        assert_eq!(table.take_reset("g", retry, 0), Some(7));
+        assert_eq!(table.take_reset("g", retry, 0), None, "taken once");
+        table.commit_from_pull("g", retry, 0, 8, NOW);
+        assert_eq!(table.query("g", retry, 0), Some(8), "commits count again");
+        // Deleting the group drops a reset with its offsets.
+        table.assign_reset("g", retry, 1, 0, NOW);
+        table.remove_group("g");
+        assert!(!table.reset_pending("g", retry, 1));
     }
 
     #[test]

@@ -575,6 +575,7 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             (request_code::QUERY_TOPIC_CONSUME_BY_WHO, "topic"),
             (request_code::QUERY_TOPICS_BY_CONSUMER, "group"),
             (request_code::GET_TOPIC_CONFIG, "topic"),
+            (request_code::INVOKE_BROKER_TO_RESET_OFFSET, "topic"),
         ] {
             let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
             assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");
@@ -595,6 +596,24 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
         assert_eq!(
             unknown.remark.as_deref(),
             Some("topic[NoSuchTopic] not exist")
+        );
+        let mut reset = ExtFields::new();
+        for (key, value) in [
+            ("topic", "NoSuchTopic"),
+            ("group", "NoSuchGroup"),
+            ("timestamp", "0"),
+        ] {
+            reset.insert(key, value);
+        }
+        let refused = client.call(RemotingCommand::new_request(
+            request_code::INVOKE_BROKER_TO_RESET_OFFSET,
+            reset,
+        ));
+        assert_eq!(
+            refused.code,
+            response_code::TOPIC_NOT_EXIST,
+            "{:?}",
+            refused.remark
         );
         // A group nobody knows has no offsets: an empty table, not an error.
         let stats = client.call(with(

@@ -16,6 +16,7 @@
 //! | GET_CONSUME_STATS (208) | without a topic, first the topics the group has offsets for; then per owned queue the max offset, the group's offset and the store time of the last message it consumed | `ConsumeStats` |
 //! | QUERY_TOPIC_CONSUME_BY_WHO (300) | groups with offsets on the topic | `GroupList`, with the online groups subscribed to it |
 //! | QUERY_TOPICS_BY_CONSUMER (343) | topics the group has offsets for | `TopicList` with this broker's address |
+//! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
 //!
 //! As in Java, GET_TOPIC_STATS_INFO covers `max(readQueueNums,
 //! writeQueueNums)` queues and GET_CONSUME_STATS `readQueueNums`; a topic the
@@ -25,6 +26,12 @@
 //! are kept), and `pullOffset` is the committed offset (no pull offsets are
 //! kept). Store times are read on the shard's thread, from memory or from
 //! the disk, as GET_EARLIEST_MSG_STORETIME's are.
+//!
+//! A reset is Java 5.x's server-side reset (`useServerSideResetOffset`, its
+//! default): each queue's offset is stored at once and handed to the
+//! group's next pull of the queue, which is answered PULL_OFFSET_MOVED with
+//! it (`super::pull`); the consumer moves there and commits it. A slave
+//! refuses, as Java's does.
 //!
 //! # Invariants
 //! - A gathering is answered exactly once: when its last part arrived, or at
@@ -38,12 +45,13 @@ use bytes::Bytes;
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
-    GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader, QueryMessageRequestHeader,
-    QueryTopicConsumeByWhoRequestHeader, QueryTopicsByConsumerRequestHeader,
+    BoundaryType, GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader,
+    QueryMessageRequestHeader, QueryTopicConsumeByWhoRequestHeader,
+    QueryTopicsByConsumerRequestHeader, ResetOffsetRequestHeader,
 };
 use ringmq_protocol::json::{
-    ConsumeStats, GroupList, JsonStyle, MessageQueue, OffsetWrapper, TopicList, TopicOffset,
-    TopicStatsTable,
+    ConsumeStats, GroupList, JsonStyle, MessageQueue, OffsetWrapper, ResetOffsetBody, TopicList,
+    TopicOffset, TopicStatsTable,
 };
 
 use super::link::{ReplyTo, Request, ShardMsg};
@@ -69,6 +77,25 @@ pub enum Ask {
         /// The consumer group, for GET_CONSUME_STATS.
         group: Option<String>,
     },
+    /// Reset the group's offsets of the queues this shard owns.
+    Reset(Box<ResetAsk>),
+}
+
+/// An INVOKE_BROKER_TO_RESET_OFFSET, checked.
+#[derive(Debug, Clone)]
+pub struct ResetAsk {
+    /// The topic.
+    pub topic: String,
+    /// The group.
+    pub group: String,
+    /// The topic's read queues.
+    pub queues: u32,
+    /// The one queue to reset, or all of them.
+    pub queue: Option<u32>,
+    /// The one queue's target offset; `None`: by `timestamp`.
+    pub offset: Option<i64>,
+    /// First message stored at or after this (ms); negative: the max offset.
+    pub timestamp: i64,
 }
 
 /// One shard's answer to an [`Ask`].
@@ -80,6 +107,8 @@ pub enum Part {
     Names(BTreeSet<String>),
     /// Queue figures.
     Queues(Vec<QueueFigures>),
+    /// The new offsets by queue id, or why the reset was refused.
+    Reset(Result<Vec<(u32, i64)>, String>),
 }
 
 /// One queue's figures.
@@ -117,6 +146,9 @@ enum Goal {
         online: BTreeSet<String>,
     },
     TopicsByConsumer,
+    Reset {
+        topic: String,
+    },
 }
 
 /// A request waiting for the other shards' parts.
@@ -137,16 +169,17 @@ pub(crate) fn is_gathered(code: i32) -> bool {
             | request_code::GET_CONSUME_STATS
             | request_code::QUERY_TOPIC_CONSUME_BY_WHO
             | request_code::QUERY_TOPICS_BY_CONSUMER
+            | request_code::INVOKE_BROKER_TO_RESET_OFFSET
     )
 }
 
 impl ShardHandler {
     /// Starts the gathering that answers `request` (a code of
     /// [`is_gathered`]), or answers a bad request at once.
-    pub(crate) fn gather_request(&mut self, request: Box<Request>) {
+    pub(crate) fn gather_request(&mut self, request: Box<Request>, now_ms: i64) {
         let start = self.gather_start(&request.cmd);
         match start {
-            Ok((goal, ask)) => self.gather(request.reply, goal, ask),
+            Ok((goal, ask)) => self.gather(request.reply, goal, ask, now_ms),
             Err(answer) => self.reply(request.reply, *answer),
         }
     }
@@ -209,11 +242,100 @@ impl ShardHandler {
                     cmd.decode_custom_header().map_err(bad)?;
                 Ok((Goal::TopicsByConsumer, Ask::TopicsOfGroup(header.group)))
             }
+            request_code::INVOKE_BROKER_TO_RESET_OFFSET => {
+                let header: ResetOffsetRequestHeader = cmd.decode_custom_header().map_err(bad)?;
+                self.reset_start(header)
+            }
             code => Err(Box::new(response(
                 response_code::REQUEST_CODE_NOT_SUPPORTED,
                 format!(" request type {code} not supported"),
             ))),
         }
+    }
+
+    /// INVOKE_BROKER_TO_RESET_OFFSET's checks, as Java's `resetOffsetInner`.
+    fn reset_start(
+        &self,
+        header: ResetOffsetRequestHeader,
+    ) -> Result<(Goal, Ask), Box<RemotingCommand>> {
+        let refuse = |code: i32, remark: String| Box::new(response(code, remark));
+        if !self.settings.is_master {
+            return Err(refuse(
+                response_code::SYSTEM_ERROR,
+                "Can not reset offset in slave broker".to_owned(),
+            ));
+        }
+        let Some(config) = self.topics.get(&header.topic) else {
+            return Err(refuse(
+                response_code::TOPIC_NOT_EXIST,
+                format!("Topic {} does not exist", header.topic),
+            ));
+        };
+        if !self.groups.contains(&header.group) {
+            return Err(refuse(
+                response_code::SUBSCRIPTION_GROUP_NOT_EXIST,
+                format!("Group {} does not exist", header.group),
+            ));
+        }
+        let queues = config.read_queue_nums.max(0) as u32;
+        let queue = header.queue().map(|queue| queue as u32);
+        if queues == 0 || queue.is_some_and(|queue| queue >= queues) {
+            return Err(refuse(
+                response_code::SYSTEM_ERROR,
+                format!(
+                    "No queues to reset: queue {:?} of the {queues} read queues of {}",
+                    header.queue(),
+                    header.topic
+                ),
+            ));
+        }
+        let ask = ResetAsk {
+            offset: queue.and(header.target_offset()),
+            topic: header.topic.clone(),
+            group: header.group,
+            queues,
+            queue,
+            timestamp: header.timestamp,
+        };
+        Ok((
+            Goal::Reset {
+                topic: header.topic,
+            },
+            Ask::Reset(Box::new(ask)),
+        ))
+    }
+
+    /// This shard's part of a reset: each owned queue's new offset, stored.
+    fn reset_owned(&mut self, ask: &ResetAsk, now_ms: i64) -> Result<Vec<(u32, i64)>, String> {
+        let mut reset = Vec::new();
+        let owned: Vec<u32> = match ask.queue {
+            Some(queue) => vec![queue],
+            None => (0..ask.queues).collect(),
+        };
+        for queue_id in owned {
+            if self.router.shard_of(queue_id).0 != self.id {
+                continue;
+            }
+            let wire_id = queue_id as i32;
+            let offset = match ask.offset {
+                Some(offset) => {
+                    let min = self.min_offset(&ask.topic, wire_id);
+                    let max = self.max_offset(&ask.topic, wire_id);
+                    if offset < min || offset > max {
+                        return Err(format!(
+                            "Target offset {offset} not in consume queue range [{min}-{max}]"
+                        ));
+                    }
+                    offset
+                }
+                None if ask.timestamp < 0 => self.max_offset(&ask.topic, wire_id),
+                None => self.search_offset(&ask.topic, wire_id, ask.timestamp, BoundaryType::Lower),
+            };
+            self.offsets
+                .assign_reset(&ask.group, &ask.topic, wire_id, offset, now_ms);
+            reset.push((queue_id, offset));
+        }
+        Ok(reset)
     }
 
     /// GET_CONSUME_STATS's queue round over `topics`: the configured ones,
@@ -240,8 +362,8 @@ impl ShardHandler {
     }
 
     /// Computes this shard's part and asks the other shards for theirs.
-    fn gather(&mut self, reply: ReplyTo, goal: Goal, ask: Ask) {
-        let merged = self.answer_ask(&ask);
+    fn gather(&mut self, reply: ReplyTo, goal: Goal, ask: Ask, now_ms: i64) {
+        let merged = self.answer_ask(&ask, now_ms);
         let missing = self.settings.shard_count - 1;
         let gathering = Gathering {
             reply,
@@ -250,7 +372,7 @@ impl ShardHandler {
             missing,
         };
         if missing == 0 {
-            return self.gathered(gathering);
+            return self.gathered(gathering, now_ms);
         }
         self.next_query += 1;
         let query = self.next_query;
@@ -266,7 +388,7 @@ impl ShardHandler {
     }
 
     /// This shard's part of `ask`.
-    pub(crate) fn answer_ask(&mut self, ask: &Ask) -> Part {
+    pub(crate) fn answer_ask(&mut self, ask: &Ask, now_ms: i64) -> Part {
         match ask {
             Ask::Messages(cmd) => Part::Messages(self.query_part(cmd).unwrap_or_default()),
             Ask::TopicsOfGroup(group) => Part::Names(
@@ -295,6 +417,7 @@ impl ShardHandler {
                 }
                 Part::Queues(figures)
             }
+            Ask::Reset(reset) => Part::Reset(self.reset_owned(reset, now_ms)),
         }
     }
 
@@ -325,7 +448,7 @@ impl ShardHandler {
     }
 
     /// Another shard's part of gathering `query`.
-    pub(crate) fn on_part(&mut self, query: u64, part: Part) {
+    pub(crate) fn on_part(&mut self, query: u64, part: Part, now_ms: i64) {
         let Some(gathering) = self.gatherings.get_mut(&query) else {
             return;
         };
@@ -334,17 +457,17 @@ impl ShardHandler {
         if gathering.missing == 0
             && let Some(done) = self.gatherings.remove(&query)
         {
-            self.gathered(done);
+            self.gathered(done, now_ms);
         }
     }
 
     /// Every part is in: answer, or start the next round.
-    fn gathered(&mut self, done: Gathering) {
+    fn gathered(&mut self, done: Gathering, now_ms: i64) {
         let answer = match (done.goal, done.merged) {
             (Goal::Messages { .. }, Part::Messages(merged)) => super::query::answer(merged),
             (Goal::GroupTopicsForStats { group }, Part::Names(topics)) => {
                 let (goal, ask) = self.consume_stats_round(group, topics.into_iter().collect());
-                return self.gather(done.reply, goal, ask);
+                return self.gather(done.reply, goal, ask, now_ms);
             }
             (Goal::TopicStats, Part::Queues(figures)) => {
                 let table = TopicStatsTable {
@@ -399,6 +522,25 @@ impl ShardHandler {
                 };
                 json_success(|body| list.to_json(body, JsonStyle::Java))
             }
+            (Goal::Reset { topic }, Part::Reset(Ok(offsets))) => {
+                let body = ResetOffsetBody {
+                    offset_table: offsets
+                        .into_iter()
+                        .map(|(queue_id, offset)| {
+                            let queue = MessageQueue::new(
+                                &topic,
+                                &self.settings.broker_name,
+                                queue_id as i32,
+                            );
+                            (queue, offset)
+                        })
+                        .collect(),
+                };
+                json_success(|out| body.to_json(out, JsonStyle::Java))
+            }
+            (Goal::Reset { .. }, Part::Reset(Err(remark))) => {
+                response(response_code::SYSTEM_ERROR, remark)
+            }
             (goal, merged) => {
                 unreachable!("a gathering's parts match its ask: {goal:?} got {merged:?}")
             }
@@ -427,6 +569,11 @@ fn merge(goal: &Goal, merged: &mut Part, part: Part) {
         }
         (Part::Names(merged), Part::Names(part)) => merged.extend(part),
         (Part::Queues(merged), Part::Queues(part)) => merged.extend(part),
+        (Part::Reset(merged), Part::Reset(part)) => match (merged.as_mut(), part) {
+            (Ok(merged), Ok(part)) => merged.extend(part),
+            (Ok(_), Err(remark)) => *merged = Err(remark),
+            (Err(_), _) => {}
+        },
         (merged, part) => unreachable!("parts of one ask differ: {merged:?} and {part:?}"),
     }
 }
@@ -489,8 +636,8 @@ mod tests {
     }
 
     #[test]
-    fn gathered_codes_are_the_five_of_the_table() {
-        for code in [12, 202, 208, 300, 343] {
+    fn gathered_codes_are_the_six_of_the_table() {
+        for code in [12, 202, 208, 222, 300, 343] {
             assert!(is_gathered(code), "{code}");
         }
         assert!(!is_gathered(request_code::PULL_MESSAGE));

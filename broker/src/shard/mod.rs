@@ -17,8 +17,8 @@
 //! send to the owner behind it; CONSUMER_SEND_MSG_BACK goes to the shard in
 //! the top byte of its CommitLog offset (VIEW_MESSAGE_BY_ID too); client
 //! and admin commands go to shard 0; QUERY_MESSAGE, GET_TOPIC_STATS_INFO,
-//! GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO and
-//! QUERY_TOPICS_BY_CONSUMER gather a part from every shard where they
+//! GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO, QUERY_TOPICS_BY_CONSUMER
+//! and INVOKE_BROKER_TO_RESET_OFFSET gather a part from every shard where they
 //! arrived ([`gather`]), GET_BROKER_RUNTIME_INFO on shard 0; anything else is
 //! answered where it arrived (REQUEST_CODE_NOT_SUPPORTED for unknown codes).
 //!
@@ -524,7 +524,7 @@ impl ShardHandler {
             }
             request_code::CONSUMER_SEND_MSG_BACK => self.send_back(request, now_ms),
             request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),
-            code if gather::is_gathered(code) => self.gather_request(request),
+            code if gather::is_gathered(code) => self.gather_request(request, now_ms),
             request_code::RINGMQ_REPLICA_PULL | request_code::RINGMQ_REPLICA_OFFSETS
                 if !self.settings.is_master =>
             {
@@ -587,12 +587,12 @@ impl ShardHandler {
                 }
                 ShardMsg::Stats(query, stats) => self.on_shard_stats(query, &stats, now_ms),
                 ShardMsg::Ask { query, from, ask } => {
-                    let part = Box::new(self.answer_ask(&ask));
+                    let part = Box::new(self.answer_ask(&ask, now_ms));
                     if let Some(links) = &mut self.links {
                         links.send(from, ShardMsg::Part(query, part));
                     }
                 }
-                ShardMsg::Part(query, part) => self.on_part(query, *part),
+                ShardMsg::Part(query, part) => self.on_part(query, *part, now_ms),
                 ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
                 ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
                 ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),

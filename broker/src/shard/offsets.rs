@@ -128,7 +128,7 @@ impl ShardHandler {
     /// timestamps: Lower, the first offset stored at or after `timestamp`;
     /// Upper, the last stored at or before it. Past the end: the max
     /// offset; before the start: the min offset.
-    fn search_offset(
+    pub(crate) fn search_offset(
         &mut self,
         topic: &str,
         queue_id: i32,

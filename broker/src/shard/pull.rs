@@ -356,6 +356,38 @@ impl ShardHandler {
                 return self.reply(request.reply, answer);
             }
         };
+        // A reset waiting for this group's pull of the queue (server-side
+        // reset, `super::gather`) is handed over as PULL_OFFSET_MOVED with
+        // the new offset; the consumer moves there. A pull already at that
+        // offset just goes on. Either way the pull's commit offset, from
+        // before the reset, is not stored.
+        let reset = self
+            .offsets
+            .take_reset(&header.consumer_group, &header.topic, header.queue_id);
+        if let Some(reset) = reset
+            && reset != header.queue_offset
+        {
+            let queue_id = header.queue_id as u32;
+            let store = self.store();
+            let moved = PullMessageResponseHeader {
+                suggest_which_broker_id: 0,
+                next_begin_offset: reset,
+                min_offset: store.queue_min_offset(&header.topic, queue_id) as i64,
+                max_offset: store.queue_max_offset(&header.topic, queue_id) as i64,
+                offset_delta: None,
+                topic_sys_flag: Some(topic_sys_flag),
+                group_sys_flag: Some(group_sys_flag),
+                forbidden_type: None,
+            };
+            let remark = format!(
+                "the offset of group {} on queue {} was reset to {reset}",
+                header.consumer_group, header.queue_id
+            );
+            let answer =
+                RemotingCommand::new_response(response_code::PULL_OFFSET_MOVED, 0, Some(remark))
+                    .with_custom_header(&moved);
+            return self.reply(request.reply, answer);
+        }
         let max_bytes = header
             .max_msg_bytes
             .filter(|bytes| *bytes > 0)
@@ -415,7 +447,7 @@ impl ShardHandler {
                 )),
             ),
         };
-        if first && flags.has_commit_offset() && self.settings.is_master {
+        if first && flags.has_commit_offset() && self.settings.is_master && reset.is_none() {
             self.offsets.commit_from_pull(
                 &header.consumer_group,
                 &header.topic,

@@ -6,7 +6,8 @@
 //! QUERY_TOPIC_CONSUME_BY_WHO (300), QUERY_TOPICS_BY_CONSUMER (343),
 //! DELETE_SUBSCRIPTIONGROUP (207), GET_SUBSCRIPTIONGROUP_CONFIG (352),
 //! GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_BROKER_CONFIG (26) response,
-//! GET_CONSUMER_RUNNING_INFO (307). GET_BROKER_RUNTIME_INFO (28) and
+//! GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222).
+//! GET_BROKER_RUNTIME_INFO (28) and
 //! UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) have no header.
 //!
 //! # Invariants
@@ -113,6 +114,39 @@ impl GetConsumeStatsRequestHeader {
             .unwrap_or("")
             .split(';')
             .filter(|topic| !topic.is_empty())
+    }
+}
+
+custom_header! {
+    /// `ResetOffsetRequestHeader` (INVOKE_BROKER_TO_RESET_OFFSET): the
+    /// group's offsets on the topic to `offset`, or to the first message
+    /// stored at or after `timestamp` (a negative timestamp: the max offset).
+    pub struct ResetOffsetRequestHeader {
+        /// `topic`.
+        topic: required String = "topic",
+        /// `group`.
+        group: required String = "group",
+        /// `queueId`: one queue, or -1 (the Java default) for all.
+        queue_id: optional i32 = "queueId",
+        /// `offset`: the target offset of that one queue; -1 or absent: by
+        /// timestamp.
+        offset: optional i64 = "offset",
+        /// `timestamp` in ms.
+        timestamp: required i64 = "timestamp",
+        /// `isForce` (what 4.x brokers used; a 5.x broker resets either way).
+        is_force: optional bool = "isForce",
+    }
+}
+
+impl ResetOffsetRequestHeader {
+    /// The one queue asked for, if any.
+    pub fn queue(&self) -> Option<i32> {
+        self.queue_id.filter(|queue| *queue >= 0)
+    }
+
+    /// The explicit target offset, if any.
+    pub fn target_offset(&self) -> Option<i64> {
+        self.offset.filter(|offset| *offset != -1)
     }
 }
 
@@ -234,6 +268,40 @@ mod tests {
         assert_eq!(
             GetConsumeStatsRequestHeader::from_ext(&header.to_ext_fields()).unwrap(),
             header
+        );
+    }
+
+    #[test]
+    fn reset_offset_reads_what_the_java_admin_sends() {
+        // MQClientAPIImpl.invokeBrokerToResetOffset: every queue, by time.
+        let ext: ExtFields = [
+            ("topic", "T"),
+            ("group", "G"),
+            ("queueId", "-1"),
+            ("offset", "-1"),
+            ("timestamp", "1700000000000"),
+            ("isForce", "true"),
+            ("lo", "false"),
+        ]
+        .into_iter()
+        .collect();
+        let header = ResetOffsetRequestHeader::from_ext(&ext).unwrap();
+        assert_eq!((header.queue(), header.target_offset()), (None, None));
+        assert_eq!(header.timestamp, 1_700_000_000_000);
+        // The variant with one queue and an explicit offset.
+        let one = ResetOffsetRequestHeader {
+            queue_id: Some(3),
+            offset: Some(42),
+            is_force: None,
+            ..header
+        };
+        let back = ResetOffsetRequestHeader::from_ext(&one.to_ext_fields()).unwrap();
+        assert_eq!((back.queue(), back.target_offset()), (Some(3), Some(42)));
+        let mut without_timestamp = ext.clone();
+        without_timestamp.remove("timestamp");
+        assert_eq!(
+            ResetOffsetRequestHeader::from_ext(&without_timestamp),
+            Err(DecodeError::MissingField { name: "timestamp" })
         );
     }
 
