@@ -218,6 +218,21 @@ impl ConsumerOffsetTable {
             .is_some_and(|queues| queues.contains_key(&queue_id))
     }
 
+    /// Replaces `dest`'s offsets of `topic` with a copy of `src`'s
+    /// (CLONE_GROUP_OFFSET, Java's `cloneOffset`); nothing when `src` has
+    /// none. Returns how many queues were copied.
+    pub fn clone_offsets(&mut self, src: &str, dest: &str, topic: &str, now_ms: i64) -> usize {
+        let Some(queues) = self.offsets.get(&offset_key(topic, src)).cloned() else {
+            return 0;
+        };
+        let copied = queues.len();
+        self.offsets.insert(offset_key(topic, dest), queues);
+        self.dirty = true;
+        self.data_version.counter += 1;
+        self.data_version.timestamp = now_ms;
+        copied
+    }
+
     /// Removes every group's offsets of `topic` (DELETE_TOPIC_IN_BROKER);
     /// returns how many `topic@group` entries went.
     pub fn remove_topic(&mut self, topic: &str) -> usize {
@@ -629,6 +644,27 @@ mod tests {
         table.assign_reset("g", retry, 1, 0, NOW);
         table.remove_group("g");
         assert!(!table.reset_pending("g", retry, 1));
+    }
+
+    #[test]
+    fn cloning_replaces_the_destination_groups_offsets_of_the_topic_only() {
+        let mut table = ConsumerOffsetTable::new(NOW);
+        table.commit("src", "T", 0, 10, NOW);
+        table.commit("src", "T", 2, 12, NOW);
+        table.commit("src", "U", 0, 99, NOW);
+        table.commit("dest", "T", 4, 40, NOW);
+        table.commit("dest", "U", 0, 1, NOW);
+        assert_eq!(table.clone_offsets("src", "dest", "T", NOW + 1), 2);
+        assert_eq!(table.offsets_of("dest", "T"), table.offsets_of("src", "T"));
+        assert_eq!(table.query("dest", "T", 4), None, "replaced, not merged");
+        assert_eq!(
+            table.query("dest", "U", 0),
+            Some(1),
+            "other topics untouched"
+        );
+        assert_eq!(table.clone_offsets("nobody", "dest", "U", NOW), 0);
+        assert_eq!(table.query("dest", "U", 0), Some(1));
+        assert!(table.is_dirty());
     }
 
     #[test]

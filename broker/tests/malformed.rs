@@ -576,6 +576,8 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             (request_code::QUERY_TOPICS_BY_CONSUMER, "group"),
             (request_code::GET_TOPIC_CONFIG, "topic"),
             (request_code::INVOKE_BROKER_TO_RESET_OFFSET, "topic"),
+            (request_code::QUERY_SUBSCRIPTION_BY_CONSUMER, "group"),
+            (request_code::CLONE_GROUP_OFFSET, "srcGroup"),
         ] {
             let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
             assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");

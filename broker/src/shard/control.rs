@@ -41,11 +41,15 @@ use std::sync::mpsc::Sender;
 use bytes::Bytes;
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
-use ringmq_protocol::header::SendMessageRequestHeader;
+use ringmq_protocol::header::{
+    GetBrokerConfigResponseHeader, QuerySubscriptionByConsumerRequestHeader,
+    SendMessageRequestHeader,
+};
+use ringmq_protocol::json::{DataVersion, JsonStyle, QuerySubscriptionResponseBody, TopicList};
 
 use super::link::{Request, ShardMsg};
 use super::subs::SubscriptionSnapshot;
-use super::{ShardHandler, response};
+use super::{ShardHandler, json_success, response, success};
 use crate::client_registry::{
     CHANNEL_SCAN_INTERVAL_MS, ChannelId, ClientRegistry, ControlView, Notification, Peer,
 };
@@ -392,6 +396,42 @@ impl ShardHandler {
             request_code::CHECK_CLIENT_CONFIG => {
                 check_client_config(cmd, self.settings.broker_config.enable_property_filter)
             }
+            request_code::GET_BROKER_CONFIG => self.broker_config_answer(),
+            request_code::UPDATE_BROKER_CONFIG => response(
+                response_code::REQUEST_CODE_NOT_SUPPORTED,
+                "ringmq does not change its configuration while it runs: set the keys in \
+                 broker.conf (or as --KEY=VALUE) and restart the broker",
+            ),
+            request_code::GET_SYSTEM_TOPIC_LIST_FROM_BROKER => {
+                let topics = &self.control().topics;
+                let list = TopicList {
+                    topic_list: topics
+                        .snapshot()
+                        .iter()
+                        .map(|(topic, _)| topic)
+                        .filter(|topic| topics.is_system_topic(topic))
+                        .map(str::to_owned)
+                        .collect(),
+                    broker_addr: None,
+                };
+                json_success(|body| list.to_json(body, JsonStyle::Java))
+            }
+            request_code::QUERY_SUBSCRIPTION_BY_CONSUMER => {
+                match cmd.decode_custom_header::<QuerySubscriptionByConsumerRequestHeader>() {
+                    Ok(header) => {
+                        let answer = QuerySubscriptionResponseBody {
+                            subscription_data: self
+                                .subs
+                                .subscription(&header.group, &header.topic)
+                                .cloned(),
+                            group: header.group,
+                            topic: header.topic,
+                        };
+                        json_success(|body| answer.to_json(body, JsonStyle::Java))
+                    }
+                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
+                }
+            }
             code => response(
                 response_code::REQUEST_CODE_NOT_SUPPORTED,
                 format!(" request type {code} not supported"),
@@ -501,6 +541,24 @@ impl ShardHandler {
         if let Some(links) = &mut self.links {
             links.broadcast(|| ShardMsg::StatsRequest(query));
         }
+    }
+
+    /// GET_BROKER_CONFIG (26): `--print-config`'s text, as Java's
+    /// properties; the version never moves (nothing changes at run time).
+    fn broker_config_answer(&self) -> RemotingCommand {
+        let version = DataVersion {
+            timestamp: self.stats.boot_timestamp_ms,
+            counter: 0,
+            state_version: 0,
+        };
+        let mut text = Vec::new();
+        version.to_json(&mut text, JsonStyle::Java);
+        let header = GetBrokerConfigResponseHeader {
+            version: String::from_utf8_lossy(&text).into_owned(),
+        };
+        success()
+            .with_custom_header(&header)
+            .with_body(Bytes::from(self.settings.broker_config.print_config()))
     }
 
     fn runtime_answer(&self, stats: &RuntimeStats, now_ms: i64) -> RemotingCommand {

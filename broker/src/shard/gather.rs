@@ -16,6 +16,7 @@
 //! | GET_CONSUME_STATS (208) | without a topic, first the topics the group has offsets for; then per owned queue the max offset, the group's offset and the store time of the last message it consumed | `ConsumeStats` |
 //! | QUERY_TOPIC_CONSUME_BY_WHO (300) | groups with offsets on the topic | `GroupList`, with the online groups subscribed to it |
 //! | QUERY_TOPICS_BY_CONSUMER (343) | topics the group has offsets for | `TopicList` with this broker's address |
+//! | CLONE_GROUP_OFFSET (314) | without a topic, first the topics the source group has offsets for; then copy its offsets of each owned queue to the destination group | SUCCESS |
 //! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
 //!
 //! As in Java, GET_TOPIC_STATS_INFO covers `max(readQueueNums,
@@ -41,12 +42,11 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
-    BoundaryType, GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader,
-    QueryMessageRequestHeader, QueryTopicConsumeByWhoRequestHeader,
+    BoundaryType, CloneGroupOffsetRequestHeader, GetConsumeStatsRequestHeader,
+    GetTopicStatsInfoRequestHeader, QueryMessageRequestHeader, QueryTopicConsumeByWhoRequestHeader,
     QueryTopicsByConsumerRequestHeader, ResetOffsetRequestHeader,
 };
 use ringmq_protocol::json::{
@@ -56,7 +56,7 @@ use ringmq_protocol::json::{
 
 use super::link::{ReplyTo, Request, ShardMsg};
 use super::query::{QueryPart, merge_records, query_limit};
-use super::{ShardHandler, response, success};
+use super::{ShardHandler, json_success, response, success};
 
 /// What the arrival shard asks the others for.
 #[derive(Debug, Clone)]
@@ -79,6 +79,15 @@ pub enum Ask {
     },
     /// Reset the group's offsets of the queues this shard owns.
     Reset(Box<ResetAsk>),
+    /// Copy `src`'s offsets of these topics to `dest`.
+    CloneOffsets {
+        /// The source group.
+        src: String,
+        /// The destination group.
+        dest: String,
+        /// The topics.
+        topics: Vec<String>,
+    },
 }
 
 /// An INVOKE_BROKER_TO_RESET_OFFSET, checked.
@@ -109,6 +118,8 @@ pub enum Part {
     Queues(Vec<QueueFigures>),
     /// The new offsets by queue id, or why the reset was refused.
     Reset(Result<Vec<(u32, i64)>, String>),
+    /// Done, nothing to report.
+    Done,
 }
 
 /// One queue's figures.
@@ -149,6 +160,13 @@ enum Goal {
     Reset {
         topic: String,
     },
+    /// CLONE_GROUP_OFFSET without a topic: the source group's topics first.
+    GroupTopicsForClone {
+        src: String,
+        dest: String,
+        offline: bool,
+    },
+    CloneOffsets,
 }
 
 /// A request waiting for the other shards' parts.
@@ -170,6 +188,7 @@ pub(crate) fn is_gathered(code: i32) -> bool {
             | request_code::QUERY_TOPIC_CONSUME_BY_WHO
             | request_code::QUERY_TOPICS_BY_CONSUMER
             | request_code::INVOKE_BROKER_TO_RESET_OFFSET
+            | request_code::CLONE_GROUP_OFFSET
     )
 }
 
@@ -241,6 +260,28 @@ impl ShardHandler {
                 let header: QueryTopicsByConsumerRequestHeader =
                     cmd.decode_custom_header().map_err(bad)?;
                 Ok((Goal::TopicsByConsumer, Ask::TopicsOfGroup(header.group)))
+            }
+            request_code::CLONE_GROUP_OFFSET => {
+                let header: CloneGroupOffsetRequestHeader =
+                    cmd.decode_custom_header().map_err(bad)?;
+                let offline = header.offline.unwrap_or(false);
+                match header.topic.filter(|topic| !topic.trim().is_empty()) {
+                    Some(topic) => Ok(self.clone_round(
+                        header.src_group,
+                        header.dest_group,
+                        offline,
+                        vec![topic],
+                    )),
+                    None => {
+                        let ask = Ask::TopicsOfGroup(header.src_group.clone());
+                        let goal = Goal::GroupTopicsForClone {
+                            src: header.src_group,
+                            dest: header.dest_group,
+                            offline,
+                        };
+                        Ok((goal, ask))
+                    }
+                }
             }
             request_code::INVOKE_BROKER_TO_RESET_OFFSET => {
                 let header: ResetOffsetRequestHeader = cmd.decode_custom_header().map_err(bad)?;
@@ -338,11 +379,35 @@ impl ShardHandler {
         Ok(reset)
     }
 
-    /// GET_CONSUME_STATS's queue round over `topics`: the configured ones,
-    /// less those an online group with subscriptions does not subscribe to.
-    fn consume_stats_round(&self, group: String, topics: Vec<String>) -> (Goal, Ask) {
-        let subscribed = self.subs.topics_of(&group);
-        let kept: Vec<(String, u32)> = topics
+    /// CLONE_GROUP_OFFSET's copy round over `topics`: the configured ones,
+    /// less, unless `offline`, those the source group (online with
+    /// subscriptions) does not subscribe to, as Java's `cloneGroupOffset`.
+    fn clone_round(
+        &self,
+        src: String,
+        dest: String,
+        offline: bool,
+        topics: Vec<String>,
+    ) -> (Goal, Ask) {
+        let topics = if offline {
+            topics
+                .into_iter()
+                .filter(|topic| self.topics.contains(topic))
+                .collect()
+        } else {
+            self.subscribed_topics(&src, topics)
+                .into_iter()
+                .map(|(topic, _)| topic)
+                .collect()
+        };
+        (Goal::CloneOffsets, Ask::CloneOffsets { src, dest, topics })
+    }
+
+    /// The configured `topics` (with their read queue counts), less those
+    /// an online `group` with subscriptions does not subscribe to.
+    fn subscribed_topics(&self, group: &str, topics: Vec<String>) -> Vec<(String, u32)> {
+        let subscribed = self.subs.topics_of(group);
+        topics
             .into_iter()
             .filter(|topic| {
                 subscribed.as_ref().is_none_or(|subscribed| {
@@ -353,9 +418,14 @@ impl ShardHandler {
                 let queues = self.topics.get(&topic)?.read_queue_nums.max(0) as u32;
                 Some((topic, queues))
             })
-            .collect();
+            .collect()
+    }
+
+    /// GET_CONSUME_STATS's queue round over `topics`: the configured ones,
+    /// less those an online group with subscriptions does not subscribe to.
+    fn consume_stats_round(&self, group: String, topics: Vec<String>) -> (Goal, Ask) {
         let ask = Ask::Queues {
-            topics: kept,
+            topics: self.subscribed_topics(&group, topics),
             group: Some(group),
         };
         (Goal::ConsumeStats, ask)
@@ -418,6 +488,12 @@ impl ShardHandler {
                 Part::Queues(figures)
             }
             Ask::Reset(reset) => Part::Reset(self.reset_owned(reset, now_ms)),
+            Ask::CloneOffsets { src, dest, topics } => {
+                for topic in topics {
+                    self.offsets.clone_offsets(src, dest, topic, now_ms);
+                }
+                Part::Done
+            }
         }
     }
 
@@ -538,6 +614,12 @@ impl ShardHandler {
                 };
                 json_success(|out| body.to_json(out, JsonStyle::Java))
             }
+            (Goal::GroupTopicsForClone { src, dest, offline }, Part::Names(topics)) => {
+                let (goal, ask) =
+                    self.clone_round(src, dest, offline, topics.into_iter().collect());
+                return self.gather(done.reply, goal, ask, now_ms);
+            }
+            (Goal::CloneOffsets, Part::Done) => success(),
             (Goal::Reset { .. }, Part::Reset(Err(remark))) => {
                 response(response_code::SYSTEM_ERROR, remark)
             }
@@ -569,6 +651,7 @@ fn merge(goal: &Goal, merged: &mut Part, part: Part) {
         }
         (Part::Names(merged), Part::Names(part)) => merged.extend(part),
         (Part::Queues(merged), Part::Queues(part)) => merged.extend(part),
+        (Part::Done, Part::Done) => {}
         (Part::Reset(merged), Part::Reset(part)) => match (merged.as_mut(), part) {
             (Ok(merged), Ok(part)) => merged.extend(part),
             (Ok(_), Err(remark)) => *merged = Err(remark),
@@ -576,13 +659,6 @@ fn merge(goal: &Goal, merged: &mut Part, part: Part) {
         },
         (merged, part) => unreachable!("parts of one ask differ: {merged:?} and {part:?}"),
     }
-}
-
-/// SUCCESS with the JSON body `write` appends.
-fn json_success(write: impl FnOnce(&mut Vec<u8>)) -> RemotingCommand {
-    let mut body = Vec::new();
-    write(&mut body);
-    success().with_body(Bytes::from(body))
 }
 
 #[cfg(test)]
@@ -636,8 +712,8 @@ mod tests {
     }
 
     #[test]
-    fn gathered_codes_are_the_six_of_the_table() {
-        for code in [12, 202, 208, 222, 300, 343] {
+    fn gathered_codes_are_the_seven_of_the_table() {
+        for code in [12, 202, 208, 222, 300, 314, 343] {
             assert!(is_gathered(code), "{code}");
         }
         assert!(!is_gathered(request_code::PULL_MESSAGE));

@@ -18,8 +18,9 @@
 //! the top byte of its CommitLog offset (VIEW_MESSAGE_BY_ID too); client
 //! and admin commands go to shard 0; QUERY_MESSAGE, GET_TOPIC_STATS_INFO,
 //! GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO, QUERY_TOPICS_BY_CONSUMER
-//! and INVOKE_BROKER_TO_RESET_OFFSET gather a part from every shard where they
-//! arrived ([`gather`]), GET_BROKER_RUNTIME_INFO on shard 0; anything else is
+//! INVOKE_BROKER_TO_RESET_OFFSET and CLONE_GROUP_OFFSET gather a part from
+//! every shard where they arrived ([`gather`]), GET_BROKER_RUNTIME_INFO on
+//! shard 0; anything else is
 //! answered where it arrived (REQUEST_CODE_NOT_SUPPORTED for unknown codes).
 //!
 //! # Invariants
@@ -168,6 +169,13 @@ pub(crate) fn response(code: i32, remark: impl Into<String>) -> RemotingCommand 
 /// A SUCCESS response without remark.
 pub(crate) fn success() -> RemotingCommand {
     RemotingCommand::new_response(response_code::SUCCESS, 0, None)
+}
+
+/// SUCCESS with the JSON body `write` appends.
+pub(crate) fn json_success(write: impl FnOnce(&mut Vec<u8>)) -> RemotingCommand {
+    let mut body = Vec::new();
+    write(&mut body);
+    success().with_body(bytes::Bytes::from(body))
 }
 
 /// The `pick`-th choice of a queue among `write_queue_nums` for shard `id`
@@ -411,6 +419,10 @@ impl ShardHandler {
             | request_code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG
             | request_code::DELETE_SUBSCRIPTIONGROUP
             | request_code::GET_BROKER_RUNTIME_INFO
+            | request_code::GET_BROKER_CONFIG
+            | request_code::UPDATE_BROKER_CONFIG
+            | request_code::GET_SYSTEM_TOPIC_LIST_FROM_BROKER
+            | request_code::QUERY_SUBSCRIPTION_BY_CONSUMER
             | request_code::END_TRANSACTION
             | request_code::CHECK_CLIENT_CONFIG
             | request_code::SEND_REPLY_MESSAGE

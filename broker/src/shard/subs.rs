@@ -155,6 +155,11 @@ impl SubscriptionSnapshot {
         Some(info.topics.keys().map(String::as_str).collect())
     }
 
+    /// An online `group`'s subscription of `topic`.
+    pub fn subscription(&self, group: &str, topic: &str) -> Option<&SubscriptionData> {
+        self.groups.get(group)?.topics.get(topic)
+    }
+
     /// The online groups subscribed to `topic`.
     pub fn groups_of_topic<'a>(&'a self, topic: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.groups

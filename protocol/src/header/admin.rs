@@ -6,7 +6,8 @@
 //! QUERY_TOPIC_CONSUME_BY_WHO (300), QUERY_TOPICS_BY_CONSUMER (343),
 //! DELETE_SUBSCRIPTIONGROUP (207), GET_SUBSCRIPTIONGROUP_CONFIG (352),
 //! GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_BROKER_CONFIG (26) response,
-//! GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222).
+//! GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222),
+//! QUERY_SUBSCRIPTION_BY_CONSUMER (345), CLONE_GROUP_OFFSET (314).
 //! GET_BROKER_RUNTIME_INFO (28) and
 //! UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) have no header.
 //!
@@ -147,6 +148,32 @@ impl ResetOffsetRequestHeader {
     /// The explicit target offset, if any.
     pub fn target_offset(&self) -> Option<i64> {
         self.offset.filter(|offset| *offset != -1)
+    }
+}
+
+custom_header! {
+    /// `QuerySubscriptionByConsumerRequestHeader`.
+    pub struct QuerySubscriptionByConsumerRequestHeader {
+        /// `group`.
+        group: required String = "group",
+        /// `topic`.
+        topic: required String = "topic",
+    }
+}
+
+custom_header! {
+    /// `CloneGroupOffsetRequestHeader`: copy `srcGroup`'s offsets of the
+    /// topic (every topic it has offsets for when absent) to `destGroup`.
+    pub struct CloneGroupOffsetRequestHeader {
+        /// `srcGroup`.
+        src_group: required String = "srcGroup",
+        /// `destGroup`.
+        dest_group: required String = "destGroup",
+        /// `topic`.
+        topic: optional String = "topic",
+        /// `offline`: skip the check that an online source group subscribes
+        /// to the topic.
+        offline: optional bool = "offline",
     }
 }
 

@@ -11,6 +11,7 @@
 //!                      "minOffset":..}},"topicPutTps":0.0}
 //! TopicList           {"brokerAddr":..?,"topicList":[..]}     GroupList {"groupList":[..]}
 //! KVTable             {"table":{k:v}}                          ResetOffsetBody {"offsetTable":{{MessageQueue}:5}}
+//! QuerySubscriptionResponseBody {"group":..,"subscriptionData":SubscriptionData?,"topic":..}
 //! ```
 //!
 //! `MessageQueue`-keyed maps are written in fastjson's native object-key
@@ -289,6 +290,48 @@ impl JsonBean for TopicStatsTable {
     }
 }
 json_body!(TopicStatsTable);
+
+/// QUERY_SUBSCRIPTION_BY_CONSUMER response body.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QuerySubscriptionResponseBody {
+    /// `group`.
+    pub group: String,
+    /// `subscriptionData`: the online group's subscription of the topic;
+    /// omitted (Java's null) when it has none.
+    pub subscription_data: Option<SubscriptionData>,
+    /// `topic`.
+    pub topic: String,
+}
+
+impl JsonBean for QuerySubscriptionResponseBody {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_str("group", &self.group);
+        if let Some(data) = &self.subscription_data {
+            w.member("subscriptionData");
+            data.write_json(w);
+        }
+        w.field_str("topic", &self.topic);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        let subscription_data = match m.value("subscriptionData") {
+            Some(data) => Some(SubscriptionData::read_json(
+                data,
+                &m.path_of("subscriptionData"),
+            )?),
+            None => None,
+        };
+        Ok(Self {
+            group: m.string_or_empty("group")?,
+            subscription_data,
+            topic: m.string_or_empty("topic")?,
+        })
+    }
+}
+json_body!(QuerySubscriptionResponseBody);
 
 /// A list of topic names (GET_ALL_TOPIC_LIST_FROM_NAMESERVER and others).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -605,5 +648,36 @@ mod tests {
         assert_eq!(ResetOffsetBody::from_json(&out).unwrap(), reset);
         let list = TopicList::from_json(br#"{"brokerAddr":"a:1","topicList":["A","B"]}"#).unwrap();
         assert_eq!(list.broker_addr.as_deref(), Some("a:1"));
+    }
+
+    #[test]
+    fn a_subscription_query_omits_a_missing_subscription_and_round_trips() {
+        let mut body = QuerySubscriptionResponseBody {
+            group: "g".into(),
+            subscription_data: None,
+            topic: "T".into(),
+        };
+        let mut out = Vec::new();
+        body.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(out, br#"{"group":"g","topic":"T"}"#);
+        body.subscription_data = Some(SubscriptionData {
+            topic: "T".into(),
+            sub_string: "a || b".into(),
+            tags_set: vec!["a".into(), "b".into()],
+            code_set: vec![97, 98],
+            sub_version: 5,
+            ..SubscriptionData::default()
+        });
+        out.clear();
+        body.to_json(&mut out, JsonStyle::Java);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            text.starts_with(r#"{"group":"g","subscriptionData":{"#),
+            "{text}"
+        );
+        assert_eq!(
+            QuerySubscriptionResponseBody::from_json(&out).unwrap(),
+            body
+        );
     }
 }

@@ -9,6 +9,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
@@ -23,6 +25,7 @@ import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
+import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -30,10 +33,12 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
- * What {@code mqadmin topicStatus}, {@code consumerProgress}, {@code topicConsumeByWho} and the
- * dashboard ask a broker, through {@link DefaultMQAdminExt}: GET_TOPIC_STATS_INFO,
- * GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO and QUERY_TOPICS_BY_CONSUMER. The topic's queues
- * live on both shards of the broker, so every answer merges both shards' parts.
+ * What {@code mqadmin topicStatus}, {@code consumerProgress}, {@code topicConsumeByWho},
+ * {@code getBrokerConfig}, {@code cloneGroupOffset} and the dashboard ask a broker, through
+ * {@link DefaultMQAdminExt}: GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO,
+ * QUERY_TOPICS_BY_CONSUMER, GET_BROKER_CONFIG, QUERY_SUBSCRIPTION_BY_CONSUMER,
+ * GET_SYSTEM_TOPIC_LIST_FROM_BROKER and CLONE_GROUP_OFFSET. The topic's queues live on both shards
+ * of the broker, so the answers about queues merge both shards' parts.
  *
  * <p>Queue {@code q} gets {@code q + 2} messages, which a lite pull consumer polls and commits;
  * then {@code q} more, which it leaves (it stays online and subscribed, but is not polled again).
@@ -156,6 +161,50 @@ class AdminStatsIT {
                 "groups consuming " + topic);
         assertTrue(admin.queryTopicsByConsumer(group).getTopicList().contains(topic),
                 "topics of " + group);
+    }
+
+    @Test
+    void theBrokerConfigIsTheOneItRunsWith() throws Exception {
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        Properties config = admin.getBrokerConfig(addr);
+        assertEquals("java-admin-stats", config.getProperty("brokerName"), "brokerName in " + config);
+        assertEquals(addr.substring(addr.lastIndexOf(':') + 1), config.getProperty("listenPort"));
+        assertEquals("ASYNC_FLUSH", config.getProperty("flushDiskType"));
+    }
+
+    /** ringmq's limit (Apache RocketMQ applies such a change): the configuration is fixed while it runs. */
+    @Test
+    void updatingTheBrokerConfigIsRefused() throws Exception {
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        Properties change = new Properties();
+        change.setProperty("fileReservedTime", "48");
+        MQBrokerException refused = assertThrows(MQBrokerException.class, () -> admin.updateBrokerConfig(addr, change));
+        assertEquals(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, refused.getResponseCode(), refused.getMessage());
+    }
+
+    @Test
+    void theOnlineGroupsSubscriptionAndTheUserTopicsAreListed() throws Exception {
+        SubscriptionData subscription = admin.querySubscription(group, topic);
+        assertNotNull(subscription, "subscription of " + group);
+        assertEquals(topic, subscription.getTopic());
+        assertEquals("*", subscription.getSubString());
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        Set<String> user = admin.getUserTopicConfig(addr, false, ItSupport.ADMIN_TIMEOUT_MS)
+                .getTopicConfigTable().keySet();
+        assertTrue(user.contains(topic), topic + " in " + user);
+        for (String system : List.of("TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")) {
+            assertTrue(!user.contains(system), system + " is not a user topic: " + user);
+        }
+    }
+
+    @Test
+    void aGroupsOffsetsAreClonedToAnother() throws Exception {
+        String clone = unique("stats-clone");
+        admin.cloneGroupOffset(group, clone, topic, false);
+        for (int q = 0; q < QUEUES; q++) {
+            assertEquals(consumed(q), ItSupport.committedOffset(admin, clone, queues.get(q)),
+                    "cloned offset of queue " + q);
+        }
     }
 
     @Test
