@@ -578,6 +578,7 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             (request_code::INVOKE_BROKER_TO_RESET_OFFSET, "topic"),
             (request_code::QUERY_SUBSCRIPTION_BY_CONSUMER, "group"),
             (request_code::CLONE_GROUP_OFFSET, "srcGroup"),
+            (request_code::GET_CONSUMER_RUNNING_INFO, "consumerGroup"),
         ] {
             let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
             assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");

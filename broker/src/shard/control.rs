@@ -191,7 +191,7 @@ fn peer_of(request: &Request) -> Peer {
 }
 
 impl ShardHandler {
-    fn control(&mut self) -> &mut ControlPlane {
+    pub(crate) fn control(&mut self) -> &mut ControlPlane {
         self.control
             .as_mut()
             .expect("control requests are routed to shard 0")
@@ -397,6 +397,7 @@ impl ShardHandler {
                 check_client_config(cmd, self.settings.broker_config.enable_property_filter)
             }
             request_code::GET_BROKER_CONFIG => self.broker_config_answer(),
+            request_code::GET_CONSUMER_RUNNING_INFO => return self.call_consumer(request, now_ms),
             request_code::UPDATE_BROKER_CONFIG => response(
                 response_code::REQUEST_CODE_NOT_SUPPORTED,
                 "ringmq does not change its configuration while it runs: set the keys in \
@@ -625,6 +626,7 @@ impl ShardHandler {
         let notifications = control.clients.channel_closed(ChannelId(conn.0));
         self.notify(notifications);
         self.publish_subscriptions(now_ms);
+        self.end_client_calls(Some(conn), now_ms);
     }
 
     /// A pull named a group that does not exist: create it if allowed.
@@ -639,6 +641,7 @@ impl ShardHandler {
     /// Periodic control-plane work (client expiry, lock expiry).
     pub(crate) fn control_tick(&mut self, now_ms: i64) {
         self.transaction_tick(now_ms);
+        self.end_client_calls(None, now_ms);
         let Some(control) = self.control.as_mut() else {
             return;
         };

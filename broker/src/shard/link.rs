@@ -90,6 +90,9 @@ pub enum ShardMsg {
     },
     /// This shard's part of a gathering, by the asking shard's id.
     Part(u64, Box<super::gather::Part>),
+    /// A client's answer to a request the broker forwarded to it (to
+    /// shard 0, which waits for it).
+    ClientAnswer(ConnectionId, RemotingCommand),
     /// Shard 0 asks for this shard's runtime counters (query id).
     StatsRequest(u64),
     /// A shard's runtime counters for query `id` (to shard 0).

@@ -32,6 +32,7 @@
 //!   messages, never mutated; the only shared structures are the channels
 //!   a request crosses to reach another shard.
 
+mod client_call;
 pub mod control;
 pub mod gather;
 pub mod link;
@@ -138,6 +139,8 @@ pub struct ShardHandler {
     /// GET_BROKER_RUNTIME_INFO requests waiting for the other shards'
     /// counters (shard 0).
     runtime_queries: HashMap<u64, control::RuntimeQuery>,
+    /// Requests forwarded to clients, waiting for their answers (shard 0).
+    client_calls: client_call::ClientCalls,
     /// Requests waiting for the other shards' parts (`gather`).
     gatherings: HashMap<u64, gather::Gathering>,
     /// The last id given to a gathering or a GET_BROKER_RUNTIME_INFO.
@@ -247,6 +250,7 @@ impl ShardHandler {
             stats: RuntimeStats::new(crate::shard::runtime::wall_clock_ms()),
             tps: TpsSampler::new(),
             runtime_queries: HashMap::new(),
+            client_calls: client_call::ClientCalls::default(),
             gatherings: HashMap::new(),
             next_query: 0,
             delay: schedule::DelayState::new(
@@ -423,6 +427,7 @@ impl ShardHandler {
             | request_code::UPDATE_BROKER_CONFIG
             | request_code::GET_SYSTEM_TOPIC_LIST_FROM_BROKER
             | request_code::QUERY_SUBSCRIPTION_BY_CONSUMER
+            | request_code::GET_CONSUMER_RUNNING_INFO
             | request_code::END_TRANSACTION
             | request_code::CHECK_CLIENT_CONFIG
             | request_code::SEND_REPLY_MESSAGE
@@ -605,6 +610,7 @@ impl ShardHandler {
                     }
                 }
                 ShardMsg::Part(query, part) => self.on_part(query, *part, now_ms),
+                ShardMsg::ClientAnswer(conn, answer) => self.on_client_answer(conn, answer),
                 ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
                 ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
                 ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),
@@ -669,7 +675,8 @@ impl RequestHandler for ShardHandler {
         now_ms: i64,
     ) -> Option<RemotingCommand> {
         if cmd.is_response() {
-            // Answers to one-way notifications do not exist; ignore strays.
+            // A client answering a request the broker forwarded to it.
+            self.on_client_answer(conn, cmd);
             return None;
         }
         let mut cmd = cmd;

@@ -15,6 +15,7 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
@@ -25,6 +26,8 @@ import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
+import org.apache.rocketmq.remoting.protocol.body.ConsumerConnection;
+import org.apache.rocketmq.remoting.protocol.body.ConsumerRunningInfo;
 import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 import org.junit.jupiter.api.BeforeAll;
@@ -205,6 +208,24 @@ class AdminStatsIT {
             assertEquals(consumed(q), ItSupport.committedOffset(admin, clone, queues.get(q)),
                     "cloned offset of queue " + q);
         }
+    }
+
+    @Test
+    void aConsumersRunningInfoComesFromTheConsumerThroughTheBroker() throws Exception {
+        // mqadmin consumerStatus: the connections of the group, then each one's running info,
+        // which the broker asks the consumer for.
+        ConsumerConnection connections = admin.examineConsumerConnectionInfo(group);
+        assertEquals(1, connections.getConnectionSet().size(), "connections " + connections.getConnectionSet());
+        String clientId = connections.getConnectionSet().iterator().next().getClientId();
+        ConsumerRunningInfo info = admin.getConsumerRunningInfo(group, clientId, false);
+        assertTrue(info.getSubscriptionSet().stream().anyMatch(s -> s.getTopic().equals(topic)),
+                "subscriptions " + info.getSubscriptionSet());
+        assertEquals(QUEUES, info.getMqTable().keySet().stream().filter(q -> q.getTopic().equals(topic)).count(),
+                "queues the consumer holds " + info.getMqTable().keySet());
+        MQClientException unknown = assertThrows(MQClientException.class,
+                () -> admin.getConsumerRunningInfo(group, "127.0.0.1@nobody", false));
+        assertEquals(ResponseCode.SYSTEM_ERROR, unknown.getResponseCode(), unknown.getMessage());
+        assertTrue(unknown.getMessage().contains("not online"), unknown.getMessage());
     }
 
     @Test

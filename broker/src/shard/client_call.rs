@@ -1,0 +1,138 @@
+//! Requests the broker answers by asking a client (Java's
+//! `AdminBrokerProcessor.callConsumer` over `Broker2Client.callClient`):
+//! GET_CONSUMER_RUNNING_INFO (307), which `mqadmin consumerStatus` and the
+//! dashboard send for each consumer of a group. Shard 0 owns the client
+//! registry, so it finds the consumer's connection, sends it the request
+//! (same code, header and body, a fresh opaque) and keeps the admin's reply
+//! address; the client's answer, which arrives on whichever shard holds the
+//! client's connection, is sent to shard 0 and relayed as it is.
+//!
+//! ```text
+//!  admin ─ 307 ─▶ shard 0: registry → client's connection ─ 307 ─▶ client
+//!  admin ◀─ client's answer ─ shard 0 ◀─ (ClientAnswer) ─ shard c ◀─ answer ─┘
+//! ```
+//!
+//! # Invariants
+//! - A call is answered exactly once: with the client's answer, or with
+//!   SYSTEM_ERROR when the client is not online, its connection closes, or
+//!   [`CLIENT_CALL_TIMEOUT_MS`] pass (Java's `callClient` timeout).
+//! - An answer nobody waits for (late, or a stray) is dropped.
+
+use std::collections::HashMap;
+
+use ringmq_protocol::code::{flag, response_code};
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::header::GetConsumerRunningInfoRequestHeader;
+
+use super::link::{ReplyTo, Request};
+use super::{ShardHandler, response};
+use crate::client_registry::ChannelId;
+use crate::server::ConnectionId;
+
+/// How long the broker waits for a client's answer (Java: 10 s).
+pub const CLIENT_CALL_TIMEOUT_MS: i64 = 10_000;
+
+/// A call waiting for a client's answer.
+#[derive(Debug)]
+struct PendingCall {
+    reply: ReplyTo,
+    client: String,
+    deadline_ms: i64,
+}
+
+/// Shard 0's calls waiting for clients, by connection and opaque.
+#[derive(Debug, Default)]
+pub(crate) struct ClientCalls {
+    pending: HashMap<(ConnectionId, i32), PendingCall>,
+}
+
+impl ShardHandler {
+    /// GET_CONSUMER_RUNNING_INFO on shard 0: forwards it to the consumer.
+    pub(crate) fn call_consumer(&mut self, request: Box<Request>, now_ms: i64) {
+        let header: GetConsumerRunningInfoRequestHeader = match request.cmd.decode_custom_header() {
+            Ok(header) => header,
+            Err(error) => {
+                let answer = response(response_code::SYSTEM_ERROR, error.to_string());
+                return self.reply(request.reply, answer);
+            }
+        };
+        let channel = self
+            .control()
+            .clients
+            .consumer_channel(&header.consumer_group, &header.client_id);
+        let Some(ChannelId(channel)) = channel else {
+            let remark = format!(
+                "The Consumer <{}> <{}> not online",
+                header.consumer_group, header.client_id
+            );
+            return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+        };
+        let conn = ConnectionId(channel);
+        let mut call = RemotingCommand::new_request(request.cmd.code, request.cmd.ext_fields);
+        if let Some(body) = request.cmd.body {
+            call = call.with_body(body);
+        }
+        self.next_opaque = self.next_opaque.wrapping_add(1);
+        call.opaque = self.next_opaque;
+        call.flag = 0;
+        let pending = PendingCall {
+            reply: request.reply,
+            client: header.client_id,
+            deadline_ms: now_ms.saturating_add(CLIENT_CALL_TIMEOUT_MS),
+        };
+        self.client_calls
+            .pending
+            .insert((conn, call.opaque), pending);
+        self.deliver(conn.tag().into(), conn, call);
+    }
+
+    /// A client's answer on one of this shard's connections.
+    pub(crate) fn on_client_answer(&mut self, conn: ConnectionId, answer: RemotingCommand) {
+        if self.id != 0 {
+            if let Some(links) = &mut self.links {
+                links.send(0, super::link::ShardMsg::ClientAnswer(conn, answer));
+            }
+            return;
+        }
+        let Some(call) = self.client_calls.pending.remove(&(conn, answer.opaque)) else {
+            tracing::debug!(
+                conn = conn.0,
+                opaque = answer.opaque,
+                "a client answer nobody waits for"
+            );
+            return;
+        };
+        let mut answer = answer;
+        answer.flag &= !flag::ONEWAY;
+        self.reply(call.reply, answer);
+    }
+
+    /// Calls whose client's connection closed, or whose time ran out,
+    /// answered with SYSTEM_ERROR (shard 0's tick and closed connections).
+    pub(crate) fn end_client_calls(&mut self, closed: Option<ConnectionId>, now_ms: i64) {
+        let ended: Vec<(ConnectionId, i32)> = self
+            .client_calls
+            .pending
+            .iter()
+            .filter(|((conn, _), call)| Some(*conn) == closed || call.deadline_ms <= now_ms)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in ended {
+            let Some(call) = self.client_calls.pending.remove(&key) else {
+                continue;
+            };
+            let remark = if Some(key.0) == closed {
+                format!(
+                    "invoke client {} failed: its connection closed",
+                    call.client
+                )
+            } else {
+                format!(
+                    "invoke client {} timed out: no answer within {CLIENT_CALL_TIMEOUT_MS} ms",
+                    call.client
+                )
+            };
+            self.reply(call.reply, response(response_code::SYSTEM_ERROR, remark));
+        }
+    }
+}
