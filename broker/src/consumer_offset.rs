@@ -125,6 +125,11 @@ impl ConsumerOffsetTable {
         self.offsets.get(&offset_key(topic, group))
     }
 
+    /// Every `topic@group` key of the table, sorted.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.offsets.keys().map(String::as_str)
+    }
+
     /// Topics `group` has offsets for, sorted.
     pub fn topics_of_group(&self, group: &str) -> Vec<&str> {
         self.offsets

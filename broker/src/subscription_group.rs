@@ -176,6 +176,11 @@ impl SubscriptionGroupSnapshot {
         self.groups.contains_key(group)
     }
 
+    /// Every group's name, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.groups.keys().map(String::as_str)
+    }
+
     /// Whether an unknown, valid `group` would be auto-created on first use.
     pub fn would_auto_create(&self, group: &str) -> bool {
         (self.auto_create_subscription_group || group.starts_with(SYS_CONSUMER_GROUP_PREFIX))

@@ -16,6 +16,7 @@
 //! | GET_CONSUME_STATS (208) | without a topic, first the topics the group has offsets for; then per owned queue the max offset, the group's offset and the store time of the last message it consumed | `ConsumeStats` |
 //! | QUERY_TOPIC_CONSUME_BY_WHO (300) | groups with offsets on the topic | `GroupList`, with the online groups subscribed to it |
 //! | QUERY_TOPICS_BY_CONSUMER (343) | topics the group has offsets for | `TopicList` with this broker's address |
+//! | GET_BROKER_CONSUME_STATS (317) | first every `topic@group` key of the offset tables; then the queues of each pair, as for GET_CONSUME_STATS | `ConsumeStatsList`: every subscription group, each with one `ConsumeStats` per topic it has offsets for |
 //! | CLONE_GROUP_OFFSET (314) | without a topic, first the topics the source group has offsets for; then copy its offsets of each owned queue to the destination group | SUCCESS |
 //! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
 //!
@@ -40,23 +41,25 @@
 //! - Each shard reports only the queues it owns, so a merged table holds
 //!   every queue once.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
-    BoundaryType, CloneGroupOffsetRequestHeader, GetConsumeStatsRequestHeader,
-    GetTopicStatsInfoRequestHeader, QueryMessageRequestHeader, QueryTopicConsumeByWhoRequestHeader,
-    QueryTopicsByConsumerRequestHeader, ResetOffsetRequestHeader,
+    BoundaryType, CloneGroupOffsetRequestHeader, GetConsumeStatsInBrokerHeader,
+    GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader, QueryMessageRequestHeader,
+    QueryTopicConsumeByWhoRequestHeader, QueryTopicsByConsumerRequestHeader,
+    ResetOffsetRequestHeader,
 };
 use ringmq_protocol::json::{
-    ConsumeStats, GroupList, JsonStyle, MessageQueue, OffsetWrapper, ResetOffsetBody, TopicList,
-    TopicOffset, TopicStatsTable,
+    ConsumeStats, ConsumeStatsList, GroupList, JsonStyle, MessageQueue, OffsetWrapper,
+    ResetOffsetBody, TopicList, TopicOffset, TopicStatsTable,
 };
 
 use super::link::{ReplyTo, Request, ShardMsg};
 use super::query::{QueryPart, merge_records, query_limit};
 use super::{ShardHandler, json_success, response, success};
+use crate::consumer_offset::split_offset_key;
 
 /// What the arrival shard asks the others for.
 #[derive(Debug, Clone)]
@@ -67,16 +70,10 @@ pub enum Ask {
     TopicsOfGroup(String),
     /// Groups with committed offsets on the topic on this shard.
     GroupsOfTopic(String),
-    /// Figures of the queues this shard owns among the first `queues`
-    /// queues of each topic; with a group, its committed offsets and the
-    /// store time of the last message it consumed, without one the store
-    /// time of each queue's last message.
-    Queues {
-        /// (topic, number of queues).
-        topics: Vec<(String, u32)>,
-        /// The consumer group, for GET_CONSUME_STATS.
-        group: Option<String>,
-    },
+    /// Figures of the queues this shard owns, for each [`QueueAsk`].
+    Queues(Vec<QueueAsk>),
+    /// Every `topic@group` key of this shard's offset table.
+    OffsetKeys,
     /// Reset the group's offsets of the queues this shard owns.
     Reset(Box<ResetAsk>),
     /// Copy `src`'s offsets of these topics to `dest`.
@@ -88,6 +85,19 @@ pub enum Ask {
         /// The topics.
         topics: Vec<String>,
     },
+}
+
+/// The queues of one topic to report on: the first `queues` of it; with a
+/// group, its committed offsets and the store time of the last message it
+/// consumed, without one the store time of each queue's last message.
+#[derive(Debug, Clone)]
+pub struct QueueAsk {
+    /// The consumer group (consume stats), or none (topic stats).
+    pub group: Option<String>,
+    /// The topic.
+    pub topic: String,
+    /// How many of its queues.
+    pub queues: u32,
 }
 
 /// An INVOKE_BROKER_TO_RESET_OFFSET, checked.
@@ -125,6 +135,8 @@ pub enum Part {
 /// One queue's figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueFigures {
+    /// The group asked for, if any.
+    pub group: Option<String>,
     /// The topic.
     pub topic: String,
     /// The queue id.
@@ -167,6 +179,11 @@ enum Goal {
         offline: bool,
     },
     CloneOffsets,
+    /// GET_BROKER_CONSUME_STATS: the (topic, group) pairs first.
+    OffsetKeysForBrokerStats {
+        order_only: bool,
+    },
+    BrokerConsumeStats,
 }
 
 /// A request waiting for the other shards' parts.
@@ -189,6 +206,7 @@ pub(crate) fn is_gathered(code: i32) -> bool {
             | request_code::QUERY_TOPICS_BY_CONSUMER
             | request_code::INVOKE_BROKER_TO_RESET_OFFSET
             | request_code::CLONE_GROUP_OFFSET
+            | request_code::GET_BROKER_CONSUME_STATS
     )
 }
 
@@ -223,10 +241,11 @@ impl ShardHandler {
                     )));
                 };
                 let queues = config.read_queue_nums.max(config.write_queue_nums).max(0) as u32;
-                let ask = Ask::Queues {
-                    topics: vec![(header.topic, queues)],
+                let ask = Ask::Queues(vec![QueueAsk {
                     group: None,
-                };
+                    topic: header.topic,
+                    queues,
+                }]);
                 Ok((Goal::TopicStats, ask))
             }
             request_code::GET_CONSUME_STATS => {
@@ -260,6 +279,14 @@ impl ShardHandler {
                 let header: QueryTopicsByConsumerRequestHeader =
                     cmd.decode_custom_header().map_err(bad)?;
                 Ok((Goal::TopicsByConsumer, Ask::TopicsOfGroup(header.group)))
+            }
+            request_code::GET_BROKER_CONSUME_STATS => {
+                let header: GetConsumeStatsInBrokerHeader =
+                    cmd.decode_custom_header().map_err(bad)?;
+                let goal = Goal::OffsetKeysForBrokerStats {
+                    order_only: header.is_order.unwrap_or(false),
+                };
+                Ok((goal, Ask::OffsetKeys))
             }
             request_code::CLONE_GROUP_OFFSET => {
                 let header: CloneGroupOffsetRequestHeader =
@@ -421,13 +448,96 @@ impl ShardHandler {
             .collect()
     }
 
+    /// GET_BROKER_CONSUME_STATS's queue round, as Java's
+    /// `fetchAllConsumeStatsInBroker`: each (topic, group) pair with
+    /// offsets whose group is in the subscription group table, whose topic
+    /// is configured (and ordered, for `order_only`)
+    /// and which an online group with subscriptions subscribes to, over the
+    /// topic's write queues.
+    fn broker_stats_asks(&self, keys: &BTreeSet<String>, order_only: bool) -> Vec<QueueAsk> {
+        let mut asks = Vec::new();
+        for (topic, group) in keys.iter().filter_map(|key| split_offset_key(key)) {
+            let Some(config) = self.topics.get(topic) else {
+                continue;
+            };
+            if !self.groups.contains(group) {
+                continue;
+            }
+            if order_only && !config.order {
+                continue;
+            }
+            if self
+                .subscribed_topics(group, vec![topic.to_owned()])
+                .is_empty()
+            {
+                continue;
+            }
+            asks.push(QueueAsk {
+                group: Some(group.to_owned()),
+                topic: topic.to_owned(),
+                queues: config.write_queue_nums.max(0) as u32,
+            });
+        }
+        asks
+    }
+
+    /// The `ConsumeStatsList` of every subscription group from its queues'
+    /// figures: one `ConsumeStats` per topic, a group without offsets with
+    /// an empty list, as Java lists every group of its table.
+    fn broker_consume_stats(&self, figures: Vec<QueueFigures>) -> RemotingCommand {
+        let mut by_group: BTreeMap<String, BTreeMap<String, ConsumeStats>> = self
+            .groups
+            .names()
+            .map(|group| (group.to_owned(), BTreeMap::new()))
+            .collect();
+        let mut total_diff = 0;
+        for f in figures {
+            let Some(group) = f.group.clone() else {
+                continue;
+            };
+            let queue = self.message_queue(&f);
+            let topic = f.topic.clone();
+            let offsets = offset_wrapper(&f);
+            total_diff += offsets.broker_offset - offsets.consumer_offset;
+            by_group
+                .entry(group)
+                .or_default()
+                .entry(topic)
+                .or_default()
+                .offset_table
+                .insert(queue, offsets);
+        }
+        let list = ConsumeStatsList {
+            consume_stats_list: by_group
+                .into_iter()
+                .map(|(group, topics)| BTreeMap::from([(group, topics.into_values().collect())]))
+                .collect(),
+            broker_addr: Some(self.broker_addr()),
+            total_diff,
+            total_inflight_diff: 0,
+        };
+        json_success(|body| list.to_json(body, JsonStyle::Java))
+    }
+
+    /// This broker's `ip:port`, as it registers it.
+    fn broker_addr(&self) -> String {
+        let config = &self.settings.broker_config;
+        format!("{}:{}", config.broker_ip1, config.listen_port)
+    }
+
     /// GET_CONSUME_STATS's queue round over `topics`: the configured ones,
     /// less those an online group with subscriptions does not subscribe to.
     fn consume_stats_round(&self, group: String, topics: Vec<String>) -> (Goal, Ask) {
-        let ask = Ask::Queues {
-            topics: self.subscribed_topics(&group, topics),
-            group: Some(group),
-        };
+        let ask = Ask::Queues(
+            self.subscribed_topics(&group, topics)
+                .into_iter()
+                .map(|(topic, queues)| QueueAsk {
+                    group: Some(group.clone()),
+                    topic,
+                    queues,
+                })
+                .collect(),
+        );
         (Goal::ConsumeStats, ask)
     }
 
@@ -475,18 +585,19 @@ impl ShardHandler {
                     .map(str::to_owned)
                     .collect(),
             ),
-            Ask::Queues { topics, group } => {
+            Ask::Queues(asks) => {
                 let mut figures = Vec::new();
-                for (topic, queues) in topics {
-                    for queue_id in 0..*queues {
+                for ask in asks {
+                    for queue_id in 0..ask.queues {
                         if self.router.shard_of(queue_id).0 != self.id {
                             continue;
                         }
-                        figures.push(self.queue_figures(topic, queue_id, group.as_deref()));
+                        figures.push(self.queue_figures(ask, queue_id));
                     }
                 }
                 Part::Queues(figures)
             }
+            Ask::OffsetKeys => Part::Names(self.offsets.keys().map(str::to_owned).collect()),
             Ask::Reset(reset) => Part::Reset(self.reset_owned(reset, now_ms)),
             Ask::CloneOffsets { src, dest, topics } => {
                 for topic in topics {
@@ -497,7 +608,8 @@ impl ShardHandler {
         }
     }
 
-    fn queue_figures(&mut self, topic: &str, queue_id: u32, group: Option<&str>) -> QueueFigures {
+    fn queue_figures(&mut self, ask: &QueueAsk, queue_id: u32) -> QueueFigures {
+        let (topic, group) = (ask.topic.as_str(), ask.group.as_deref());
         let wire_id = queue_id as i32;
         let min = self.min_offset(topic, wire_id);
         let max = self.max_offset(topic, wire_id);
@@ -514,6 +626,7 @@ impl ShardHandler {
             0
         };
         QueueFigures {
+            group: ask.group.clone(),
             topic: topic.to_owned(),
             queue_id,
             min,
@@ -568,17 +681,7 @@ impl ShardHandler {
                     consume_tps: 0.0,
                     offset_table: figures
                         .into_iter()
-                        .map(|f| {
-                            let queue = self.message_queue(&f);
-                            let consumer_offset = f.consumer_offset.unwrap_or(0).max(0);
-                            let offsets = OffsetWrapper {
-                                broker_offset: f.max.max(0),
-                                consumer_offset,
-                                pull_offset: consumer_offset,
-                                last_timestamp: f.store_time_ms,
-                            };
-                            (queue, offsets)
-                        })
+                        .map(|f| (self.message_queue(&f), offset_wrapper(&f)))
                         .collect(),
                 };
                 json_success(|body| stats.to_json(body, JsonStyle::Java))
@@ -591,10 +694,9 @@ impl ShardHandler {
                 json_success(|body| list.to_json(body, JsonStyle::Java))
             }
             (Goal::TopicsByConsumer, Part::Names(topics)) => {
-                let config = &self.settings.broker_config;
                 let list = TopicList {
                     topic_list: topics.into_iter().collect(),
-                    broker_addr: Some(format!("{}:{}", config.broker_ip1, config.listen_port)),
+                    broker_addr: Some(self.broker_addr()),
                 };
                 json_success(|body| list.to_json(body, JsonStyle::Java))
             }
@@ -620,6 +722,16 @@ impl ShardHandler {
                 return self.gather(done.reply, goal, ask, now_ms);
             }
             (Goal::CloneOffsets, Part::Done) => success(),
+            (Goal::OffsetKeysForBrokerStats { order_only }, Part::Names(keys)) => {
+                let asks = self.broker_stats_asks(&keys, order_only);
+                return self.gather(
+                    done.reply,
+                    Goal::BrokerConsumeStats,
+                    Ask::Queues(asks),
+                    now_ms,
+                );
+            }
+            (Goal::BrokerConsumeStats, Part::Queues(figures)) => self.broker_consume_stats(figures),
             (Goal::Reset { .. }, Part::Reset(Err(remark))) => {
                 response(response_code::SYSTEM_ERROR, remark)
             }
@@ -636,6 +748,18 @@ impl ShardHandler {
             &self.settings.broker_name,
             figures.queue_id as i32,
         )
+    }
+}
+
+/// A queue's consume-stats entry: the committed offset (0 without one),
+/// also as the pull offset, which ringmq does not keep.
+fn offset_wrapper(f: &QueueFigures) -> OffsetWrapper {
+    let consumer_offset = f.consumer_offset.unwrap_or(0).max(0);
+    OffsetWrapper {
+        broker_offset: f.max.max(0),
+        consumer_offset,
+        pull_offset: consumer_offset,
+        last_timestamp: f.store_time_ms,
     }
 }
 
@@ -663,8 +787,6 @@ fn merge(goal: &Goal, merged: &mut Part, part: Part) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     /// The queues of a merged table, by topic then queue id.
@@ -677,6 +799,7 @@ mod tests {
 
     fn figures(topic: &str, queue_id: u32) -> QueueFigures {
         QueueFigures {
+            group: None,
             topic: topic.to_owned(),
             queue_id,
             min: 0,
@@ -712,8 +835,8 @@ mod tests {
     }
 
     #[test]
-    fn gathered_codes_are_the_seven_of_the_table() {
-        for code in [12, 202, 208, 222, 300, 314, 343] {
+    fn gathered_codes_are_the_eight_of_the_table() {
+        for code in [12, 202, 208, 222, 300, 314, 317, 343] {
             assert!(is_gathered(code), "{code}");
         }
         assert!(!is_gathered(request_code::PULL_MESSAGE));

@@ -7,7 +7,8 @@
 //! DELETE_SUBSCRIPTIONGROUP (207), GET_SUBSCRIPTIONGROUP_CONFIG (352),
 //! GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_BROKER_CONFIG (26) response,
 //! GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222),
-//! QUERY_SUBSCRIPTION_BY_CONSUMER (345), CLONE_GROUP_OFFSET (314).
+//! QUERY_SUBSCRIPTION_BY_CONSUMER (345), CLONE_GROUP_OFFSET (314),
+//! GET_BROKER_CONSUME_STATS (317).
 //! GET_BROKER_RUNTIME_INFO (28) and
 //! UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) have no header.
 //!
@@ -174,6 +175,14 @@ custom_header! {
         /// `offline`: skip the check that an online source group subscribes
         /// to the topic.
         offline: optional bool = "offline",
+    }
+}
+
+custom_header! {
+    /// `GetConsumeStatsInBrokerHeader` (GET_BROKER_CONSUME_STATS).
+    pub struct GetConsumeStatsInBrokerHeader {
+        /// `isOrder`: only the topics configured as ordered.
+        is_order: optional bool = "isOrder",
     }
 }
 

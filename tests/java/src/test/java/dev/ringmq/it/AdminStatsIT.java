@@ -26,6 +26,7 @@ import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
+import org.apache.rocketmq.remoting.protocol.body.ConsumeStatsList;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerConnection;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerRunningInfo;
 import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
@@ -144,18 +145,42 @@ class AdminStatsIT {
         // mqadmin consumerProgress -g GROUP (every topic the group has offsets for) and -t TOPIC.
         for (ConsumeStats stats : List.of(admin.examineConsumeStats(group), admin.examineConsumeStats(group, topic))) {
             assertEquals(QUEUES, stats.getOffsetTable().size(), "queues in " + stats.getOffsetTable());
-            long lag = 0;
+            long lag = assertEveryQueuesOffsets(stats);
             for (int q = 0; q < QUEUES; q++) {
-                OffsetWrapper offsets = stats.getOffsetTable().get(queues.get(q));
-                assertNotNull(offsets, "queue " + q + " in " + stats.getOffsetTable());
-                assertEquals(consumed(q) + lagging(q), offsets.getBrokerOffset(), "broker offset of queue " + q);
-                assertEquals(consumed(q), offsets.getConsumerOffset(), "consumer offset of queue " + q);
-                assertEquals(storeTime(LAST_CONSUMED.get(q)), offsets.getLastTimestamp(),
+                assertEquals(storeTime(LAST_CONSUMED.get(q)), stats.getOffsetTable().get(queues.get(q)).getLastTimestamp(),
                         "last consumed message's store time, queue " + q);
-                lag += lagging(q);
             }
             assertEquals(lag, stats.computeTotalDiff(), "total lag");
         }
+    }
+
+    /** Checks the broker and consumer offset of each of the topic's queues in {@code stats}; returns their lag. */
+    static long assertEveryQueuesOffsets(ConsumeStats stats) {
+        long lag = 0;
+        for (int q = 0; q < QUEUES; q++) {
+            OffsetWrapper offsets = stats.getOffsetTable().get(queues.get(q));
+            assertNotNull(offsets, "queue " + q + " in " + stats.getOffsetTable());
+            assertEquals(consumed(q) + lagging(q), offsets.getBrokerOffset(), "broker offset of queue " + q);
+            assertEquals(consumed(q), offsets.getConsumerOffset(), "consumer offset of queue " + q);
+            lag += lagging(q);
+        }
+        return lag;
+    }
+
+    @Test
+    void theBrokersConsumeStatsListEveryGroupWithItsLag() throws Exception {
+        // mqadmin brokerConsumeStats: every subscription group of the broker, per topic.
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        ConsumeStatsList all = admin.fetchConsumeStatsInBroker(addr, false, ItSupport.ADMIN_TIMEOUT_MS);
+        assertEquals(addr, all.getBrokerAddr());
+        List<ConsumeStats> ours = all.getConsumeStatsList().stream()
+                .filter(groups -> groups.containsKey(group)).findFirst()
+                .map(groups -> groups.get(group)).orElseThrow(() -> new AssertionError(group + " in " + all));
+        ConsumeStats stats = ours.stream().filter(s -> s.getOffsetTable().keySet().stream()
+                .anyMatch(q -> q.getTopic().equals(topic))).findFirst()
+                .orElseThrow(() -> new AssertionError(topic + " in the stats of " + group));
+        long lag = assertEveryQueuesOffsets(stats);
+        assertTrue(all.getTotalDiff() >= lag, "total diff " + all.getTotalDiff() + " covers our lag " + lag);
     }
 
     @Test
