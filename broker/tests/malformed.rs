@@ -579,6 +579,7 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             (request_code::QUERY_SUBSCRIPTION_BY_CONSUMER, "group"),
             (request_code::CLONE_GROUP_OFFSET, "srcGroup"),
             (request_code::GET_CONSUMER_RUNNING_INFO, "consumerGroup"),
+            (request_code::QUERY_CONSUME_TIME_SPAN, "topic"),
         ] {
             let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
             assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");
@@ -618,6 +619,13 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             "{:?}",
             refused.remark
         );
+        // An operator's request for expired segments to go is taken by
+        // every shard's store (which store tests check) and answered.
+        let delete = client.call(RemotingCommand::new_request(
+            request_code::DELETE_EXPIRED_COMMITLOG,
+            ExtFields::new(),
+        ));
+        assert_eq!(delete.code, response_code::SUCCESS, "{:?}", delete.remark);
         // A group nobody knows has no offsets: an empty table, not an error.
         let stats = client.call(with(
             request_code::GET_CONSUME_STATS,

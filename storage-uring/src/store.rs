@@ -148,6 +148,9 @@ pub struct Store<D: Disk> {
     last_retention_ms: u64,
     /// The active CommitLog segment when retention last ran.
     retention_planned_base: u64,
+    /// An operator asked for expired segments to go now
+    /// ([`Store::delete_expired_now`]): the next plan ignores deleteWhen.
+    manual_retention: bool,
     /// When the last segment removal of a plan started (ms).
     last_segment_removal_ms: u64,
     /// CommitLog segments a retention run decided to delete, one per turn.
@@ -303,6 +306,7 @@ impl<D: Disk> Store<D> {
             disk_usage_ratio: 0.0,
             last_retention_ms: now_ms,
             retention_planned_base: 0,
+            manual_retention: false,
             last_segment_removal_ms: 0,
             retention_queue: VecDeque::new(),
             retention_cursor: None,

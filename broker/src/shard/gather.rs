@@ -17,6 +17,8 @@
 //! | QUERY_TOPIC_CONSUME_BY_WHO (300) | groups with offsets on the topic | `GroupList`, with the online groups subscribed to it |
 //! | QUERY_TOPICS_BY_CONSUMER (343) | topics the group has offsets for | `TopicList` with this broker's address |
 //! | GET_BROKER_CONSUME_STATS (317) | first every `topic@group` key of the offset tables; then the queues of each pair, as for GET_CONSUME_STATS | `ConsumeStatsList`: every subscription group, each with one `ConsumeStats` per topic it has offsets for |
+//! | QUERY_CONSUME_TIME_SPAN (303) | per owned queue the store times of its oldest and newest message, of the last one the group consumed and of the first it did not | `QueryConsumeTimeSpanBody`; TOPIC_NOT_EXIST for an unknown topic |
+//! | DELETE_EXPIRED_COMMITLOG (329) | remove the expired CommitLog segments at the next retention run, whatever the hour (`Store::delete_expired_now`) | SUCCESS |
 //! | CLONE_GROUP_OFFSET (314) | without a topic, first the topics the source group has offsets for; then copy its offsets of each owned queue to the destination group | SUCCESS |
 //! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
 //!
@@ -47,13 +49,15 @@ use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
     BoundaryType, CloneGroupOffsetRequestHeader, GetConsumeStatsInBrokerHeader,
-    GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader, QueryMessageRequestHeader,
+    GetConsumeStatsRequestHeader, GetTopicStatsInfoRequestHeader,
+    QueryConsumeTimeSpanRequestHeader, QueryMessageRequestHeader,
     QueryTopicConsumeByWhoRequestHeader, QueryTopicsByConsumerRequestHeader,
     ResetOffsetRequestHeader,
 };
 use ringmq_protocol::json::{
     ConsumeStats, ConsumeStatsList, GroupList, JsonStyle, MessageQueue, OffsetWrapper,
-    ResetOffsetBody, TopicList, TopicOffset, TopicStatsTable,
+    QueryConsumeTimeSpanBody, QueueTimeSpan, ResetOffsetBody, TopicList, TopicOffset,
+    TopicStatsTable,
 };
 
 use super::link::{ReplyTo, Request, ShardMsg};
@@ -74,8 +78,20 @@ pub enum Ask {
     Queues(Vec<QueueAsk>),
     /// Every `topic@group` key of this shard's offset table.
     OffsetKeys,
+    /// The time span of each owned queue among the topic's first `queues`
+    /// for the group.
+    TimeSpans {
+        /// The topic.
+        topic: String,
+        /// The consumer group.
+        group: String,
+        /// How many of the topic's queues.
+        queues: u32,
+    },
     /// Reset the group's offsets of the queues this shard owns.
     Reset(Box<ResetAsk>),
+    /// Remove the expired CommitLog segments at the next retention run.
+    DeleteExpiredNow,
     /// Copy `src`'s offsets of these topics to `dest`.
     CloneOffsets {
         /// The source group.
@@ -128,6 +144,8 @@ pub enum Part {
     Queues(Vec<QueueFigures>),
     /// The new offsets by queue id, or why the reset was refused.
     Reset(Result<Vec<(u32, i64)>, String>),
+    /// Queues' time spans.
+    TimeSpans(Vec<QueueTimeSpan>),
     /// Done, nothing to report.
     Done,
 }
@@ -184,6 +202,8 @@ enum Goal {
         order_only: bool,
     },
     BrokerConsumeStats,
+    TimeSpans,
+    DeleteExpired,
 }
 
 /// A request waiting for the other shards' parts.
@@ -207,6 +227,8 @@ pub(crate) fn is_gathered(code: i32) -> bool {
             | request_code::INVOKE_BROKER_TO_RESET_OFFSET
             | request_code::CLONE_GROUP_OFFSET
             | request_code::GET_BROKER_CONSUME_STATS
+            | request_code::QUERY_CONSUME_TIME_SPAN
+            | request_code::DELETE_EXPIRED_COMMITLOG
     )
 }
 
@@ -279,6 +301,25 @@ impl ShardHandler {
                 let header: QueryTopicsByConsumerRequestHeader =
                     cmd.decode_custom_header().map_err(bad)?;
                 Ok((Goal::TopicsByConsumer, Ask::TopicsOfGroup(header.group)))
+            }
+            request_code::DELETE_EXPIRED_COMMITLOG => {
+                Ok((Goal::DeleteExpired, Ask::DeleteExpiredNow))
+            }
+            request_code::QUERY_CONSUME_TIME_SPAN => {
+                let header: QueryConsumeTimeSpanRequestHeader =
+                    cmd.decode_custom_header().map_err(bad)?;
+                let Some(config) = self.topics.get(&header.topic) else {
+                    return Err(Box::new(response(
+                        response_code::TOPIC_NOT_EXIST,
+                        format!("topic[{}] not exist", header.topic),
+                    )));
+                };
+                let ask = Ask::TimeSpans {
+                    queues: config.write_queue_nums.max(0) as u32,
+                    topic: header.topic,
+                    group: header.group,
+                };
+                Ok((Goal::TimeSpans, ask))
             }
             request_code::GET_BROKER_CONSUME_STATS => {
                 let header: GetConsumeStatsInBrokerHeader =
@@ -597,7 +638,24 @@ impl ShardHandler {
                 }
                 Part::Queues(figures)
             }
+            Ask::DeleteExpiredNow => {
+                self.store_mut().delete_expired_now();
+                Part::Done
+            }
             Ask::OffsetKeys => Part::Names(self.offsets.keys().map(str::to_owned).collect()),
+            Ask::TimeSpans {
+                topic,
+                group,
+                queues,
+            } => {
+                let mut spans = Vec::new();
+                for queue_id in 0..*queues {
+                    if self.router.shard_of(queue_id).0 == self.id {
+                        spans.push(self.time_span(topic, group, queue_id, now_ms));
+                    }
+                }
+                Part::TimeSpans(spans)
+            }
             Ask::Reset(reset) => Part::Reset(self.reset_owned(reset, now_ms)),
             Ask::CloneOffsets { src, dest, topics } => {
                 for topic in topics {
@@ -633,6 +691,39 @@ impl ShardHandler {
             max,
             consumer_offset,
             store_time_ms,
+        }
+    }
+
+    /// One queue's time span for `group`, as Java's `queryConsumeTimeSpan`
+    /// computes it; a time that cannot be read is -1.
+    fn time_span(&mut self, topic: &str, group: &str, queue_id: u32, now_ms: i64) -> QueueTimeSpan {
+        let wire_id = queue_id as i32;
+        let time_at = |handler: &mut Self, offset: i64| {
+            handler.store_time_at(topic, wire_id, offset).unwrap_or(-1)
+        };
+        let min = self.min_offset(topic, wire_id);
+        let max = self.max_offset(topic, wire_id);
+        let min_time_stamp = if max > min { time_at(self, min) } else { -1 };
+        let max_time_stamp = if max > 0 { time_at(self, max - 1) } else { -1 };
+        let consumed = self.offsets.query(group, topic, wire_id).unwrap_or(-1);
+        let consume_time_stamp = if consumed > 0 {
+            time_at(self, consumed - 1)
+        } else {
+            min_time_stamp
+        };
+        let next = consumed.max(min);
+        let delay_time = if next < max {
+            let stored = time_at(self, next);
+            if stored >= 0 { now_ms - stored } else { 0 }
+        } else {
+            0
+        };
+        QueueTimeSpan {
+            message_queue: MessageQueue::new(topic, &self.settings.broker_name, wire_id),
+            min_time_stamp,
+            max_time_stamp,
+            consume_time_stamp,
+            delay_time,
         }
     }
 
@@ -721,7 +812,7 @@ impl ShardHandler {
                     self.clone_round(src, dest, offline, topics.into_iter().collect());
                 return self.gather(done.reply, goal, ask, now_ms);
             }
-            (Goal::CloneOffsets, Part::Done) => success(),
+            (Goal::CloneOffsets | Goal::DeleteExpired, Part::Done) => success(),
             (Goal::OffsetKeysForBrokerStats { order_only }, Part::Names(keys)) => {
                 let asks = self.broker_stats_asks(&keys, order_only);
                 return self.gather(
@@ -732,6 +823,13 @@ impl ShardHandler {
                 );
             }
             (Goal::BrokerConsumeStats, Part::Queues(figures)) => self.broker_consume_stats(figures),
+            (Goal::TimeSpans, Part::TimeSpans(mut spans)) => {
+                spans.sort_by_key(|span| span.message_queue.queue_id);
+                let body = QueryConsumeTimeSpanBody {
+                    consume_time_span_set: spans,
+                };
+                json_success(|out| body.to_json(out, JsonStyle::Java))
+            }
             (Goal::Reset { .. }, Part::Reset(Err(remark))) => {
                 response(response_code::SYSTEM_ERROR, remark)
             }
@@ -776,6 +874,7 @@ fn merge(goal: &Goal, merged: &mut Part, part: Part) {
         (Part::Names(merged), Part::Names(part)) => merged.extend(part),
         (Part::Queues(merged), Part::Queues(part)) => merged.extend(part),
         (Part::Done, Part::Done) => {}
+        (Part::TimeSpans(merged), Part::TimeSpans(part)) => merged.extend(part),
         (Part::Reset(merged), Part::Reset(part)) => match (merged.as_mut(), part) {
             (Ok(merged), Ok(part)) => merged.extend(part),
             (Ok(_), Err(remark)) => *merged = Err(remark),
@@ -835,8 +934,8 @@ mod tests {
     }
 
     #[test]
-    fn gathered_codes_are_the_eight_of_the_table() {
-        for code in [12, 202, 208, 222, 300, 314, 317, 343] {
+    fn gathered_codes_are_the_ten_of_the_table() {
+        for code in [12, 202, 208, 222, 300, 303, 314, 317, 329, 343] {
             assert!(is_gathered(code), "{code}");
         }
         assert!(!is_gathered(request_code::PULL_MESSAGE));

@@ -18,8 +18,8 @@
 //! the top byte of its CommitLog offset (VIEW_MESSAGE_BY_ID too); client
 //! and admin commands go to shard 0; QUERY_MESSAGE, GET_TOPIC_STATS_INFO,
 //! GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO, QUERY_TOPICS_BY_CONSUMER
-//! INVOKE_BROKER_TO_RESET_OFFSET, CLONE_GROUP_OFFSET and
-//! GET_BROKER_CONSUME_STATS gather a part from every shard where they
+//! INVOKE_BROKER_TO_RESET_OFFSET, CLONE_GROUP_OFFSET, GET_BROKER_CONSUME_STATS
+//! and QUERY_CONSUME_TIME_SPAN gather a part from every shard where they
 //! arrived ([`gather`]), GET_BROKER_RUNTIME_INFO on shard 0;
 //! GET_CONSUMER_RUNNING_INFO goes to shard 0, which asks the client
 //! (`client_call`); anything else is

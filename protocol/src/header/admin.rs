@@ -8,7 +8,7 @@
 //! GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_BROKER_CONFIG (26) response,
 //! GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222),
 //! QUERY_SUBSCRIPTION_BY_CONSUMER (345), CLONE_GROUP_OFFSET (314),
-//! GET_BROKER_CONSUME_STATS (317).
+//! GET_BROKER_CONSUME_STATS (317), QUERY_CONSUME_TIME_SPAN (303).
 //! GET_BROKER_RUNTIME_INFO (28) and
 //! UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) have no header.
 //!
@@ -183,6 +183,16 @@ custom_header! {
     pub struct GetConsumeStatsInBrokerHeader {
         /// `isOrder`: only the topics configured as ordered.
         is_order: optional bool = "isOrder",
+    }
+}
+
+custom_header! {
+    /// `QueryConsumeTimeSpanRequestHeader`.
+    pub struct QueryConsumeTimeSpanRequestHeader {
+        /// `topic`.
+        topic: required String = "topic",
+        /// `group`.
+        group: required String = "group",
     }
 }
 

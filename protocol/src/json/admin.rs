@@ -12,6 +12,8 @@
 //! TopicList           {"brokerAddr":..?,"topicList":[..]}     GroupList {"groupList":[..]}
 //! KVTable             {"table":{k:v}}                          ResetOffsetBody {"offsetTable":{{MessageQueue}:5}}
 //! QuerySubscriptionResponseBody {"group":..,"subscriptionData":SubscriptionData?,"topic":..}
+//! QueryConsumeTimeSpanBody {"consumeTimeSpanSet":[{"consumeTimeStamp":..,"delayTime":..,
+//!                      "maxTimeStamp":..,"messageQueue":{MessageQueue},"minTimeStamp":..}]}
 //! ```
 //!
 //! `MessageQueue`-keyed maps are written in fastjson's native object-key
@@ -333,6 +335,80 @@ impl JsonBean for QuerySubscriptionResponseBody {
 }
 json_body!(QuerySubscriptionResponseBody);
 
+/// One queue's times for a consumer group (QUERY_CONSUME_TIME_SPAN).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueueTimeSpan {
+    /// `messageQueue`.
+    pub message_queue: MessageQueue,
+    /// `minTimeStamp`: store time of the queue's oldest message, -1 if none.
+    pub min_time_stamp: i64,
+    /// `maxTimeStamp`: store time of its newest message, -1 if none.
+    pub max_time_stamp: i64,
+    /// `consumeTimeStamp`: store time of the last message the group
+    /// consumed (its oldest when it consumed none).
+    pub consume_time_stamp: i64,
+    /// `delayTime`: ms since the first message the group has not consumed
+    /// was stored; 0 when it consumed everything.
+    pub delay_time: i64,
+}
+
+impl JsonBean for QueueTimeSpan {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_i64("consumeTimeStamp", self.consume_time_stamp);
+        w.field_i64("delayTime", self.delay_time);
+        w.field_i64("maxTimeStamp", self.max_time_stamp);
+        w.member("messageQueue");
+        self.message_queue.write_json(w);
+        w.field_i64("minTimeStamp", self.min_time_stamp);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        let message_queue = match m.value("messageQueue") {
+            Some(queue) => MessageQueue::read_json(queue, &m.path_of("messageQueue"))?,
+            None => MessageQueue::default(),
+        };
+        Ok(Self {
+            message_queue,
+            min_time_stamp: m.i64("minTimeStamp")?.unwrap_or(0),
+            max_time_stamp: m.i64("maxTimeStamp")?.unwrap_or(0),
+            consume_time_stamp: m.i64("consumeTimeStamp")?.unwrap_or(0),
+            delay_time: m.i64("delayTime")?.unwrap_or(0),
+        })
+    }
+}
+json_body!(QueueTimeSpan);
+
+/// QUERY_CONSUME_TIME_SPAN response body.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueryConsumeTimeSpanBody {
+    /// `consumeTimeSpanSet` (a Java `List`).
+    pub consume_time_span_set: Vec<QueueTimeSpan>,
+}
+
+impl JsonBean for QueryConsumeTimeSpanBody {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        field_list(
+            w,
+            "consumeTimeSpanSet",
+            ArrayKind::List,
+            &self.consume_time_span_set,
+        );
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            consume_time_span_set: read_list(&m, "consumeTimeSpanSet")?,
+        })
+    }
+}
+json_body!(QueryConsumeTimeSpanBody);
+
 /// A list of topic names (GET_ALL_TOPIC_LIST_FROM_NAMESERVER and others).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TopicList {
@@ -648,6 +724,26 @@ mod tests {
         assert_eq!(ResetOffsetBody::from_json(&out).unwrap(), reset);
         let list = TopicList::from_json(br#"{"brokerAddr":"a:1","topicList":["A","B"]}"#).unwrap();
         assert_eq!(list.broker_addr.as_deref(), Some("a:1"));
+    }
+
+    #[test]
+    fn a_time_span_body_is_written_in_fastjson_order_and_read_back() {
+        let body = QueryConsumeTimeSpanBody {
+            consume_time_span_set: vec![QueueTimeSpan {
+                message_queue: MessageQueue::new("T", "b", 2),
+                min_time_stamp: 10,
+                max_time_stamp: 30,
+                consume_time_stamp: 20,
+                delay_time: 5,
+            }],
+        };
+        let mut out = Vec::new();
+        body.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            r#"{"consumeTimeSpanSet":[{"consumeTimeStamp":20,"delayTime":5,"maxTimeStamp":30,"messageQueue":{"brokerName":"b","queueId":2,"topic":"T"},"minTimeStamp":10}]}"#
+        );
+        assert_eq!(QueryConsumeTimeSpanBody::from_json(&out).unwrap(), body);
     }
 
     #[test]

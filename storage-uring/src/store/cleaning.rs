@@ -44,15 +44,27 @@ impl<D: Disk> Store<D> {
         }
     }
 
-    /// Decides which CommitLog segments go now ([`RetentionConfig::plan`]).
+    /// Asks for the expired CommitLog segments to go at the next retention
+    /// run (within `cleanResourceInterval`), whatever the hour: Java's
+    /// `executeDeleteFilesManually` (`mqadmin deleteExpiredCommitLog`).
+    /// Unexpired segments stay, as at deleteWhen.
+    pub fn delete_expired_now(&mut self) {
+        self.manual_retention = true;
+    }
+
+    /// Decides which CommitLog segments go now ([`RetentionConfig::plan`],
+    /// or [`RetentionConfig::plan_manual`] once after
+    /// [`Store::delete_expired_now`]).
     pub(super) fn plan_retention(&mut self, now_ms: u64) {
         let segments = self.commit_log.retention_segments();
         let hour = self.config.hour_of_day(now_ms);
         let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
-        let plan = self
-            .config
-            .retention
-            .plan(now, hour, self.disk_usage_ratio, &segments);
+        let retention = &self.config.retention;
+        let plan = if std::mem::take(&mut self.manual_retention) {
+            retention.plan_manual(now, hour, self.disk_usage_ratio, &segments)
+        } else {
+            retention.plan(now, hour, self.disk_usage_ratio, &segments)
+        };
         self.retention_stats.runs += 1;
         if !plan.delete.is_empty() {
             tracing::info!(

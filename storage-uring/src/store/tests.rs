@@ -599,6 +599,30 @@ fn a_crash_while_a_segment_is_shrunk_leaves_a_store_that_opens() {
 }
 
 #[test]
+fn an_operators_request_removes_expired_segments_outside_delete_when() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(23)), retention_config(), T0).unwrap();
+    fill_segments(&mut store, 4, T0);
+    let size = store.config().segment_size_bytes;
+    // 02:00: within the reserved hour, asked for: nothing has expired.
+    store.delete_expired_now();
+    turns(&mut store, T0 + HOUR_MS / 2, 50);
+    assert_eq!(store.commit_log_min_offset(), 0, "unexpired segments stay");
+    // 03:00: expired, but deleteWhen is 04; the request above was used up.
+    turns(&mut store, T0 + 2 * HOUR_MS, 50);
+    assert_eq!(store.commit_log_min_offset(), 0, "nothing goes unasked");
+    store.delete_expired_now();
+    turns(&mut store, T0 + 2 * HOUR_MS + 2_000, 50);
+    let active = store.commit_log().encoded_offset() / size * size;
+    assert_eq!(
+        store.commit_log_min_offset(),
+        active,
+        "every expired segment went"
+    );
+    assert_eq!(store.retention_stats().segments_removed, active / size);
+}
+
+#[test]
 fn expired_segments_go_at_delete_when_and_never_the_active_one() {
     let (mut store, _) =
         Store::open(SimDisk::new(SimConfig::new(21)), retention_config(), T0).unwrap();

@@ -29,6 +29,7 @@ import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.remoting.protocol.body.ConsumeStatsList;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerConnection;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerRunningInfo;
+import org.apache.rocketmq.remoting.protocol.body.QueueTimeSpan;
 import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 import org.junit.jupiter.api.BeforeAll;
@@ -59,7 +60,8 @@ class AdminStatsIT {
     static String topic;
     static String group;
     static List<MessageQueue> queues;
-    /** The last message committed per queue, then the last stored per queue. */
+    /** Per queue: every message sent, the last one committed, the last one stored. */
+    static final List<List<SendResult>> SENT = new ArrayList<>();
     static final List<SendResult> LAST_CONSUMED = new ArrayList<>();
     static final List<SendResult> LAST_STORED = new ArrayList<>();
     static DefaultLitePullConsumer consumer;
@@ -81,6 +83,7 @@ class AdminStatsIT {
         DefaultMQProducer producer = it.startProducer(unique("stats-producer"));
         int total = 0;
         for (int q = 0; q < QUEUES; q++) {
+            SENT.add(new ArrayList<>());
             LAST_CONSUMED.add(sendTo(producer, q, consumed(q)));
             total += consumed(q);
         }
@@ -110,13 +113,14 @@ class AdminStatsIT {
         }
     }
 
-    /** Sends {@code count} messages to queue {@code q}; returns the last one's result. */
+    /** Sends {@code count} messages to queue {@code q} (kept in {@link #SENT}); returns the last one's result. */
     static SendResult sendTo(DefaultMQProducer producer, int q, int count) throws Exception {
         SendResult last = null;
         for (int i = 0; i < count; i++) {
             last = producer.send(ItSupport.message(topic, "TagStats", topic + "-" + q + "-" + i, "stats " + i),
                     queues.get(q));
             assertEquals(q, last.getMessageQueue().getQueueId(), "queue of " + last);
+            SENT.get(q).add(last);
         }
         return last;
     }
@@ -165,6 +169,27 @@ class AdminStatsIT {
             lag += lagging(q);
         }
         return lag;
+    }
+
+    @Test
+    void consumeTimeSpansGiveEachQueuesStoreTimesAndDelay() throws Exception {
+        long before = System.currentTimeMillis();
+        List<QueueTimeSpan> spans = admin.queryConsumeTimeSpan(topic, group);
+        assertEquals(QUEUES, spans.size(), "spans " + spans);
+        for (QueueTimeSpan span : spans) {
+            int q = span.getMessageQueue().getQueueId();
+            List<SendResult> sent = SENT.get(q);
+            assertEquals(storeTime(sent.get(0)), span.getMinTimeStamp(), "oldest message of queue " + q);
+            assertEquals(storeTime(LAST_STORED.get(q)), span.getMaxTimeStamp(), "newest message of queue " + q);
+            assertEquals(storeTime(LAST_CONSUMED.get(q)), span.getConsumeTimeStamp(), "last consumed of queue " + q);
+            if (lagging(q) == 0) {
+                assertEquals(0, span.getDelayTime(), "queue " + q + " is consumed to its end");
+            } else {
+                // The first message not consumed is the one after the last consumed.
+                long firstLagging = storeTime(sent.get(consumed(q)));
+                assertTrue(span.getDelayTime() >= before - firstLagging, "delay of queue " + q + ": " + span);
+            }
+        }
     }
 
     @Test
