@@ -1,0 +1,364 @@
+//! Requests answered from every shard's part. Each shard owns its queues,
+//! their consumer offsets and its IndexFile, so the shard a request arrived
+//! on computes its own part, asks every other shard for theirs through the
+//! links, and answers once the last part arrived:
+//!
+//! ```text
+//!  request ─▶ arrival shard ─ own part ─────────────────────────┐
+//!                 └─ Ask ─▶ every other shard ─ Part ─▶ merge ◀─┘
+//!                                   (all parts in) ─▶ answer, or the next round
+//! ```
+//!
+//! | request | ask | answer |
+//! | --- | --- | --- |
+//! | QUERY_MESSAGE (12) | the records by key in each shard's index | records, up to the query's maximum (`super::query`) |
+//! | GET_TOPIC_STATS_INFO (202) | min and max offset of each owned queue, and the store time of its last message | `TopicStatsTable`; TOPIC_NOT_EXIST for an unknown topic |
+//! | GET_CONSUME_STATS (208) | without a topic, first the topics the group has offsets for; then per owned queue the max offset, the group's offset and the store time of the last message it consumed | `ConsumeStats` |
+//! | QUERY_TOPIC_CONSUME_BY_WHO (300) | groups with offsets on the topic | `GroupList`, with the online groups subscribed to it |
+//! | QUERY_TOPICS_BY_CONSUMER (343) | topics the group has offsets for | `TopicList` with this broker's address |
+//! | GET_BROKER_CONSUME_STATS (317) | first every `topic@group` key of the offset tables; then the queues of each pair, as for GET_CONSUME_STATS | `ConsumeStatsList`: every subscription group, each with one `ConsumeStats` per topic it has offsets for |
+//! | QUERY_CONSUME_TIME_SPAN (303) | per owned queue the store times of its oldest and newest message, of the last one the group consumed and of the first it did not | `QueryConsumeTimeSpanBody`; TOPIC_NOT_EXIST for an unknown topic |
+//! | DELETE_EXPIRED_COMMITLOG (329) | remove the expired CommitLog segments at the next retention run, whatever the hour (`Store::delete_expired_now`) | SUCCESS |
+//! | CLONE_GROUP_OFFSET (314) | without a topic, first the topics the source group has offsets for; then copy its offsets of each owned queue to the destination group | SUCCESS |
+//! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
+//!
+//! As in Java, GET_TOPIC_STATS_INFO covers `max(readQueueNums,
+//! writeQueueNums)` queues and GET_CONSUME_STATS `readQueueNums`; a topic the
+//! group has offsets for but which is no longer configured is left out, and
+//! so is one the group, online with subscriptions, does not subscribe to.
+//! `consumeTps` and `topicPutTps` are 0 (no per-topic or per-group rates
+//! are kept), and `pullOffset` is the committed offset (no pull offsets are
+//! kept). Store times are read on the shard's thread, from memory or from
+//! the disk, as GET_EARLIEST_MSG_STORETIME's are.
+//!
+//! A reset is Java 5.x's server-side reset (`useServerSideResetOffset`, its
+//! default): each queue's offset is stored at once and handed to the
+//! group's next pull of the queue, which is answered PULL_OFFSET_MOVED with
+//! it (`crate::shard::pull`); the consumer moves there and commits it. A slave
+//! refuses, as Java's does.
+//!
+//! The mechanism (asks, parts, merging) is here; `start` checks a request
+//! and picks its first ask, `part` computes a shard's part, `answer` turns
+//! the merged parts into the answer or the next round.
+//!
+//! # Invariants
+//! - A gathering is answered exactly once: when its last part arrived, or at
+//!   once on a single shard.
+//! - Each shard reports only the queues it owns, so a merged table holds
+//!   every queue once.
+
+mod answer;
+mod part;
+mod start;
+
+use std::collections::BTreeSet;
+
+use ringmq_protocol::code::request_code;
+use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::json::QueueTimeSpan;
+
+use super::ShardHandler;
+use super::link::{ReplyTo, Request, ShardMsg};
+use super::query::{QueryPart, merge_records};
+
+/// What the arrival shard asks the others for.
+#[derive(Debug, Clone)]
+pub enum Ask {
+    /// QUERY_MESSAGE's records in this shard's index.
+    Messages(RemotingCommand),
+    /// Topics the group has committed offsets for on this shard.
+    TopicsOfGroup(String),
+    /// Groups with committed offsets on the topic on this shard.
+    GroupsOfTopic(String),
+    /// Figures of the queues this shard owns, for each [`QueueAsk`].
+    Queues(Vec<QueueAsk>),
+    /// Every `topic@group` key of this shard's offset table.
+    OffsetKeys,
+    /// The time span of each owned queue among the topic's first `queues`
+    /// for the group.
+    TimeSpans {
+        /// The topic.
+        topic: String,
+        /// The consumer group.
+        group: String,
+        /// How many of the topic's queues.
+        queues: u32,
+    },
+    /// Reset the group's offsets of the queues this shard owns.
+    Reset(Box<ResetAsk>),
+    /// Remove the expired CommitLog segments at the next retention run.
+    DeleteExpiredNow,
+    /// Copy `src`'s offsets of these topics to `dest`.
+    CloneOffsets {
+        /// The source group.
+        src: String,
+        /// The destination group.
+        dest: String,
+        /// The topics.
+        topics: Vec<String>,
+    },
+}
+
+/// The queues of one topic to report on: the first `queues` of it; with a
+/// group, its committed offsets and the store time of the last message it
+/// consumed, without one the store time of each queue's last message.
+#[derive(Debug, Clone)]
+pub struct QueueAsk {
+    /// The consumer group (consume stats), or none (topic stats).
+    pub group: Option<String>,
+    /// The topic.
+    pub topic: String,
+    /// How many of its queues.
+    pub queues: u32,
+}
+
+/// An INVOKE_BROKER_TO_RESET_OFFSET, checked.
+#[derive(Debug, Clone)]
+pub struct ResetAsk {
+    /// The topic.
+    pub topic: String,
+    /// The group.
+    pub group: String,
+    /// The topic's read queues.
+    pub queues: u32,
+    /// The one queue to reset, or all of them.
+    pub queue: Option<u32>,
+    /// The one queue's target offset; `None`: by `timestamp`.
+    pub offset: Option<i64>,
+    /// First message stored at or after this (ms); negative: the max offset.
+    pub timestamp: i64,
+}
+
+/// One shard's answer to an [`Ask`].
+#[derive(Debug, Clone)]
+pub enum Part {
+    /// Records by key.
+    Messages(QueryPart),
+    /// Topic or group names.
+    Names(BTreeSet<String>),
+    /// Queue figures.
+    Queues(Vec<QueueFigures>),
+    /// The new offsets by queue id, or why the reset was refused.
+    Reset(Result<Vec<(u32, i64)>, String>),
+    /// Queues' time spans.
+    TimeSpans(Vec<QueueTimeSpan>),
+    /// Done, nothing to report.
+    Done,
+}
+
+/// One queue's figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueFigures {
+    /// The group asked for, if any.
+    pub group: Option<String>,
+    /// The topic.
+    pub topic: String,
+    /// The queue id.
+    pub queue_id: u32,
+    /// The queue's min offset.
+    pub min: i64,
+    /// The queue's max offset (one past its last message).
+    pub max: i64,
+    /// The group's committed offset, when a group was asked for and has one.
+    pub consumer_offset: Option<i64>,
+    /// The store time of the message before `consumer_offset` when a group
+    /// was asked for, of the one before `max` otherwise; 0 when there is
+    /// none (or it could not be read).
+    pub store_time_ms: i64,
+}
+
+/// What the merged parts answer.
+#[derive(Debug)]
+enum Goal {
+    Messages {
+        max: usize,
+    },
+    TopicStats,
+    /// GET_CONSUME_STATS without topics: the group's topics first.
+    GroupTopicsForStats {
+        group: String,
+    },
+    ConsumeStats,
+    ConsumeByWho {
+        online: BTreeSet<String>,
+    },
+    TopicsByConsumer,
+    Reset {
+        topic: String,
+    },
+    /// CLONE_GROUP_OFFSET without a topic: the source group's topics first.
+    GroupTopicsForClone {
+        src: String,
+        dest: String,
+        offline: bool,
+    },
+    CloneOffsets,
+    /// GET_BROKER_CONSUME_STATS: the (topic, group) pairs first.
+    OffsetKeysForBrokerStats {
+        order_only: bool,
+    },
+    BrokerConsumeStats,
+    TimeSpans,
+    DeleteExpired,
+}
+
+/// A request waiting for the other shards' parts.
+#[derive(Debug)]
+pub(crate) struct Gathering {
+    reply: ReplyTo,
+    goal: Goal,
+    merged: Part,
+    missing: u16,
+}
+
+/// Whether `code` is answered by a gathering.
+pub(crate) fn is_gathered(code: i32) -> bool {
+    matches!(
+        code,
+        request_code::QUERY_MESSAGE
+            | request_code::GET_TOPIC_STATS_INFO
+            | request_code::GET_CONSUME_STATS
+            | request_code::QUERY_TOPIC_CONSUME_BY_WHO
+            | request_code::QUERY_TOPICS_BY_CONSUMER
+            | request_code::INVOKE_BROKER_TO_RESET_OFFSET
+            | request_code::CLONE_GROUP_OFFSET
+            | request_code::GET_BROKER_CONSUME_STATS
+            | request_code::QUERY_CONSUME_TIME_SPAN
+            | request_code::DELETE_EXPIRED_COMMITLOG
+    )
+}
+
+impl ShardHandler {
+    /// Starts the gathering that answers `request` (a code of
+    /// [`is_gathered`]), or answers a bad request at once.
+    pub(crate) fn gather_request(&mut self, request: Box<Request>, now_ms: i64) {
+        let start = self.gather_start(&request.cmd);
+        match start {
+            Ok((goal, ask)) => self.gather(request.reply, goal, ask, now_ms),
+            Err(answer) => self.reply(request.reply, *answer),
+        }
+    }
+
+    /// Computes this shard's part and asks the other shards for theirs.
+    fn gather(&mut self, reply: ReplyTo, goal: Goal, ask: Ask, now_ms: i64) {
+        let merged = self.answer_ask(&ask, now_ms);
+        let missing = self.settings.shard_count - 1;
+        let gathering = Gathering {
+            reply,
+            goal,
+            merged,
+            missing,
+        };
+        if missing == 0 {
+            return self.gathered(gathering, now_ms);
+        }
+        self.next_query += 1;
+        let query = self.next_query;
+        self.gatherings.insert(query, gathering);
+        let me = self.id;
+        if let Some(links) = &mut self.links {
+            links.broadcast(|| ShardMsg::Ask {
+                query,
+                from: me,
+                ask: Box::new(ask.clone()),
+            });
+        }
+    }
+
+    /// Another shard's part of gathering `query`.
+    pub(crate) fn on_part(&mut self, query: u64, part: Part, now_ms: i64) {
+        let Some(gathering) = self.gatherings.get_mut(&query) else {
+            return;
+        };
+        merge(&gathering.goal, &mut gathering.merged, part);
+        gathering.missing -= 1;
+        if gathering.missing == 0
+            && let Some(done) = self.gatherings.remove(&query)
+        {
+            self.gathered(done, now_ms);
+        }
+    }
+}
+
+/// Adds `part` to what a gathering holds.
+fn merge(goal: &Goal, merged: &mut Part, part: Part) {
+    match (merged, part) {
+        (Part::Messages(merged), Part::Messages(part)) => {
+            let max = match goal {
+                Goal::Messages { max } => *max,
+                _ => unreachable!("records are gathered for QUERY_MESSAGE only"),
+            };
+            merge_records(merged, part, max);
+        }
+        (Part::Names(merged), Part::Names(part)) => merged.extend(part),
+        (Part::Queues(merged), Part::Queues(part)) => merged.extend(part),
+        (Part::Done, Part::Done) => {}
+        (Part::TimeSpans(merged), Part::TimeSpans(part)) => merged.extend(part),
+        (Part::Reset(merged), Part::Reset(part)) => match (merged.as_mut(), part) {
+            (Ok(merged), Ok(part)) => merged.extend(part),
+            (Ok(_), Err(remark)) => *merged = Err(remark),
+            (Err(_), _) => {}
+        },
+        (merged, part) => unreachable!("parts of one ask differ: {merged:?} and {part:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The queues of a merged table, by topic then queue id.
+    fn by_queue(figures: &[QueueFigures]) -> BTreeMap<(String, u32), &QueueFigures> {
+        figures
+            .iter()
+            .map(|f| ((f.topic.clone(), f.queue_id), f))
+            .collect()
+    }
+
+    fn figures(topic: &str, queue_id: u32) -> QueueFigures {
+        QueueFigures {
+            group: None,
+            topic: topic.to_owned(),
+            queue_id,
+            min: 0,
+            max: i64::from(queue_id) + 1,
+            consumer_offset: None,
+            store_time_ms: 0,
+        }
+    }
+
+    #[test]
+    fn names_are_merged_as_a_set_and_queues_side_by_side() {
+        let goal = Goal::TopicsByConsumer;
+        let mut merged = Part::Names(["a".to_owned(), "b".to_owned()].into());
+        merge(
+            &goal,
+            &mut merged,
+            Part::Names(["b".to_owned(), "c".to_owned()].into()),
+        );
+        let Part::Names(names) = merged else {
+            panic!("names stay names");
+        };
+        assert_eq!(names.into_iter().collect::<Vec<_>>(), ["a", "b", "c"]);
+
+        let goal = Goal::TopicStats;
+        let mut merged = Part::Queues(vec![figures("t", 0), figures("t", 2)]);
+        merge(&goal, &mut merged, Part::Queues(vec![figures("t", 1)]));
+        let Part::Queues(all) = merged else {
+            panic!("queues stay queues");
+        };
+        let queues = by_queue(&all);
+        assert_eq!(queues.len(), 3);
+        assert_eq!(queues[&("t".to_owned(), 1)].max, 2);
+    }
+
+    #[test]
+    fn gathered_codes_are_the_ten_of_the_table() {
+        for code in [12, 202, 208, 222, 300, 303, 314, 317, 329, 343] {
+            assert!(is_gathered(code), "{code}");
+        }
+        assert!(!is_gathered(request_code::PULL_MESSAGE));
+    }
+}

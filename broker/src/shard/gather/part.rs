@@ -1,0 +1,162 @@
+//! One shard's part of a gathered request: computed from the queues,
+//! offsets and index this shard owns, in the turn the ask arrives.
+
+use ringmq_protocol::header::BoundaryType;
+use ringmq_protocol::json::{MessageQueue, QueueTimeSpan};
+
+use super::{Ask, Part, QueueAsk, QueueFigures, ResetAsk};
+use crate::shard::ShardHandler;
+
+impl ShardHandler {
+    /// This shard's part of `ask`.
+    pub(crate) fn answer_ask(&mut self, ask: &Ask, now_ms: i64) -> Part {
+        match ask {
+            Ask::Messages(cmd) => Part::Messages(self.query_part(cmd).unwrap_or_default()),
+            Ask::TopicsOfGroup(group) => Part::Names(
+                self.offsets
+                    .topics_of_group(group)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            Ask::GroupsOfTopic(topic) => Part::Names(
+                self.offsets
+                    .groups_of_topic(topic)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            Ask::Queues(asks) => {
+                let mut figures = Vec::new();
+                for ask in asks {
+                    for queue_id in 0..ask.queues {
+                        if self.router.shard_of(queue_id).0 != self.id {
+                            continue;
+                        }
+                        figures.push(self.queue_figures(ask, queue_id));
+                    }
+                }
+                Part::Queues(figures)
+            }
+            Ask::DeleteExpiredNow => {
+                self.store_mut().delete_expired_now();
+                Part::Done
+            }
+            Ask::OffsetKeys => Part::Names(self.offsets.keys().map(str::to_owned).collect()),
+            Ask::TimeSpans {
+                topic,
+                group,
+                queues,
+            } => {
+                let mut spans = Vec::new();
+                for queue_id in 0..*queues {
+                    if self.router.shard_of(queue_id).0 == self.id {
+                        spans.push(self.time_span(topic, group, queue_id, now_ms));
+                    }
+                }
+                Part::TimeSpans(spans)
+            }
+            Ask::Reset(reset) => Part::Reset(self.reset_owned(reset, now_ms)),
+            Ask::CloneOffsets { src, dest, topics } => {
+                for topic in topics {
+                    self.offsets.clone_offsets(src, dest, topic, now_ms);
+                }
+                Part::Done
+            }
+        }
+    }
+
+    fn queue_figures(&mut self, ask: &QueueAsk, queue_id: u32) -> QueueFigures {
+        let (topic, group) = (ask.topic.as_str(), ask.group.as_deref());
+        let wire_id = queue_id as i32;
+        let min = self.min_offset(topic, wire_id);
+        let max = self.max_offset(topic, wire_id);
+        let consumer_offset = group.and_then(|group| self.offsets.query(group, topic, wire_id));
+        let before = match group {
+            Some(_) => consumer_offset.unwrap_or(0),
+            None => max,
+        };
+        let store_time_ms = if before > 0 {
+            self.store_time_at(topic, wire_id, before - 1)
+                .unwrap_or(0)
+                .max(0)
+        } else {
+            0
+        };
+        QueueFigures {
+            group: ask.group.clone(),
+            topic: topic.to_owned(),
+            queue_id,
+            min,
+            max,
+            consumer_offset,
+            store_time_ms,
+        }
+    }
+
+    /// One queue's time span for `group`, as Java's `queryConsumeTimeSpan`
+    /// computes it; a time that cannot be read is -1.
+    fn time_span(&mut self, topic: &str, group: &str, queue_id: u32, now_ms: i64) -> QueueTimeSpan {
+        let wire_id = queue_id as i32;
+        let time_at = |handler: &mut Self, offset: i64| {
+            handler.store_time_at(topic, wire_id, offset).unwrap_or(-1)
+        };
+        let min = self.min_offset(topic, wire_id);
+        let max = self.max_offset(topic, wire_id);
+        let min_time_stamp = if max > min { time_at(self, min) } else { -1 };
+        let max_time_stamp = if max > 0 { time_at(self, max - 1) } else { -1 };
+        let consumed = self.offsets.query(group, topic, wire_id).unwrap_or(-1);
+        let consume_time_stamp = if consumed > 0 {
+            time_at(self, consumed - 1)
+        } else {
+            min_time_stamp
+        };
+        let next = consumed.max(min);
+        let delay_time = if next < max {
+            let stored = time_at(self, next);
+            if stored >= 0 { now_ms - stored } else { 0 }
+        } else {
+            0
+        };
+        QueueTimeSpan {
+            message_queue: MessageQueue::new(topic, &self.settings.broker_name, wire_id),
+            min_time_stamp,
+            max_time_stamp,
+            consume_time_stamp,
+            delay_time,
+        }
+    }
+
+    /// This shard's part of a reset: each owned queue's new offset, stored.
+    fn reset_owned(&mut self, ask: &ResetAsk, now_ms: i64) -> Result<Vec<(u32, i64)>, String> {
+        let mut reset = Vec::new();
+        let owned: Vec<u32> = match ask.queue {
+            Some(queue) => vec![queue],
+            None => (0..ask.queues).collect(),
+        };
+        for queue_id in owned {
+            if self.router.shard_of(queue_id).0 != self.id {
+                continue;
+            }
+            let wire_id = queue_id as i32;
+            let offset = match ask.offset {
+                Some(offset) => {
+                    let min = self.min_offset(&ask.topic, wire_id);
+                    let max = self.max_offset(&ask.topic, wire_id);
+                    if offset < min || offset > max {
+                        return Err(format!(
+                            "Target offset {offset} not in consume queue range [{min}-{max}]"
+                        ));
+                    }
+                    offset
+                }
+                None if ask.timestamp < 0 => self.max_offset(&ask.topic, wire_id),
+                None => self.search_offset(&ask.topic, wire_id, ask.timestamp, BoundaryType::Lower),
+            };
+            self.offsets
+                .assign_reset(&ask.group, &ask.topic, wire_id, offset, now_ms);
+            reset.push((queue_id, offset));
+        }
+        Ok(reset)
+    }
+}
