@@ -46,7 +46,7 @@ use ringmq_protocol::header::{
 use ringmq_protocol::json::{
     Connection, ConsumeFromWhere, ConsumeType, ConsumerConnection, ConsumerData,
     GetConsumerListByGroupResponseBody, HeartbeatData, JsonStyle, MessageModel, ProducerConnection,
-    SubscriptionData, SubscriptionGroupConfig,
+    ProducerInfo, ProducerTableInfo, SubscriptionData, SubscriptionGroupConfig,
 };
 
 use crate::subscription_group::{
@@ -862,6 +862,30 @@ impl ClientRegistry {
         RemotingCommand::new_response(response_code::SUCCESS, request.opaque, None)
             .with_body(Bytes::from(body))
     }
+
+    /// Every producer group's connections (GET_ALL_PRODUCER_INFO, `mqadmin
+    /// producer`).
+    pub fn producer_table(&self) -> ProducerTableInfo {
+        ProducerTableInfo {
+            data: self
+                .producers
+                .iter()
+                .map(|(group, channels)| {
+                    let producers = channels
+                        .values()
+                        .map(|c| ProducerInfo {
+                            client_id: c.client_id.clone(),
+                            remote_ip: c.client_addr.clone(),
+                            language: c.language.name().to_owned(),
+                            version: c.version,
+                            last_update_timestamp: c.last_update_ms,
+                        })
+                        .collect();
+                    (group.clone(), producers)
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The config of `group` as the snapshot has it, or the default config when
@@ -1505,6 +1529,18 @@ mod tests {
         assert_eq!(response.code, response_code::SUCCESS);
         let body = ProducerConnection::from_json(response.body_bytes()).unwrap();
         assert_eq!(body.connection_set[0].client_id, "c1");
+        let table = registry.producer_table();
+        assert_eq!(table.data.keys().collect::<Vec<_>>(), ["p"]);
+        let producer = &table.data["p"][0];
+        assert_eq!(
+            (producer.client_id.as_str(), producer.remote_ip.as_str()),
+            ("c1", "10.0.0.1:5000")
+        );
+        assert_eq!(
+            (producer.language.as_str(), producer.version),
+            ("RUST", 474)
+        );
+        assert_eq!(producer.last_update_timestamp, NOW);
     }
 
     #[test]

@@ -397,6 +397,10 @@ impl ShardHandler {
                 check_client_config(cmd, self.settings.broker_config.enable_property_filter)
             }
             request_code::GET_BROKER_CONFIG => self.broker_config_answer(),
+            request_code::GET_ALL_PRODUCER_INFO => {
+                let table = self.control().clients.producer_table();
+                json_success(|body| table.to_json(body, JsonStyle::Java))
+            }
             request_code::GET_CONSUMER_RUNNING_INFO => return self.call_consumer(request, now_ms),
             request_code::UPDATE_BROKER_CONFIG => response(
                 response_code::REQUEST_CODE_NOT_SUPPORTED,

@@ -12,6 +12,8 @@
 //! TopicList           {"brokerAddr":..?,"topicList":[..]}     GroupList {"groupList":[..]}
 //! KVTable             {"table":{k:v}}                          ResetOffsetBody {"offsetTable":{{MessageQueue}:5}}
 //! QuerySubscriptionResponseBody {"group":..,"subscriptionData":SubscriptionData?,"topic":..}
+//! ProducerTableInfo   {"data":{group:[{"clientId":..,"language":"JAVA","lastUpdateTimestamp":..,
+//!                      "remoteIP":"ip:port","version":..}]}}
 //! QueryConsumeTimeSpanBody {"consumeTimeSpanSet":[{"consumeTimeStamp":..,"delayTime":..,
 //!                      "maxTimeStamp":..,"messageQueue":{MessageQueue},"minTimeStamp":..}]}
 //! ```
@@ -27,6 +29,7 @@ use std::collections::BTreeMap;
 
 use super::bean::{
     JsonBean, field_list, field_str_map, field_strings, json_body, read_list, read_map, value_i64,
+    value_list,
 };
 use super::error::JsonError;
 use super::heartbeat::{ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData};
@@ -334,6 +337,78 @@ impl JsonBean for QuerySubscriptionResponseBody {
     }
 }
 json_body!(QuerySubscriptionResponseBody);
+
+/// One producer connection (GET_ALL_PRODUCER_INFO).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProducerInfo {
+    /// `clientId`.
+    pub client_id: String,
+    /// `remoteIP`: `ip:port` of the client socket.
+    pub remote_ip: String,
+    /// `language`: `LanguageCode` name, e.g. `JAVA`.
+    pub language: String,
+    /// `version`: the client's version ordinal.
+    pub version: i32,
+    /// `lastUpdateTimestamp`: its last heartbeat, ms.
+    pub last_update_timestamp: i64,
+}
+
+impl JsonBean for ProducerInfo {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_str("clientId", &self.client_id);
+        w.field_str("language", &self.language);
+        w.field_i64("lastUpdateTimestamp", self.last_update_timestamp);
+        w.field_str("remoteIP", &self.remote_ip);
+        w.field_i64("version", i64::from(self.version));
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            client_id: m.string_or_empty("clientId")?,
+            remote_ip: m.string_or_empty("remoteIP")?,
+            language: m.string_or_empty("language")?,
+            version: m.i32("version")?.unwrap_or(0),
+            last_update_timestamp: m.i64("lastUpdateTimestamp")?.unwrap_or(0),
+        })
+    }
+}
+json_body!(ProducerInfo);
+
+/// GET_ALL_PRODUCER_INFO response body: producer group → its connections.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProducerTableInfo {
+    /// `data`.
+    pub data: BTreeMap<String, Vec<ProducerInfo>>,
+}
+
+impl JsonBean for ProducerTableInfo {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.member("data");
+        w.begin_map();
+        for (group, producers) in &self.data {
+            w.map_key_str(group);
+            w.begin_array(ArrayKind::List, producers.len());
+            for producer in producers {
+                producer.write_json(w);
+            }
+            w.end_array();
+        }
+        w.end_map();
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            data: read_map(&m, "data", key_text, value_list)?,
+        })
+    }
+}
+json_body!(ProducerTableInfo);
 
 /// One queue's times for a consumer group (QUERY_CONSUME_TIME_SPAN).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -724,6 +799,29 @@ mod tests {
         assert_eq!(ResetOffsetBody::from_json(&out).unwrap(), reset);
         let list = TopicList::from_json(br#"{"brokerAddr":"a:1","topicList":["A","B"]}"#).unwrap();
         assert_eq!(list.broker_addr.as_deref(), Some("a:1"));
+    }
+
+    #[test]
+    fn a_producer_table_is_written_in_fastjson_order_and_read_back() {
+        let table = ProducerTableInfo {
+            data: BTreeMap::from([(
+                "pg".to_owned(),
+                vec![ProducerInfo {
+                    client_id: "10.0.0.1@1".into(),
+                    remote_ip: "10.0.0.1:5000".into(),
+                    language: "JAVA".into(),
+                    version: 479,
+                    last_update_timestamp: 42,
+                }],
+            )]),
+        };
+        let mut out = Vec::new();
+        table.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            r#"{"data":{"pg":[{"clientId":"10.0.0.1@1","language":"JAVA","lastUpdateTimestamp":42,"remoteIP":"10.0.0.1:5000","version":479}]}}"#
+        );
+        assert_eq!(ProducerTableInfo::from_json(&out).unwrap(), table);
     }
 
     #[test]

@@ -248,16 +248,29 @@ pub(crate) fn value_string(value: &JsonValue, path: &str) -> Result<String, Json
     })
 }
 
-/// Reads an array of strings from a map value.
-pub(crate) fn value_strings(value: &JsonValue, path: &str) -> Result<Vec<String>, JsonError> {
+/// The non-null items of an array map value.
+fn value_items<'a>(
+    value: &'a JsonValue,
+    path: &str,
+) -> Result<impl Iterator<Item = &'a JsonValue>, JsonError> {
     let items = value.as_array().ok_or_else(|| JsonError::WrongType {
         member: path.to_owned(),
         expected: "an array",
     })?;
-    items
-        .iter()
-        .filter(|item| !matches!(item, JsonValue::Null))
+    Ok(items.iter().filter(|item| !matches!(item, JsonValue::Null)))
+}
+
+/// Reads an array of strings from a map value.
+pub(crate) fn value_strings(value: &JsonValue, path: &str) -> Result<Vec<String>, JsonError> {
+    value_items(value, path)?
         .map(|item| value_string(item, path))
+        .collect()
+}
+
+/// Reads an array of beans from a map value.
+pub(crate) fn value_list<T: JsonBean>(value: &JsonValue, path: &str) -> Result<Vec<T>, JsonError> {
+    value_items(value, path)?
+        .map(|item| T::read_json(item, path))
         .collect()
 }
 

@@ -14,7 +14,7 @@
 //! | `register.rs` | [`DataVersion`], [`TopicConfig`], [`TopicConfigSerializeWrapper`], [`TopicConfigList`], [`TopicConfigAndQueueMapping`], [`RegisterBrokerBody`], [`RegisterBrokerResult`] |
 //! | `heartbeat.rs` | [`HeartbeatData`], [`ConsumerData`], [`ProducerData`], [`SubscriptionData`], [`GetConsumerListByGroupResponseBody`] |
 //! | `queue.rs` | [`MessageQueue`], [`LockBatchRequestBody`], [`UnlockBatchRequestBody`], [`LockBatchResponseBody`] |
-//! | `admin.rs` | [`Connection`], [`ConsumerConnection`], [`ProducerConnection`], [`ConsumeStats`], [`ConsumeStatsList`], [`TopicStatsTable`], [`TopicList`], [`GroupList`], [`KvTable`], [`ResetOffsetBody`], [`QuerySubscriptionResponseBody`], [`QueryConsumeTimeSpanBody`] |
+//! | `admin.rs` | [`Connection`], [`ConsumerConnection`], [`ProducerConnection`], [`ConsumeStats`], [`ConsumeStatsList`], [`TopicStatsTable`], [`TopicList`], [`GroupList`], [`KvTable`], [`ResetOffsetBody`], [`QuerySubscriptionResponseBody`], [`QueryConsumeTimeSpanBody`], [`ProducerTableInfo`] |
 //! | `subscription_group.rs` | [`SubscriptionGroupConfig`], [`SubscriptionGroupWrapper`], [`SubscriptionGroupList`] |
 //! | `config_file.rs` | [`ConsumerOffsetFile`], [`DelayOffsetFile`], [`KvConfigFile`] |
 //!
@@ -47,8 +47,9 @@ mod write;
 
 pub use admin::{
     Connection, ConsumeStats, ConsumeStatsList, ConsumerConnection, GroupList, KvTable,
-    OffsetWrapper, ProducerConnection, QueryConsumeTimeSpanBody, QuerySubscriptionResponseBody,
-    QueueTimeSpan, ResetOffsetBody, TopicList, TopicOffset, TopicStatsTable,
+    OffsetWrapper, ProducerConnection, ProducerInfo, ProducerTableInfo, QueryConsumeTimeSpanBody,
+    QuerySubscriptionResponseBody, QueueTimeSpan, ResetOffsetBody, TopicList, TopicOffset,
+    TopicStatsTable,
 };
 pub use bean::{JsonBean, decode, encode, encode_pretty, write_object, write_value};
 pub use config_file::{ConsumerOffsetFile, DelayOffsetFile, KvConfigFile};

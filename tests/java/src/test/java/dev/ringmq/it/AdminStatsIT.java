@@ -21,6 +21,7 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.LanguageCode;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
@@ -29,6 +30,8 @@ import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.remoting.protocol.body.ConsumeStatsList;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerConnection;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerRunningInfo;
+import org.apache.rocketmq.remoting.protocol.body.ProducerInfo;
+import org.apache.rocketmq.remoting.protocol.body.ProducerTableInfo;
 import org.apache.rocketmq.remoting.protocol.body.QueueTimeSpan;
 import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
@@ -65,6 +68,7 @@ class AdminStatsIT {
     static final List<SendResult> LAST_CONSUMED = new ArrayList<>();
     static final List<SendResult> LAST_STORED = new ArrayList<>();
     static DefaultLitePullConsumer consumer;
+    static String producerGroup;
 
     static int consumed(int queue) {
         return queue + 2;
@@ -80,7 +84,8 @@ class AdminStatsIT {
         topic = unique("stats");
         group = unique("stats-group");
         queues = it.createTopic(topic, QUEUES);
-        DefaultMQProducer producer = it.startProducer(unique("stats-producer"));
+        producerGroup = unique("stats-producer");
+        DefaultMQProducer producer = it.startProducer(producerGroup);
         int total = 0;
         for (int q = 0; q < QUEUES; q++) {
             SENT.add(new ArrayList<>());
@@ -206,6 +211,18 @@ class AdminStatsIT {
                 .orElseThrow(() -> new AssertionError(topic + " in the stats of " + group));
         long lag = assertEveryQueuesOffsets(stats);
         assertTrue(all.getTotalDiff() >= lag, "total diff " + all.getTotalDiff() + " covers our lag " + lag);
+    }
+
+    @Test
+    void everyProducerGroupIsListedWithItsConnections() throws Exception {
+        // mqadmin producer -b ADDR
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        ProducerTableInfo table = admin.getAllProducerInfo(addr);
+        List<ProducerInfo> ours = table.getData().get(producerGroup);
+        assertNotNull(ours, producerGroup + " in " + table.getData().keySet());
+        assertEquals(1, ours.size(), "connections of " + producerGroup);
+        assertEquals(LanguageCode.JAVA, ours.get(0).getLanguage());
+        assertTrue(ours.get(0).getClientId().contains("@"), "client id " + ours.get(0).getClientId());
     }
 
     @Test
