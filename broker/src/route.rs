@@ -104,7 +104,7 @@ impl Router {
     }
 
     /// The queue ids below `queue_nums` that `shard` owns, ascending.
-    pub fn queues_of(&self, shard: ShardId, queue_nums: u32) -> impl Iterator<Item = u32> {
+    pub fn queues_of(&self, shard: ShardId, queue_nums: u32) -> impl Iterator<Item = u32> + use<> {
         let step = usize::from(self.shard_count);
         (u32::from(shard.0)..queue_nums).step_by(step)
     }

@@ -72,18 +72,13 @@ impl ShardHandler {
         if let Some(body) = request.cmd.body {
             call = call.with_body(body);
         }
-        self.next_opaque = self.next_opaque.wrapping_add(1);
-        call.opaque = self.next_opaque;
-        call.flag = 0;
+        let opaque = self.request_client(conn, call, 0);
         let pending = PendingCall {
             reply: request.reply,
             client: header.client_id,
             deadline_ms: now_ms.saturating_add(CLIENT_CALL_TIMEOUT_MS),
         };
-        self.client_calls
-            .pending
-            .insert((conn, call.opaque), pending);
-        self.deliver(conn.tag().into(), conn, call);
+        self.client_calls.pending.insert((conn, opaque), pending);
     }
 
     /// A client's answer on one of this shard's connections.

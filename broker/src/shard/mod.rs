@@ -341,11 +341,23 @@ impl ShardHandler {
     }
 
     /// A one-way request to a client connection (NOTIFY_CONSUMER_IDS_CHANGED).
-    pub(crate) fn push_to_client(&mut self, conn: ConnectionId, mut cmd: RemotingCommand) {
+    pub(crate) fn push_to_client(&mut self, conn: ConnectionId, cmd: RemotingCommand) {
+        self.request_client(conn, cmd, flag::ONEWAY);
+    }
+
+    /// Sends request `cmd` to a client connection with a fresh opaque and
+    /// `flags` (0 for a request the client answers); returns the opaque.
+    pub(crate) fn request_client(
+        &mut self,
+        conn: ConnectionId,
+        mut cmd: RemotingCommand,
+        flags: i32,
+    ) -> i32 {
         self.next_opaque = self.next_opaque.wrapping_add(1);
         cmd.opaque = self.next_opaque;
-        cmd.flag = flag::ONEWAY;
+        cmd.flag = flags;
         self.deliver(conn.tag().into(), conn, cmd);
+        self.next_opaque
     }
 
     /// Closes a connection of any shard.

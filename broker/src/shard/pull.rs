@@ -369,16 +369,12 @@ impl ShardHandler {
         {
             let queue_id = header.queue_id as u32;
             let store = self.store();
-            let moved = PullMessageResponseHeader {
-                suggest_which_broker_id: 0,
-                next_begin_offset: reset,
-                min_offset: store.queue_min_offset(&header.topic, queue_id) as i64,
-                max_offset: store.queue_max_offset(&header.topic, queue_id) as i64,
-                offset_delta: None,
-                topic_sys_flag: Some(topic_sys_flag),
-                group_sys_flag: Some(group_sys_flag),
-                forbidden_type: None,
-            };
+            let moved = offsets_header(
+                reset,
+                store.queue_min_offset(&header.topic, queue_id),
+                store.queue_max_offset(&header.topic, queue_id),
+                (topic_sys_flag, group_sys_flag),
+            );
             let remark = format!(
                 "the offset of group {} on queue {} was reset to {reset}",
                 header.consumer_group, header.queue_id
@@ -468,16 +464,12 @@ impl ShardHandler {
             });
             return;
         }
-        let response_header = PullMessageResponseHeader {
-            suggest_which_broker_id: 0,
-            next_begin_offset: result.next_begin_offset as i64,
-            min_offset: result.min_offset as i64,
-            max_offset: result.max_offset as i64,
-            offset_delta: None,
-            topic_sys_flag: Some(topic_sys_flag),
-            group_sys_flag: Some(group_sys_flag),
-            forbidden_type: None,
-        };
+        let response_header = offsets_header(
+            result.next_begin_offset as i64,
+            result.min_offset,
+            result.max_offset,
+            (topic_sys_flag, group_sys_flag),
+        );
         let mut answer =
             RemotingCommand::new_response(code, 0, remark).with_custom_header(&response_header);
         if code == response_code::SUCCESS {
@@ -565,6 +557,26 @@ impl ShardHandler {
 
 /// Internal ext field: when a pull started waiting for its subscription.
 const WAIT_SINCE: &str = "ringmqWaitSince";
+
+/// A pull answer's header: where the client goes on, the queue's offsets,
+/// and the (topic, group) sys flags.
+fn offsets_header(
+    next_begin_offset: i64,
+    min_offset: u64,
+    max_offset: u64,
+    (topic_sys_flag, group_sys_flag): (i32, i32),
+) -> PullMessageResponseHeader {
+    PullMessageResponseHeader {
+        suggest_which_broker_id: 0,
+        next_begin_offset,
+        min_offset: min_offset as i64,
+        max_offset: max_offset as i64,
+        offset_delta: None,
+        topic_sys_flag: Some(topic_sys_flag),
+        group_sys_flag: Some(group_sys_flag),
+        forbidden_type: None,
+    }
+}
 
 fn codes_of(data: &SubscriptionData) -> Option<Vec<i32>> {
     if data.sub_string.trim().is_empty() || data.sub_string.trim() == "*" {

@@ -27,7 +27,7 @@ impl ShardHandler {
                     offset_table: figures
                         .into_iter()
                         .map(|f| {
-                            let queue = self.message_queue(&f);
+                            let queue = self.message_queue(&f.topic, f.queue_id);
                             let offsets = TopicOffset {
                                 min_offset: f.min.max(0),
                                 max_offset: f.max.max(0),
@@ -45,7 +45,7 @@ impl ShardHandler {
                     consume_tps: 0.0,
                     offset_table: figures
                         .into_iter()
-                        .map(|f| (self.message_queue(&f), offset_wrapper(&f)))
+                        .map(|f| (self.message_queue(&f.topic, f.queue_id), offset_wrapper(&f)))
                         .collect(),
                 };
                 json_success(|body| stats.to_json(body, JsonStyle::Java))
@@ -68,14 +68,7 @@ impl ShardHandler {
                 let body = ResetOffsetBody {
                     offset_table: offsets
                         .into_iter()
-                        .map(|(queue_id, offset)| {
-                            let queue = MessageQueue::new(
-                                &topic,
-                                &self.settings.broker_name,
-                                queue_id as i32,
-                            );
-                            (queue, offset)
-                        })
+                        .map(|(queue_id, offset)| (self.message_queue(&topic, queue_id), offset))
                         .collect(),
                 };
                 json_success(|out| body.to_json(out, JsonStyle::Java))
@@ -127,7 +120,7 @@ impl ShardHandler {
             let Some(group) = f.group.clone() else {
                 continue;
             };
-            let queue = self.message_queue(&f);
+            let queue = self.message_queue(&f.topic, f.queue_id);
             let topic = f.topic.clone();
             let offsets = offset_wrapper(&f);
             total_diff += offsets.broker_offset - offsets.consumer_offset;
@@ -157,12 +150,9 @@ impl ShardHandler {
         format!("{}:{}", config.broker_ip1, config.listen_port)
     }
 
-    fn message_queue(&self, figures: &QueueFigures) -> MessageQueue {
-        MessageQueue::new(
-            &figures.topic,
-            &self.settings.broker_name,
-            figures.queue_id as i32,
-        )
+    /// Queue `queue_id` of `topic` on this broker, as the answers name it.
+    pub(super) fn message_queue(&self, topic: &str, queue_id: u32) -> MessageQueue {
+        MessageQueue::new(topic, &self.settings.broker_name, queue_id as i32)
     }
 }
 

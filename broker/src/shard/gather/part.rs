@@ -2,12 +2,18 @@
 //! offsets and index this shard owns, in the turn the ask arrives.
 
 use ringmq_protocol::header::BoundaryType;
-use ringmq_protocol::json::{MessageQueue, QueueTimeSpan};
+use ringmq_protocol::json::QueueTimeSpan;
 
 use super::{Ask, Part, QueueAsk, QueueFigures, ResetAsk};
+use crate::route::ShardId;
 use crate::shard::ShardHandler;
 
 impl ShardHandler {
+    /// The queue ids below `queues` this shard owns (`Router::queues_of`).
+    fn owned_queues(&self, queues: u32) -> impl Iterator<Item = u32> + use<> {
+        self.router.queues_of(ShardId(self.id), queues)
+    }
+
     /// This shard's part of `ask`.
     pub(crate) fn answer_ask(&mut self, ask: &Ask, now_ms: i64) -> Part {
         match ask {
@@ -29,10 +35,7 @@ impl ShardHandler {
             Ask::Queues(asks) => {
                 let mut figures = Vec::new();
                 for ask in asks {
-                    for queue_id in 0..ask.queues {
-                        if self.router.shard_of(queue_id).0 != self.id {
-                            continue;
-                        }
+                    for queue_id in self.owned_queues(ask.queues) {
                         figures.push(self.queue_figures(ask, queue_id));
                     }
                 }
@@ -48,12 +51,10 @@ impl ShardHandler {
                 group,
                 queues,
             } => {
-                let mut spans = Vec::new();
-                for queue_id in 0..*queues {
-                    if self.router.shard_of(queue_id).0 == self.id {
-                        spans.push(self.time_span(topic, group, queue_id, now_ms));
-                    }
-                }
+                let spans = self
+                    .owned_queues(*queues)
+                    .map(|queue_id| self.time_span(topic, group, queue_id, now_ms))
+                    .collect();
                 Part::TimeSpans(spans)
             }
             Ask::Reset(reset) => Part::Reset(self.reset_owned(reset, now_ms)),
@@ -119,7 +120,7 @@ impl ShardHandler {
             0
         };
         QueueTimeSpan {
-            message_queue: MessageQueue::new(topic, &self.settings.broker_name, wire_id),
+            message_queue: self.message_queue(topic, queue_id),
             min_time_stamp,
             max_time_stamp,
             consume_time_stamp,
@@ -131,13 +132,13 @@ impl ShardHandler {
     fn reset_owned(&mut self, ask: &ResetAsk, now_ms: i64) -> Result<Vec<(u32, i64)>, String> {
         let mut reset = Vec::new();
         let owned: Vec<u32> = match ask.queue {
-            Some(queue) => vec![queue],
-            None => (0..ask.queues).collect(),
+            Some(queue) => self
+                .owned_queues(ask.queues)
+                .filter(|id| *id == queue)
+                .collect(),
+            None => self.owned_queues(ask.queues).collect(),
         };
         for queue_id in owned {
-            if self.router.shard_of(queue_id).0 != self.id {
-                continue;
-            }
             let wire_id = queue_id as i32;
             let offset = match ask.offset {
                 Some(offset) => {

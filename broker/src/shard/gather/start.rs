@@ -13,6 +13,8 @@ use ringmq_protocol::header::{
 };
 
 use super::{Ask, Goal, QueueAsk, ResetAsk};
+use ringmq_protocol::json::TopicConfig;
+
 use crate::consumer_offset::split_offset_key;
 use crate::shard::query::query_limit;
 use crate::shard::{ShardHandler, response};
@@ -34,12 +36,7 @@ impl ShardHandler {
             request_code::GET_TOPIC_STATS_INFO => {
                 let header: GetTopicStatsInfoRequestHeader =
                     cmd.decode_custom_header().map_err(bad)?;
-                let Some(config) = self.topics.get(&header.topic) else {
-                    return Err(Box::new(response(
-                        response_code::TOPIC_NOT_EXIST,
-                        format!("topic[{}] not exist", header.topic),
-                    )));
-                };
+                let config = self.known_topic(&header.topic)?;
                 let queues = config.read_queue_nums.max(config.write_queue_nums).max(0) as u32;
                 let ask = Ask::Queues(vec![QueueAsk {
                     group: None,
@@ -86,12 +83,7 @@ impl ShardHandler {
             request_code::QUERY_CONSUME_TIME_SPAN => {
                 let header: QueryConsumeTimeSpanRequestHeader =
                     cmd.decode_custom_header().map_err(bad)?;
-                let Some(config) = self.topics.get(&header.topic) else {
-                    return Err(Box::new(response(
-                        response_code::TOPIC_NOT_EXIST,
-                        format!("topic[{}] not exist", header.topic),
-                    )));
-                };
+                let config = self.known_topic(&header.topic)?;
                 let ask = Ask::TimeSpans {
                     queues: config.write_queue_nums.max(0) as u32,
                     topic: header.topic,
@@ -138,6 +130,16 @@ impl ShardHandler {
                 format!(" request type {code} not supported"),
             ))),
         }
+    }
+
+    /// The config of `topic`, or Java's TOPIC_NOT_EXIST answer.
+    fn known_topic(&self, topic: &str) -> Result<&TopicConfig, Box<RemotingCommand>> {
+        self.topics.get(topic).ok_or_else(|| {
+            Box::new(response(
+                response_code::TOPIC_NOT_EXIST,
+                format!("topic[{topic}] not exist"),
+            ))
+        })
     }
 
     /// INVOKE_BROKER_TO_RESET_OFFSET's checks, as Java's `resetOffsetInner`.
