@@ -18,6 +18,7 @@ pub mod route;
 pub mod runtime_info;
 pub mod server;
 pub mod shard;
+pub mod stats_table;
 pub mod subscription_group;
 pub mod topic_config;
 pub mod tps;

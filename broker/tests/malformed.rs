@@ -580,6 +580,7 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             (request_code::CLONE_GROUP_OFFSET, "srcGroup"),
             (request_code::GET_CONSUMER_RUNNING_INFO, "consumerGroup"),
             (request_code::QUERY_CONSUME_TIME_SPAN, "topic"),
+            (request_code::VIEW_BROKER_STATS_DATA, "statsName"),
         ] {
             let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
             assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");
@@ -601,6 +602,34 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             unknown.remark.as_deref(),
             Some("topic[NoSuchTopic] not exist")
         );
+        let only_name = client.call(with(
+            request_code::VIEW_BROKER_STATS_DATA,
+            "statsName",
+            "TOPIC_PUT_NUMS",
+        ));
+        assert_eq!(only_name.code, response_code::SYSTEM_ERROR);
+        assert!(only_name.remark.unwrap_or_default().contains("statsKey"));
+        // No item under the key, or a name ringmq does not keep: Java's
+        // SYSTEM_ERROR with its remark.
+        for (name, key) in [
+            ("TOPIC_PUT_NUMS", "NoSuchTopic"),
+            ("GROUP_GET_NUMS", "NoSuchTopic@NoSuchGroup"),
+            ("GROUP_GET_LATENCY", "t@g"),
+            ("", ""),
+        ] {
+            let mut fields = ExtFields::new();
+            fields.insert("statsName", name);
+            fields.insert("statsKey", key);
+            let none = client.call(RemotingCommand::new_request(
+                request_code::VIEW_BROKER_STATS_DATA,
+                fields,
+            ));
+            assert_eq!(none.code, response_code::SYSTEM_ERROR, "{name} {key}");
+            assert_eq!(
+                none.remark.as_deref(),
+                Some(format!("The stats <{name}> <{key}> not exist").as_str())
+            );
+        }
         let mut reset = ExtFields::new();
         for (key, value) in [
             ("topic", "NoSuchTopic"),

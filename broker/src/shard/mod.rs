@@ -65,6 +65,7 @@ use crate::persist::PersisterHandle;
 use crate::route::Router;
 use crate::runtime_info::RuntimeStats;
 use crate::server::{ConnectionId, RequestHandler};
+use crate::stats_table::StatsTable;
 use crate::subscription_group::SubscriptionGroupSnapshot;
 use crate::topic_config::TopicConfigSnapshot;
 use crate::tps::TpsSampler;
@@ -138,6 +139,9 @@ pub struct ShardHandler {
     stats: RuntimeStats,
     /// Samples of `stats`' counters, taken every tick, for the TPS figures.
     tps: TpsSampler,
+    /// Per-topic and per-group figures (VIEW_BROKER_STATS_DATA), sampled
+    /// every tick.
+    stats_table: StatsTable,
     /// GET_BROKER_RUNTIME_INFO requests waiting for the other shards'
     /// counters (shard 0).
     runtime_queries: HashMap<u64, control::RuntimeQuery>,
@@ -251,6 +255,7 @@ impl ShardHandler {
             stopping: false,
             stats: RuntimeStats::new(crate::shard::runtime::wall_clock_ms()),
             tps: TpsSampler::new(),
+            stats_table: StatsTable::new(crate::shard::runtime::wall_clock_ms()),
             runtime_queries: HashMap::new(),
             client_calls: client_call::ClientCalls::default(),
             gatherings: HashMap::new(),
@@ -717,6 +722,7 @@ impl RequestHandler for ShardHandler {
     fn on_tick(&mut self, now_ms: i64) {
         self.stats.roll_day_if_due(now_ms);
         self.tps.record(now_ms, self.stats.tps_counters());
+        self.stats_table.sample(now_ms);
         self.control_tick(now_ms);
         self.persist_offsets(now_ms);
         self.expire_replica_peers(now_ms);

@@ -45,6 +45,7 @@ use crate::features::sql92::{EXPRESSION_TYPE_SQL92, Filter, compile, is_tag_type
 use super::link::Request;
 use super::{ShardHandler, response};
 use crate::client_registry::PullSubscriptionError;
+use crate::stats_table::StatsName;
 use crate::topic_config::perm;
 
 /// Longest a pull waits for its group's subscription to reach this shard.
@@ -422,6 +423,16 @@ impl ShardHandler {
             result.status == GetMessageStatus::Found,
             result.records.len() as u64,
         );
+        if result.status == GetMessageStatus::Found {
+            let (group, topic) = (&header.consumer_group, &header.topic);
+            let count = result.records.len() as u64;
+            let cluster = &self.settings.broker_config.broker_cluster_name;
+            let table = &mut self.stats_table;
+            table.add_for_group(StatsName::GroupGetNums, topic, group, count, now_ms);
+            let size = result.body.len() as u64;
+            table.add_for_group(StatsName::GroupGetSize, topic, group, size, now_ms);
+            table.add(StatsName::BrokerGetNums, cluster, count, now_ms);
+        }
         let (code, remark) = match result.status {
             GetMessageStatus::Found => (response_code::SUCCESS, None),
             GetMessageStatus::MessageWasRemoving | GetMessageStatus::NoMatchedMessage => {

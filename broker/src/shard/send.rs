@@ -50,6 +50,7 @@ use super::pull::Parked;
 use super::{ShardHandler, response};
 use crate::features::timer::TimerConfig;
 use crate::features::{PutError, PutRoute, Redirect, retry, route_put};
+use crate::stats_table::StatsName;
 use crate::topic_config::{
     AUTO_CREATE_TOPIC_KEY_TOPIC, DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, perm,
     retry_topic,
@@ -121,6 +122,8 @@ pub(crate) struct PendingSend {
     uniq_key: Option<String>,
     /// Body bytes and records appended, when (for the runtime counters).
     body_bytes: u64,
+    /// Record bytes appended (Java's `wroteBytes`, TOPIC_PUT_SIZE).
+    wrote_bytes: u64,
     records: u32,
     appended_ms: i64,
 }
@@ -513,6 +516,7 @@ impl ShardHandler {
                         msg_ids,
                         uniq_key,
                         body_bytes: body.len() as u64,
+                        wrote_bytes: u64::from(ticket.wrote_bytes),
                         records: ticket.message_count,
                         appended_ms: now_ms,
                     },
@@ -558,10 +562,21 @@ impl ShardHandler {
             }
         };
         let latency_ms = now_ms.saturating_sub(pending.appended_ms);
-        for _ in 0..pending.records.max(1) {
-            let share = pending.body_bytes / u64::from(pending.records.max(1));
-            self.stats.record_put(share, latency_ms);
+        let records = u64::from(pending.records.max(1));
+        for _ in 0..records {
+            self.stats
+                .record_put(pending.body_bytes / records, latency_ms);
         }
+        let cluster = &self.settings.broker_config.broker_cluster_name;
+        let table = &mut self.stats_table;
+        table.add(StatsName::TopicPutNums, &pending.topic, records, now_ms);
+        table.add(
+            StatsName::TopicPutSize,
+            &pending.topic,
+            pending.wrote_bytes,
+            now_ms,
+        );
+        table.add(StatsName::BrokerPutNums, cluster, records, now_ms);
         let mut header = SendMessageResponseHeader {
             msg_id: pending.msg_ids,
             queue_id: pending.answer_queue_id as i32,
@@ -672,6 +687,14 @@ impl ShardHandler {
             max_reconsume_times: None,
             broker_name: None,
         };
+        // Counted when the repost is sent on (Java counts once it is stored).
+        self.stats_table.add_for_group(
+            StatsName::SendBackPutNums,
+            view.topic(),
+            &header.group,
+            1,
+            now_ms,
+        );
         let mut ext = ExtFields::new();
         send.to_ext(&mut ext);
         ext.insert(SEND_BACK_MARK, "true");

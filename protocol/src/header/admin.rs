@@ -8,7 +8,8 @@
 //! GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_BROKER_CONFIG (26) response,
 //! GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222),
 //! QUERY_SUBSCRIPTION_BY_CONSUMER (345), CLONE_GROUP_OFFSET (314),
-//! GET_BROKER_CONSUME_STATS (317), QUERY_CONSUME_TIME_SPAN (303).
+//! GET_BROKER_CONSUME_STATS (317), QUERY_CONSUME_TIME_SPAN (303),
+//! VIEW_BROKER_STATS_DATA (315).
 //! GET_BROKER_RUNTIME_INFO (28) and
 //! UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) have no header.
 //!
@@ -267,6 +268,16 @@ custom_header! {
         client_id: required String = "clientId",
         /// `jstackEnable` (Java primitive, default false).
         jstack_enable: primitive bool = "jstackEnable" => false,
+    }
+}
+
+custom_header! {
+    /// `ViewBrokerStatsDataRequestHeader` (VIEW_BROKER_STATS_DATA).
+    pub struct ViewBrokerStatsDataRequestHeader {
+        /// `statsName`: `TOPIC_PUT_NUMS`, `GROUP_GET_NUMS`, ...
+        stats_name: required String = "statsName",
+        /// `statsKey`: a topic, `topic@group`, or the cluster name.
+        stats_key: required String = "statsKey",
     }
 }
 

@@ -653,6 +653,75 @@ impl JsonBean for ConsumeStatsList {
 }
 json_body!(ConsumeStatsList);
 
+/// One window of VIEW_BROKER_STATS_DATA's answer (`BrokerStatsItem`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BrokerStatsItem {
+    /// `sum`: the figure's growth over the window.
+    pub sum: i64,
+    /// `tps`: that growth per second.
+    pub tps: f64,
+    /// `avgpt`: growth per increment.
+    pub avgpt: f64,
+}
+
+impl JsonBean for BrokerStatsItem {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_f64("avgpt", self.avgpt);
+        w.field_i64("sum", self.sum);
+        w.field_f64("tps", self.tps);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            sum: m.i64("sum")?.unwrap_or(0),
+            tps: m.f64("tps")?.unwrap_or(0.0),
+            avgpt: m.f64("avgpt")?.unwrap_or(0.0),
+        })
+    }
+}
+json_body!(BrokerStatsItem);
+
+/// VIEW_BROKER_STATS_DATA response body (`BrokerStatsData`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BrokerStatsData {
+    /// `statsMinute`: the last minute.
+    pub stats_minute: BrokerStatsItem,
+    /// `statsHour`: the last hour.
+    pub stats_hour: BrokerStatsItem,
+    /// `statsDay`: the last day.
+    pub stats_day: BrokerStatsItem,
+}
+
+impl JsonBean for BrokerStatsData {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.member("statsDay");
+        self.stats_day.write_json(w);
+        w.member("statsHour");
+        self.stats_hour.write_json(w);
+        w.member("statsMinute");
+        self.stats_minute.write_json(w);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        let window = |name: &str| match m.value(name) {
+            Some(item) => BrokerStatsItem::read_json(item, &m.path_of(name)),
+            None => Ok(BrokerStatsItem::default()),
+        };
+        Ok(Self {
+            stats_minute: window("statsMinute")?,
+            stats_hour: window("statsHour")?,
+            stats_day: window("statsDay")?,
+        })
+    }
+}
+json_body!(BrokerStatsData);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -686,6 +755,39 @@ mod tests {
             stats.offset_table[&MessageQueue::new("T", "b", 2)].broker_offset,
             1
         );
+    }
+
+    #[test]
+    fn broker_stats_data_is_written_as_java_writes_it_and_read_back() {
+        let data = BrokerStatsData {
+            stats_minute: BrokerStatsItem {
+                sum: 600,
+                tps: 10.0,
+                avgpt: 1.5,
+            },
+            stats_hour: BrokerStatsItem {
+                sum: 7,
+                tps: 0.25,
+                avgpt: 1.0,
+            },
+            stats_day: BrokerStatsItem::default(),
+        };
+        let mut out = Vec::new();
+        data.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            concat!(
+                r#"{"statsDay":{"avgpt":0.0,"sum":0,"tps":0.0},"#,
+                r#""statsHour":{"avgpt":1.0,"sum":7,"tps":0.25},"#,
+                r#""statsMinute":{"avgpt":1.5,"sum":600,"tps":10.0}}"#
+            )
+        );
+        assert_eq!(BrokerStatsData::from_json(&out).unwrap(), data);
+        assert_eq!(
+            BrokerStatsData::from_json(b"{}").unwrap(),
+            BrokerStatsData::default()
+        );
+        assert!(BrokerStatsData::from_json(br#"{"statsMinute":{"sum":"x"}}"#).is_err());
     }
 
     #[test]

@@ -46,10 +46,10 @@ mod value;
 mod write;
 
 pub use admin::{
-    Connection, ConsumeStats, ConsumeStatsList, ConsumerConnection, GroupList, KvTable,
-    OffsetWrapper, ProducerConnection, ProducerInfo, ProducerTableInfo, QueryConsumeTimeSpanBody,
-    QuerySubscriptionResponseBody, QueueTimeSpan, ResetOffsetBody, TopicList, TopicOffset,
-    TopicStatsTable,
+    BrokerStatsData, BrokerStatsItem, Connection, ConsumeStats, ConsumeStatsList,
+    ConsumerConnection, GroupList, KvTable, OffsetWrapper, ProducerConnection, ProducerInfo,
+    ProducerTableInfo, QueryConsumeTimeSpanBody, QuerySubscriptionResponseBody, QueueTimeSpan,
+    ResetOffsetBody, TopicList, TopicOffset, TopicStatsTable,
 };
 pub use bean::{JsonBean, decode, encode, encode_pretty, write_object, write_value};
 pub use config_file::{ConsumerOffsetFile, DelayOffsetFile, KvConfigFile};

@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 use ringmq_protocol::code::response_code;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::json::{
-    ConsumeStats, ConsumeStatsList, GroupList, JsonStyle, MessageQueue, OffsetWrapper,
-    QueryConsumeTimeSpanBody, ResetOffsetBody, TopicList, TopicOffset, TopicStatsTable,
+    BrokerStatsData, BrokerStatsItem, ConsumeStats, ConsumeStatsList, GroupList, JsonStyle,
+    MessageQueue, OffsetWrapper, QueryConsumeTimeSpanBody, ResetOffsetBody, TopicList, TopicOffset,
+    TopicStatsTable,
 };
 
-use super::{Ask, Gathering, Goal, Part, QueueFigures};
+use super::{Ask, Gathering, Goal, Part, QueueFigures, Rates};
 use crate::shard::{ShardHandler, json_success, response, success};
+use crate::stats_table::WindowFigures;
 
 impl ShardHandler {
     /// Every part is in: answer, or start the next round.
@@ -22,7 +24,7 @@ impl ShardHandler {
                 let (goal, ask) = self.consume_stats_round(group, topics.into_iter().collect());
                 return self.gather(done.reply, goal, ask, now_ms);
             }
-            (Goal::TopicStats, Part::Queues(figures)) => {
+            (Goal::TopicStats, Part::Queues(figures, rates)) => {
                 let table = TopicStatsTable {
                     offset_table: figures
                         .into_iter()
@@ -36,13 +38,13 @@ impl ShardHandler {
                             (queue, offsets)
                         })
                         .collect(),
-                    topic_put_tps: 0.0,
+                    topic_put_tps: rates.values().sum(),
                 };
                 json_success(|body| table.to_json(body, JsonStyle::Java))
             }
-            (Goal::ConsumeStats, Part::Queues(figures)) => {
+            (Goal::ConsumeStats, Part::Queues(figures, rates)) => {
                 let stats = ConsumeStats {
-                    consume_tps: 0.0,
+                    consume_tps: rates.values().sum(),
                     offset_table: figures
                         .into_iter()
                         .map(|f| (self.message_queue(&f.topic, f.queue_id), offset_wrapper(&f)))
@@ -88,7 +90,20 @@ impl ShardHandler {
                     now_ms,
                 );
             }
-            (Goal::BrokerConsumeStats, Part::Queues(figures)) => self.broker_consume_stats(figures),
+            (Goal::BrokerConsumeStats, Part::Queues(figures, rates)) => {
+                self.broker_consume_stats(figures, &rates)
+            }
+            (Goal::Stats { name, key }, Part::Stats(figures)) => match figures {
+                Some(figures) => {
+                    let data = BrokerStatsData {
+                        stats_minute: stats_item(&figures.minute),
+                        stats_hour: stats_item(&figures.hour),
+                        stats_day: stats_item(&figures.day),
+                    };
+                    json_success(|body| data.to_json(body, JsonStyle::Java))
+                }
+                None => stats_not_exist(&name, &key),
+            },
             (Goal::TimeSpans, Part::TimeSpans(mut spans)) => {
                 spans.sort_by_key(|span| span.message_queue.queue_id);
                 let body = QueryConsumeTimeSpanBody {
@@ -109,7 +124,7 @@ impl ShardHandler {
     /// The `ConsumeStatsList` of every subscription group from its queues'
     /// figures: one `ConsumeStats` per topic, a group without offsets with
     /// an empty list, as Java lists every group of its table.
-    fn broker_consume_stats(&self, figures: Vec<QueueFigures>) -> RemotingCommand {
+    fn broker_consume_stats(&self, figures: Vec<QueueFigures>, rates: &Rates) -> RemotingCommand {
         let mut by_group: BTreeMap<String, BTreeMap<String, ConsumeStats>> = self
             .groups
             .names()
@@ -132,6 +147,12 @@ impl ShardHandler {
                 .offset_table
                 .insert(queue, offsets);
         }
+        for (group, topics) in &mut by_group {
+            for (topic, stats) in topics {
+                let key = (topic.clone(), Some(group.clone()));
+                stats.consume_tps = rates.get(&key).copied().unwrap_or(0.0);
+            }
+        }
         let list = ConsumeStatsList {
             consume_stats_list: by_group
                 .into_iter()
@@ -153,6 +174,22 @@ impl ShardHandler {
     /// Queue `queue_id` of `topic` on this broker, as the answers name it.
     pub(super) fn message_queue(&self, topic: &str, queue_id: u32) -> MessageQueue {
         MessageQueue::new(topic, &self.settings.broker_name, queue_id as i32)
+    }
+}
+
+/// VIEW_BROKER_STATS_DATA's answer for an item no shard holds (Java's words).
+pub(super) fn stats_not_exist(name: &str, key: &str) -> RemotingCommand {
+    response(
+        response_code::SYSTEM_ERROR,
+        format!("The stats <{name}> <{key}> not exist"),
+    )
+}
+
+fn stats_item(window: &WindowFigures) -> BrokerStatsItem {
+    BrokerStatsItem {
+        sum: i64::try_from(window.sum).unwrap_or(i64::MAX),
+        tps: window.tps,
+        avgpt: window.avgpt(),
     }
 }
 

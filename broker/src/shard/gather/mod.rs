@@ -18,6 +18,7 @@
 //! | QUERY_TOPICS_BY_CONSUMER (343) | topics the group has offsets for | `TopicList` with this broker's address |
 //! | GET_BROKER_CONSUME_STATS (317) | first every `topic@group` key of the offset tables; then the queues of each pair, as for GET_CONSUME_STATS | `ConsumeStatsList`: every subscription group, each with one `ConsumeStats` per topic it has offsets for |
 //! | QUERY_CONSUME_TIME_SPAN (303) | per owned queue the store times of its oldest and newest message, of the last one the group consumed and of the first it did not | `QueryConsumeTimeSpanBody`; TOPIC_NOT_EXIST for an unknown topic |
+//! | VIEW_BROKER_STATS_DATA (315) | the item's figures over the last minute, hour and day (`crate::stats_table`) | `BrokerStatsData`, the parts added; SYSTEM_ERROR when no shard holds the item |
 //! | DELETE_EXPIRED_COMMITLOG (329) | remove the expired CommitLog segments at the next retention run, whatever the hour (`Store::delete_expired_now`) | SUCCESS |
 //! | CLONE_GROUP_OFFSET (314) | without a topic, first the topics the source group has offsets for; then copy its offsets of each owned queue to the destination group | SUCCESS |
 //! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
@@ -26,10 +27,11 @@
 //! writeQueueNums)` queues and GET_CONSUME_STATS `readQueueNums`; a topic the
 //! group has offsets for but which is no longer configured is left out, and
 //! so is one the group, online with subscriptions, does not subscribe to.
-//! `consumeTps` and `topicPutTps` are 0 (no per-topic or per-group rates
-//! are kept), and `pullOffset` is the committed offset (no pull offsets are
-//! kept). Store times are read on the shard's thread, from memory or from
-//! the disk, as GET_EARLIEST_MSG_STORETIME's are.
+//! `topicPutTps` and `consumeTps` are the shards' last-minute rates of
+//! TOPIC_PUT_NUMS and GROUP_GET_NUMS added, as Java's; `pullOffset` is the
+//! committed offset (no pull offsets are kept). Store times are read on the
+//! shard's thread, from memory or from the disk, as
+//! GET_EARLIEST_MSG_STORETIME's are.
 //!
 //! A reset is Java 5.x's server-side reset (`useServerSideResetOffset`, its
 //! default): each queue's offset is stored at once and handed to the
@@ -51,7 +53,7 @@ mod answer;
 mod part;
 mod start;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ringmq_protocol::code::request_code;
 use ringmq_protocol::command::RemotingCommand;
@@ -60,6 +62,7 @@ use ringmq_protocol::json::QueueTimeSpan;
 use super::ShardHandler;
 use super::link::{ReplyTo, Request, ShardMsg};
 use super::query::{QueryPart, merge_records};
+use crate::stats_table::{ItemFigures, StatsName};
 
 /// What the arrival shard asks the others for.
 #[derive(Debug, Clone)]
@@ -70,8 +73,16 @@ pub enum Ask {
     TopicsOfGroup(String),
     /// Groups with committed offsets on the topic on this shard.
     GroupsOfTopic(String),
-    /// Figures of the queues this shard owns, for each [`QueueAsk`].
+    /// Figures of the queues this shard owns, for each [`QueueAsk`], and
+    /// the ask's rate.
     Queues(Vec<QueueAsk>),
+    /// One item of the shard's statistics.
+    Stats {
+        /// Its name.
+        name: StatsName,
+        /// Its key.
+        key: String,
+    },
     /// Every `topic@group` key of this shard's offset table.
     OffsetKeys,
     /// The time span of each owned queue among the topic's first `queues`
@@ -136,8 +147,10 @@ pub enum Part {
     Messages(QueryPart),
     /// Topic or group names.
     Names(BTreeSet<String>),
-    /// Queue figures.
-    Queues(Vec<QueueFigures>),
+    /// Queue figures, and each asked (topic, group)'s rate.
+    Queues(Vec<QueueFigures>, Rates),
+    /// An item's figures, `None` when the shard does not hold it.
+    Stats(Option<ItemFigures>),
     /// The new offsets by queue id, or why the reset was refused.
     Reset(Result<Vec<(u32, i64)>, String>),
     /// Queues' time spans.
@@ -145,6 +158,10 @@ pub enum Part {
     /// Done, nothing to report.
     Done,
 }
+
+/// The last minute's rate of each asked (topic, group): TOPIC_PUT_NUMS of
+/// the topic without a group, GROUP_GET_NUMS of `topic@group` with one.
+pub type Rates = BTreeMap<(String, Option<String>), f64>;
 
 /// One queue's figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,6 +217,10 @@ enum Goal {
     BrokerConsumeStats,
     TimeSpans,
     DeleteExpired,
+    Stats {
+        name: String,
+        key: String,
+    },
 }
 
 /// A request waiting for the other shards' parts.
@@ -225,6 +246,7 @@ pub(crate) fn is_gathered(code: i32) -> bool {
             | request_code::GET_BROKER_CONSUME_STATS
             | request_code::QUERY_CONSUME_TIME_SPAN
             | request_code::DELETE_EXPIRED_COMMITLOG
+            | request_code::VIEW_BROKER_STATS_DATA
     )
 }
 
@@ -291,7 +313,17 @@ fn merge(goal: &Goal, merged: &mut Part, part: Part) {
             merge_records(merged, part, max);
         }
         (Part::Names(merged), Part::Names(part)) => merged.extend(part),
-        (Part::Queues(merged), Part::Queues(part)) => merged.extend(part),
+        (Part::Queues(merged, rates), Part::Queues(part, part_rates)) => {
+            merged.extend(part);
+            for (key, rate) in part_rates {
+                *rates.entry(key).or_default() += rate;
+            }
+        }
+        (Part::Stats(merged), Part::Stats(part)) => match (merged.as_mut(), part) {
+            (Some(merged), Some(part)) => merged.merge(&part),
+            (None, part) => *merged = part,
+            (Some(_), None) => {}
+        },
         (Part::Done, Part::Done) => {}
         (Part::TimeSpans(merged), Part::TimeSpans(part)) => merged.extend(part),
         (Part::Reset(merged), Part::Reset(part)) => match (merged.as_mut(), part) {
@@ -344,19 +376,47 @@ mod tests {
         assert_eq!(names.into_iter().collect::<Vec<_>>(), ["a", "b", "c"]);
 
         let goal = Goal::TopicStats;
-        let mut merged = Part::Queues(vec![figures("t", 0), figures("t", 2)]);
-        merge(&goal, &mut merged, Part::Queues(vec![figures("t", 1)]));
-        let Part::Queues(all) = merged else {
+        let rate = |tps: f64| Rates::from([(("t".to_owned(), None), tps)]);
+        let mut merged = Part::Queues(vec![figures("t", 0), figures("t", 2)], rate(1.5));
+        merge(
+            &goal,
+            &mut merged,
+            Part::Queues(vec![figures("t", 1)], rate(2.0)),
+        );
+        let Part::Queues(all, rates) = merged else {
             panic!("queues stay queues");
         };
         let queues = by_queue(&all);
         assert_eq!(queues.len(), 3);
         assert_eq!(queues[&("t".to_owned(), 1)].max, 2);
+        assert_eq!(rates, rate(3.5), "the shards' rates add");
     }
 
     #[test]
-    fn gathered_codes_are_the_ten_of_the_table() {
-        for code in [12, 202, 208, 222, 300, 303, 314, 317, 329, 343] {
+    fn a_stats_item_held_by_some_shards_merges_what_they_hold() {
+        let goal = Goal::Stats {
+            name: "TOPIC_PUT_NUMS".to_owned(),
+            key: "t".to_owned(),
+        };
+        let held = |sum: u64| {
+            let mut figures = ItemFigures::default();
+            figures.minute.sum = sum;
+            figures.minute.times = 1;
+            figures
+        };
+        let mut merged = Part::Stats(None);
+        merge(&goal, &mut merged, Part::Stats(Some(held(4))));
+        merge(&goal, &mut merged, Part::Stats(None));
+        merge(&goal, &mut merged, Part::Stats(Some(held(6))));
+        let Part::Stats(Some(figures)) = merged else {
+            panic!("an item one shard holds is found");
+        };
+        assert_eq!((figures.minute.sum, figures.minute.times), (10, 2));
+    }
+
+    #[test]
+    fn gathered_codes_are_the_eleven_of_the_table() {
+        for code in [12, 202, 208, 222, 300, 303, 314, 315, 317, 329, 343] {
             assert!(is_gathered(code), "{code}");
         }
         assert!(!is_gathered(request_code::PULL_MESSAGE));

@@ -4,9 +4,10 @@
 use ringmq_protocol::header::BoundaryType;
 use ringmq_protocol::json::QueueTimeSpan;
 
-use super::{Ask, Part, QueueAsk, QueueFigures, ResetAsk};
+use super::{Ask, Part, QueueAsk, QueueFigures, Rates, ResetAsk};
 use crate::route::ShardId;
 use crate::shard::ShardHandler;
+use crate::stats_table::{StatsName, group_key};
 
 impl ShardHandler {
     /// The queue ids below `queues` this shard owns (`Router::queues_of`).
@@ -34,13 +35,26 @@ impl ShardHandler {
             ),
             Ask::Queues(asks) => {
                 let mut figures = Vec::new();
+                let mut rates = Rates::new();
                 for ask in asks {
                     for queue_id in self.owned_queues(ask.queues) {
                         figures.push(self.queue_figures(ask, queue_id));
                     }
+                    let rate = match &ask.group {
+                        None => self
+                            .stats_table
+                            .minute_tps(StatsName::TopicPutNums, &ask.topic),
+                        Some(group) => self
+                            .stats_table
+                            .minute_tps(StatsName::GroupGetNums, &group_key(&ask.topic, group)),
+                    };
+                    *rates
+                        .entry((ask.topic.clone(), ask.group.clone()))
+                        .or_default() += rate;
                 }
-                Part::Queues(figures)
+                Part::Queues(figures, rates)
             }
+            Ask::Stats { name, key } => Part::Stats(self.stats_table.figures(*name, key)),
             Ask::DeleteExpiredNow => {
                 self.store_mut().delete_expired_now();
                 Part::Done

@@ -9,7 +9,7 @@ use ringmq_protocol::header::{
     CloneGroupOffsetRequestHeader, GetConsumeStatsInBrokerHeader, GetConsumeStatsRequestHeader,
     GetTopicStatsInfoRequestHeader, QueryConsumeTimeSpanRequestHeader, QueryMessageRequestHeader,
     QueryTopicConsumeByWhoRequestHeader, QueryTopicsByConsumerRequestHeader,
-    ResetOffsetRequestHeader,
+    ResetOffsetRequestHeader, ViewBrokerStatsDataRequestHeader,
 };
 
 use super::{Ask, Goal, QueueAsk, ResetAsk};
@@ -18,6 +18,7 @@ use ringmq_protocol::json::TopicConfig;
 use crate::consumer_offset::split_offset_key;
 use crate::shard::query::query_limit;
 use crate::shard::{ShardHandler, response};
+use crate::stats_table::StatsName;
 
 impl ShardHandler {
     pub(super) fn gather_start(
@@ -120,6 +121,26 @@ impl ShardHandler {
                         Ok((goal, ask))
                     }
                 }
+            }
+            request_code::VIEW_BROKER_STATS_DATA => {
+                let header: ViewBrokerStatsDataRequestHeader =
+                    cmd.decode_custom_header().map_err(bad)?;
+                let (wire_name, key) = (header.stats_name, header.stats_key);
+                // A name ringmq does not keep has no item, as in Java.
+                let Some(name) = StatsName::parse(&wire_name) else {
+                    return Err(Box::new(super::answer::stats_not_exist(&wire_name, &key)));
+                };
+                let ask = Ask::Stats {
+                    name,
+                    key: key.clone(),
+                };
+                Ok((
+                    Goal::Stats {
+                        name: wire_name,
+                        key,
+                    },
+                    ask,
+                ))
             }
             request_code::INVOKE_BROKER_TO_RESET_OFFSET => {
                 let header: ResetOffsetRequestHeader = cmd.decode_custom_header().map_err(bad)?;

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Properties;
@@ -27,6 +28,7 @@ import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
+import org.apache.rocketmq.remoting.protocol.body.BrokerStatsData;
 import org.apache.rocketmq.remoting.protocol.body.ConsumeStatsList;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerConnection;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerRunningInfo;
@@ -45,14 +47,14 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * {@code getBrokerConfig}, {@code cloneGroupOffset} and the dashboard ask a broker, through
  * {@link DefaultMQAdminExt}: GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO,
  * QUERY_TOPICS_BY_CONSUMER, GET_BROKER_CONFIG, QUERY_SUBSCRIPTION_BY_CONSUMER,
- * GET_SYSTEM_TOPIC_LIST_FROM_BROKER and CLONE_GROUP_OFFSET. The topic's queues live on both shards
+ * GET_SYSTEM_TOPIC_LIST_FROM_BROKER, CLONE_GROUP_OFFSET and VIEW_BROKER_STATS_DATA. The topic's queues live on both shards
  * of the broker, so the answers about queues merge both shards' parts.
  *
  * <p>Queue {@code q} gets {@code q + 2} messages, which a lite pull consumer polls and commits;
  * then {@code q} more, which it leaves (it stays online and subscribed, but is not polled again).
  * Store times are compared with what VIEW_MESSAGE_BY_ID returns for the same message.
  */
-@Timeout(value = 120, unit = TimeUnit.SECONDS)
+@Timeout(value = 180, unit = TimeUnit.SECONDS)
 class AdminStatsIT {
     static final int PORT = 24800;
     static final int QUEUES = 4;
@@ -93,17 +95,7 @@ class AdminStatsIT {
             total += consumed(q);
         }
 
-        consumer = it.keep(new DefaultLitePullConsumer(group), DefaultLitePullConsumer::shutdown);
-        consumer.setNamesrvAddr(it.broker().namesrvAddr());
-        consumer.setInstanceName(ItSupport.instanceName("stats"));
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.setAutoCommit(true);
-        consumer.setAutoCommitIntervalMillis(200);
-        consumer.setPollTimeoutMillis(500);
-        consumer.setPollNameServerInterval(ItSupport.POLL_NAMESRV_INTERVAL_MS);
-        consumer.setHeartbeatBrokerInterval(ItSupport.HEARTBEAT_INTERVAL_MS);
-        consumer.subscribe(topic, "*");
-        consumer.start();
+        consumer = startLitePull(group, topic, "stats");
         List<MessageExt> polled = new ArrayList<>();
         final int expected = total;
         await("the first messages polled and committed", () -> {
@@ -116,6 +108,24 @@ class AdminStatsIT {
             SendResult last = lagging(q) == 0 ? LAST_CONSUMED.get(q) : sendTo(producer, q, lagging(q));
             LAST_STORED.add(last);
         }
+    }
+
+    /** A started lite pull consumer of {@code consumerGroup} on {@code subscribed}, from its first message. */
+    static DefaultLitePullConsumer startLitePull(String consumerGroup, String subscribed, String instance)
+            throws Exception {
+        DefaultLitePullConsumer started = it.keep(new DefaultLitePullConsumer(consumerGroup),
+                DefaultLitePullConsumer::shutdown);
+        started.setNamesrvAddr(it.broker().namesrvAddr());
+        started.setInstanceName(ItSupport.instanceName(instance));
+        started.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        started.setAutoCommit(true);
+        started.setAutoCommitIntervalMillis(200);
+        started.setPollTimeoutMillis(500);
+        started.setPollNameServerInterval(ItSupport.POLL_NAMESRV_INTERVAL_MS);
+        started.setHeartbeatBrokerInterval(ItSupport.HEARTBEAT_INTERVAL_MS);
+        started.subscribe(subscribed, "*");
+        started.start();
+        return started;
     }
 
     /** Sends {@code count} messages to queue {@code q} (kept in {@link #SENT}); returns the last one's result. */
@@ -293,6 +303,79 @@ class AdminStatsIT {
                 () -> admin.getConsumerRunningInfo(group, "127.0.0.1@nobody", false));
         assertEquals(ResponseCode.SYSTEM_ERROR, unknown.getResponseCode(), unknown.getMessage());
         assertTrue(unknown.getMessage().contains("not online"), unknown.getMessage());
+    }
+
+    /**
+     * {@code mqadmin statsAll} and the dashboard: VIEW_BROKER_STATS_DATA's figures of what a topic
+     * stored and a group pulled, and the last minute's rates behind {@code topicPutTps} and
+     * {@code consumeTps}. A topic and group of its own, so the figures count only this test's
+     * messages.
+     */
+    @Test
+    void statsCountWhatATopicStoredAndAGroupPulled() throws Exception {
+        String statsTopic = unique("statsall");
+        String statsGroup = unique("statsall-group");
+        List<MessageQueue> statsQueues = it.createTopic(statsTopic, 2);
+        DefaultMQProducer producer = it.startProducer(unique("statsall-producer"));
+        int count = 10;
+        long bodyBytes = 0;
+        for (int i = 0; i < count; i++) {
+            String body = "statsall " + i;
+            bodyBytes += body.getBytes(StandardCharsets.UTF_8).length;
+            producer.send(ItSupport.message(statsTopic, "TagStats", statsTopic + "-" + i, body),
+                    statsQueues.get(i % statsQueues.size()));
+        }
+        DefaultLitePullConsumer puller = startLitePull(statsGroup, statsTopic, "statsall");
+        List<MessageExt> polled = new ArrayList<>();
+        await("the messages polled", () -> {
+            polled.addAll(puller.poll(200));
+            return polled.size() >= count;
+        }, () -> polled.size() + " of " + count + " polled");
+        assertEquals(count, polled.size(), "messages polled");
+
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        String groupKey = statsTopic + "@" + statsGroup;
+        // The minute window is sampled every 10 s.
+        await("a sampling after the puts and the pulls", 40_000,
+                () -> admin.viewBrokerStatsData(addr, "TOPIC_PUT_NUMS", statsTopic).getStatsMinute().getSum() == count
+                        && admin.viewBrokerStatsData(addr, "GROUP_GET_NUMS", groupKey).getStatsMinute().getSum() == count,
+                () -> "put " + describe(addr, "TOPIC_PUT_NUMS", statsTopic)
+                        + ", get " + describe(addr, "GROUP_GET_NUMS", groupKey));
+
+        BrokerStatsData puts = admin.viewBrokerStatsData(addr, "TOPIC_PUT_NUMS", statsTopic);
+        assertEquals(1.0, puts.getStatsMinute().getAvgpt(), 1e-9, "messages per send");
+        assertTrue(puts.getStatsMinute().getTps() > 0, "put rate " + puts.getStatsMinute().getTps());
+        BrokerStatsData gets = admin.viewBrokerStatsData(addr, "GROUP_GET_NUMS", groupKey);
+        assertTrue(gets.getStatsMinute().getAvgpt() >= 1.0, "messages per pull " + gets.getStatsMinute().getAvgpt());
+        // Sizes are of whole records; each stored record was pulled once.
+        long putBytes = admin.viewBrokerStatsData(addr, "TOPIC_PUT_SIZE", statsTopic).getStatsMinute().getSum();
+        long gotBytes = admin.viewBrokerStatsData(addr, "GROUP_GET_SIZE", groupKey).getStatsMinute().getSum();
+        assertTrue(putBytes > bodyBytes, "whole records stored, " + putBytes + " bytes");
+        assertEquals(putBytes, gotBytes, "bytes pulled");
+        long brokerPuts = admin.viewBrokerStatsData(addr, "BROKER_PUT_NUMS", "DefaultCluster").getStatsMinute().getSum();
+        assertTrue(brokerPuts >= count, "the broker's puts " + brokerPuts);
+
+        // examineTopicStats keeps only the offset tables of the brokers' answers.
+        double topicPutTps = admin.getDefaultMQAdminExtImpl().getMqClientInstance().getMQClientAPIImpl()
+                .getTopicStatsInfo(addr, statsTopic, ItSupport.ADMIN_TIMEOUT_MS).getTopicPutTps();
+        assertTrue(topicPutTps > 0, "topicPutTps " + topicPutTps);
+        double consumeTps = admin.examineConsumeStats(statsGroup, statsTopic).getConsumeTps();
+        assertTrue(consumeTps > 0, "consumeTps " + consumeTps);
+
+        MQClientException none = assertThrows(MQClientException.class,
+                () -> admin.viewBrokerStatsData(addr, "TOPIC_PUT_NUMS", unique("nothing-put")));
+        assertEquals(ResponseCode.SYSTEM_ERROR, none.getResponseCode(), none.getMessage());
+        assertTrue(none.getMessage().contains("not exist"), none.getMessage());
+    }
+
+    /** One item's minute figures, or why they could not be read. */
+    static String describe(String addr, String name, String key) {
+        try {
+            BrokerStatsData data = admin.viewBrokerStatsData(addr, name, key);
+            return "sum " + data.getStatsMinute().getSum() + " tps " + data.getStatsMinute().getTps();
+        } catch (Exception e) {
+            return e.toString();
+        }
     }
 
     @Test
