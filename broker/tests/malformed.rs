@@ -565,7 +565,7 @@ fn request_missing_a_required_header_field_gets_an_error_response_not_a_close() 
 }
 
 #[test]
-fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
+fn admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
     run_case(&[TargetKind::Broker], |target| {
         let mut client = target.connect();
         // Each needs one header field; without it, SYSTEM_ERROR naming it.
@@ -581,17 +581,21 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             (request_code::GET_CONSUMER_RUNNING_INFO, "consumerGroup"),
             (request_code::QUERY_CONSUME_TIME_SPAN, "topic"),
             (request_code::VIEW_BROKER_STATS_DATA, "statsName"),
+            (request_code::QUERY_CONSUME_QUEUE, "topic"),
         ] {
             let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
             assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");
             let remark = response.remark.unwrap_or_default();
             assert!(remark.contains(field), "code {code}: `{field}` in {remark}");
         }
-        let with = |code: i32, key: &str, value: &str| {
+        let request = |code: i32, pairs: &[(&str, &str)]| {
             let mut fields = ExtFields::new();
-            fields.insert(key, value);
+            for (key, value) in pairs {
+                fields.insert(key, value);
+            }
             RemotingCommand::new_request(code, fields)
         };
+        let with = |code: i32, key: &str, value: &str| request(code, &[(key, value)]);
         let unknown = client.call(with(
             request_code::GET_TOPIC_STATS_INFO,
             "topic",
@@ -617,12 +621,9 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             ("GROUP_GET_LATENCY", "t@g"),
             ("", ""),
         ] {
-            let mut fields = ExtFields::new();
-            fields.insert("statsName", name);
-            fields.insert("statsKey", key);
-            let none = client.call(RemotingCommand::new_request(
+            let none = client.call(request(
                 request_code::VIEW_BROKER_STATS_DATA,
-                fields,
+                &[("statsName", name), ("statsKey", key)],
             ));
             assert_eq!(none.code, response_code::SYSTEM_ERROR, "{name} {key}");
             assert_eq!(
@@ -630,6 +631,29 @@ fn gathered_admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
                 Some(format!("The stats <{name}> <{key}> not exist").as_str())
             );
         }
+        // A queue the broker does not have, on either shard: Java's remark.
+        for queue_id in ["0", "1"] {
+            let missing = client.call(request(
+                request_code::QUERY_CONSUME_QUEUE,
+                &[
+                    ("topic", "NoSuchTopic"),
+                    ("queueId", queue_id),
+                    ("index", "0"),
+                    ("count", "10"),
+                ],
+            ));
+            assert_eq!(missing.code, response_code::SYSTEM_ERROR);
+            assert_eq!(
+                missing.remark.as_deref(),
+                Some(format!("{queue_id}@NoSuchTopic is not exist!").as_str())
+            );
+        }
+        let bad = client.call(request(
+            request_code::QUERY_CONSUME_QUEUE,
+            &[("topic", "NoSuchTopic"), ("queueId", "x")],
+        ));
+        assert_eq!(bad.code, response_code::SYSTEM_ERROR);
+        assert!(bad.remark.unwrap_or_default().contains("queueId"));
         let mut reset = ExtFields::new();
         for (key, value) in [
             ("topic", "NoSuchTopic"),

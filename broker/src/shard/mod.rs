@@ -409,6 +409,10 @@ impl ShardHandler {
             | request_code::SEARCH_OFFSET_BY_TIMESTAMP => {
                 self.owner_of_wire_queue(cmd.ext_fields.get("queueId"))
             }
+            // Java's header has a primitive queueId: 0 when absent.
+            request_code::QUERY_CONSUME_QUEUE => {
+                self.owner_of_wire_queue(Some(cmd.ext_fields.get("queueId").unwrap_or("0")))
+            }
             request_code::CONSUMER_SEND_MSG_BACK | request_code::VIEW_MESSAGE_BY_ID => {
                 match cmd
                     .ext_fields
@@ -555,7 +559,8 @@ impl ShardHandler {
             | request_code::GET_MAX_OFFSET
             | request_code::GET_MIN_OFFSET
             | request_code::GET_EARLIEST_MSG_STORETIME
-            | request_code::SEARCH_OFFSET_BY_TIMESTAMP => {
+            | request_code::SEARCH_OFFSET_BY_TIMESTAMP
+            | request_code::QUERY_CONSUME_QUEUE => {
                 let answer = self.queue_query(&request.cmd, now_ms);
                 self.reply(request.reply, answer);
             }

@@ -1,6 +1,7 @@
 //! Offset requests on the queue's owner shard: QUERY_CONSUMER_OFFSET (14),
 //! UPDATE_CONSUMER_OFFSET (15), SEARCH_OFFSET_BY_TIMESTAMP (29),
-//! GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32).
+//! GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32),
+//! QUERY_CONSUME_QUEUE (321, `mqadmin queryCq`).
 //!
 //! # Invariants
 //! - Only this shard's queues are read: the router sent the request here.
@@ -10,11 +11,17 @@ use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
     BoundaryType, GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
     GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
-    GetMinOffsetResponseHeader, SearchOffsetRequestHeader, SearchOffsetResponseHeader,
+    GetMinOffsetResponseHeader, QueryConsumeQueueRequestHeader, SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader,
 };
+use ringmq_protocol::json::{ConsumeQueueData, JsonStyle, QueryConsumeQueueResponseBody};
 use ringmq_protocol::message::{CrcCheck, decode_record};
 
-use super::{ShardHandler, response, success};
+use super::{ShardHandler, json_success, response, success};
+
+/// Entries one QUERY_CONSUME_QUEUE answers at most (Java has no bound; a
+/// `count` above this gets this many, about 1 MB of JSON).
+pub const QUERY_CONSUME_QUEUE_ENTRIES_MAX: usize = 10_000;
 
 impl ShardHandler {
     pub(crate) fn queue_query(&mut self, cmd: &RemotingCommand, now_ms: i64) -> RemotingCommand {
@@ -89,11 +96,74 @@ impl ShardHandler {
                     Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
                 }
             }
+            request_code::QUERY_CONSUME_QUEUE => {
+                match cmd.decode_custom_header::<QueryConsumeQueueRequestHeader>() {
+                    Ok(header) => self.query_consume_queue(&header),
+                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
+                }
+            }
             code => response(
                 response_code::REQUEST_CODE_NOT_SUPPORTED,
                 format!(" request type {code} not supported"),
             ),
         }
+    }
+
+    /// QUERY_CONSUME_QUEUE as Java's `queryConsumeQueue`: the queue's
+    /// entries from `index`, its min and max offsets and, with a group, the
+    /// group's subscription. An index outside the queue is answered with
+    /// Java's remark, and (unlike Java, whose answer then has no body that
+    /// its own client could read) with the offsets and no entries.
+    fn query_consume_queue(&self, header: &QueryConsumeQueueRequestHeader) -> RemotingCommand {
+        let (topic, queue_id) = (header.topic.as_str(), header.queue_id);
+        let entries = u32::try_from(queue_id).ok().and_then(|queue| {
+            let count = usize::try_from(header.count)
+                .unwrap_or(0)
+                .min(QUERY_CONSUME_QUEUE_ENTRIES_MAX);
+            let from = u64::try_from(header.index).unwrap_or(u64::MAX);
+            self.store().queue_entries(topic, queue, from, count)
+        });
+        let Some(entries) = entries else {
+            return response(
+                response_code::SYSTEM_ERROR,
+                format!("{queue_id}@{topic} is not exist!"),
+            );
+        };
+        let (min, max) = (
+            self.min_offset(topic, queue_id),
+            self.max_offset(topic, queue_id),
+        );
+        let mut body = QueryConsumeQueueResponseBody {
+            max_queue_index: max,
+            min_queue_index: min,
+            queue_data: entries
+                .iter()
+                .map(|entry| ConsumeQueueData {
+                    physic_offset: entry.commit_log_offset as i64,
+                    physic_size: entry.size as i32,
+                    tags_code: entry.tags_code,
+                    eval: false,
+                })
+                .collect(),
+            ..QueryConsumeQueueResponseBody::default()
+        };
+        if let Some(group) = &header.consumer_group {
+            body.subscription_data = self.subs.subscription(group, topic).cloned();
+            // Java's text: the group's filter data as JSON (none here, as
+            // ringmq keeps no ConsumerFilterData apart from the subscription).
+            body.filter_data = Some(match body.subscription_data {
+                Some(_) => "null".to_owned(),
+                None => format!("{group}@{topic} is not online!"),
+            });
+        }
+        let mut answer = json_success(|out| body.to_json(out, JsonStyle::Java));
+        if header.index < min || header.index >= max {
+            answer.remark = Some(format!(
+                "Index {} of {queue_id}@{topic} is not exist!",
+                header.index
+            ));
+        }
+        answer
     }
 
     pub(crate) fn max_offset(&self, topic: &str, queue_id: i32) -> i64 {

@@ -9,7 +9,7 @@
 //! GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222),
 //! QUERY_SUBSCRIPTION_BY_CONSUMER (345), CLONE_GROUP_OFFSET (314),
 //! GET_BROKER_CONSUME_STATS (317), QUERY_CONSUME_TIME_SPAN (303),
-//! VIEW_BROKER_STATS_DATA (315).
+//! VIEW_BROKER_STATS_DATA (315), QUERY_CONSUME_QUEUE (321).
 //! GET_BROKER_RUNTIME_INFO (28) and
 //! UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) have no header.
 //!
@@ -278,6 +278,23 @@ custom_header! {
         stats_name: required String = "statsName",
         /// `statsKey`: a topic, `topic@group`, or the cluster name.
         stats_key: required String = "statsKey",
+    }
+}
+
+custom_header! {
+    /// `QueryConsumeQueueRequestHeader` (QUERY_CONSUME_QUEUE, `mqadmin
+    /// queryCq`). Java marks no field required; the numbers default to 0.
+    pub struct QueryConsumeQueueRequestHeader {
+        /// `topic`.
+        topic: required String = "topic",
+        /// `queueId`.
+        queue_id: primitive i32 = "queueId" => 0,
+        /// `index`: the first queue offset.
+        index: primitive i64 = "index" => 0,
+        /// `count`: how many entries.
+        count: primitive i32 = "count" => 0,
+        /// `consumerGroup`: evaluate its subscription, if online.
+        consumer_group: optional String = "consumerGroup",
     }
 }
 

@@ -28,8 +28,8 @@
 use std::collections::BTreeMap;
 
 use super::bean::{
-    JsonBean, field_list, field_str_map, field_strings, json_body, read_list, read_map, value_i64,
-    value_list,
+    JsonBean, field_list, field_opt_bean, field_str_map, field_strings, json_body, read_list,
+    read_map, read_opt, value_i64, value_list,
 };
 use super::error::JsonError;
 use super::heartbeat::{ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData};
@@ -312,26 +312,16 @@ impl JsonBean for QuerySubscriptionResponseBody {
     fn write_json(&self, w: &mut JsonWriter<'_>) {
         w.begin_bean();
         w.field_str("group", &self.group);
-        if let Some(data) = &self.subscription_data {
-            w.member("subscriptionData");
-            data.write_json(w);
-        }
+        field_opt_bean(w, "subscriptionData", self.subscription_data.as_ref());
         w.field_str("topic", &self.topic);
         w.end_bean();
     }
 
     fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
         let m = Members::of(value, path)?;
-        let subscription_data = match m.value("subscriptionData") {
-            Some(data) => Some(SubscriptionData::read_json(
-                data,
-                &m.path_of("subscriptionData"),
-            )?),
-            None => None,
-        };
         Ok(Self {
             group: m.string_or_empty("group")?,
-            subscription_data,
+            subscription_data: read_opt(&m, "subscriptionData")?,
             topic: m.string_or_empty("topic")?,
         })
     }
@@ -441,12 +431,8 @@ impl JsonBean for QueueTimeSpan {
 
     fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
         let m = Members::of(value, path)?;
-        let message_queue = match m.value("messageQueue") {
-            Some(queue) => MessageQueue::read_json(queue, &m.path_of("messageQueue"))?,
-            None => MessageQueue::default(),
-        };
         Ok(Self {
-            message_queue,
+            message_queue: read_opt(&m, "messageQueue")?.unwrap_or_default(),
             min_time_stamp: m.i64("minTimeStamp")?.unwrap_or(0),
             max_time_stamp: m.i64("maxTimeStamp")?.unwrap_or(0),
             consume_time_stamp: m.i64("consumeTimeStamp")?.unwrap_or(0),
@@ -698,20 +684,16 @@ pub struct BrokerStatsData {
 impl JsonBean for BrokerStatsData {
     fn write_json(&self, w: &mut JsonWriter<'_>) {
         w.begin_bean();
-        w.member("statsDay");
-        self.stats_day.write_json(w);
-        w.member("statsHour");
-        self.stats_hour.write_json(w);
-        w.member("statsMinute");
-        self.stats_minute.write_json(w);
+        field_opt_bean(w, "statsDay", Some(&self.stats_day));
+        field_opt_bean(w, "statsHour", Some(&self.stats_hour));
+        field_opt_bean(w, "statsMinute", Some(&self.stats_minute));
         w.end_bean();
     }
 
     fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
         let m = Members::of(value, path)?;
-        let window = |name: &str| match m.value(name) {
-            Some(item) => BrokerStatsItem::read_json(item, &m.path_of(name)),
-            None => Ok(BrokerStatsItem::default()),
+        let window = |name: &str| -> Result<BrokerStatsItem, JsonError> {
+            Ok(read_opt(&m, name)?.unwrap_or_default())
         };
         Ok(Self {
             stats_minute: window("statsMinute")?,
@@ -721,6 +703,83 @@ impl JsonBean for BrokerStatsData {
     }
 }
 json_body!(BrokerStatsData);
+
+/// One ConsumeQueue entry of QUERY_CONSUME_QUEUE's answer (`ConsumeQueueData`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumeQueueData {
+    /// `physicOffset`: the record's CommitLog offset.
+    pub physic_offset: i64,
+    /// `physicSize`: the record's size.
+    pub physic_size: i32,
+    /// `tagsCode`: the tag hash (or a delay message's delivery time).
+    pub tags_code: i64,
+    /// `eval`: whether the group's filter matched (set by Java only for
+    /// entries with extended data, which ringmq does not write).
+    pub eval: bool,
+}
+
+impl JsonBean for ConsumeQueueData {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_bool("eval", self.eval);
+        w.field_i64("physicOffset", self.physic_offset);
+        w.field_i64("physicSize", i64::from(self.physic_size));
+        w.field_i64("tagsCode", self.tags_code);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            physic_offset: m.i64("physicOffset")?.unwrap_or(0),
+            physic_size: m.i32("physicSize")?.unwrap_or(0),
+            tags_code: m.i64("tagsCode")?.unwrap_or(0),
+            eval: m.bool("eval")?.unwrap_or(false),
+        })
+    }
+}
+json_body!(ConsumeQueueData);
+
+/// QUERY_CONSUME_QUEUE response body (`QueryConsumeQueueResponseBody`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueryConsumeQueueResponseBody {
+    /// `subscriptionData`: the group's subscription of the topic, if asked
+    /// for and online.
+    pub subscription_data: Option<SubscriptionData>,
+    /// `filterData`: Java's text about the group's filter, if a group was
+    /// asked for.
+    pub filter_data: Option<String>,
+    /// `queueData`: the entries.
+    pub queue_data: Vec<ConsumeQueueData>,
+    /// `maxQueueIndex`: the queue's max offset.
+    pub max_queue_index: i64,
+    /// `minQueueIndex`: the queue's min offset.
+    pub min_queue_index: i64,
+}
+
+impl JsonBean for QueryConsumeQueueResponseBody {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_opt_str("filterData", self.filter_data.as_deref());
+        w.field_i64("maxQueueIndex", self.max_queue_index);
+        w.field_i64("minQueueIndex", self.min_queue_index);
+        field_list(w, "queueData", ArrayKind::List, &self.queue_data);
+        field_opt_bean(w, "subscriptionData", self.subscription_data.as_ref());
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            subscription_data: read_opt(&m, "subscriptionData")?,
+            filter_data: m.string("filterData")?,
+            queue_data: read_list(&m, "queueData")?,
+            max_queue_index: m.i64("maxQueueIndex")?.unwrap_or(0),
+            min_queue_index: m.i64("minQueueIndex")?.unwrap_or(0),
+        })
+    }
+}
+json_body!(QueryConsumeQueueResponseBody);
 
 #[cfg(test)]
 mod tests {
@@ -788,6 +847,37 @@ mod tests {
             BrokerStatsData::default()
         );
         assert!(BrokerStatsData::from_json(br#"{"statsMinute":{"sum":"x"}}"#).is_err());
+    }
+
+    #[test]
+    fn query_consume_queue_body_is_written_with_javas_names_and_read_back() {
+        let body = QueryConsumeQueueResponseBody {
+            subscription_data: None,
+            filter_data: Some("g@t is not online!".to_owned()),
+            queue_data: vec![ConsumeQueueData {
+                physic_offset: 1_024,
+                physic_size: 200,
+                tags_code: -7,
+                eval: false,
+            }],
+            max_queue_index: 5,
+            min_queue_index: 1,
+        };
+        let mut out = Vec::new();
+        body.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            concat!(
+                r#"{"filterData":"g@t is not online!","maxQueueIndex":5,"minQueueIndex":1,"#,
+                r#""queueData":[{"eval":false,"physicOffset":1024,"physicSize":200,"tagsCode":-7}]}"#
+            )
+        );
+        assert_eq!(
+            QueryConsumeQueueResponseBody::from_json(&out).unwrap(),
+            body
+        );
+        let empty = QueryConsumeQueueResponseBody::from_json(b"{}").unwrap();
+        assert!(empty.queue_data.is_empty() && empty.filter_data.is_none());
     }
 
     #[test]

@@ -211,6 +211,30 @@ pub(crate) fn read_list<T: JsonBean>(
         .collect()
 }
 
+/// Reads a member holding one bean (`None` when absent or null).
+pub(crate) fn read_opt<T: JsonBean>(
+    members: &Members<'_>,
+    name: &str,
+) -> Result<Option<T>, JsonError> {
+    match members.value(name) {
+        None | Some(JsonValue::Null) => Ok(None),
+        Some(value) => T::read_json(value, &members.path_of(name)).map(Some),
+    }
+}
+
+/// Writes member `name` holding `bean`; nothing for `None` (fastjson
+/// leaves null members out).
+pub(crate) fn field_opt_bean<T: JsonBean>(
+    writer: &mut JsonWriter<'_>,
+    name: &'static str,
+    bean: Option<&T>,
+) {
+    if let Some(bean) = bean {
+        writer.member(name);
+        bean.write_json(writer);
+    }
+}
+
 /// Reads a member holding a map, converting each key with `read_key`
 /// (null values skipped).
 pub(crate) fn read_map<K: Ord, V>(

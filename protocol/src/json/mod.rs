@@ -46,10 +46,11 @@ mod value;
 mod write;
 
 pub use admin::{
-    BrokerStatsData, BrokerStatsItem, Connection, ConsumeStats, ConsumeStatsList,
+    BrokerStatsData, BrokerStatsItem, Connection, ConsumeQueueData, ConsumeStats, ConsumeStatsList,
     ConsumerConnection, GroupList, KvTable, OffsetWrapper, ProducerConnection, ProducerInfo,
-    ProducerTableInfo, QueryConsumeTimeSpanBody, QuerySubscriptionResponseBody, QueueTimeSpan,
-    ResetOffsetBody, TopicList, TopicOffset, TopicStatsTable,
+    ProducerTableInfo, QueryConsumeQueueResponseBody, QueryConsumeTimeSpanBody,
+    QuerySubscriptionResponseBody, QueueTimeSpan, ResetOffsetBody, TopicList, TopicOffset,
+    TopicStatsTable,
 };
 pub use bean::{JsonBean, decode, encode, encode_pretty, write_object, write_value};
 pub use config_file::{ConsumerOffsetFile, DelayOffsetFile, KvConfigFile};

@@ -43,6 +43,23 @@ impl<D: Disk> Store<D> {
         max
     }
 
+    /// QUERY_CONSUME_QUEUE: up to `max` entries of the queue from queue
+    /// offset `from`, acknowledgeable records only (as
+    /// [`Store::queue_max_offset`] counts them); empty when `from` is outside
+    /// `[min, max)`, `None` when the queue does not exist.
+    pub fn queue_entries(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        from: u64,
+        max: usize,
+    ) -> Option<Vec<CqEntry>> {
+        let queue = self.queues.get(topic, queue_id)?;
+        let end = self.queue_max_offset(topic, queue_id);
+        let count = end.saturating_sub(from).min(max as u64) as usize;
+        Some(queue.entries(from, count))
+    }
+
     /// QUERY_MESSAGE: CommitLog offsets of acknowledgeable records indexed
     /// under `topic#key` and stored within `[begin_ms, end_ms]`, newest first
     /// (hash collisions possible: the caller re-checks keys).

@@ -2478,3 +2478,27 @@ fn a_master_refuses_a_slave_whose_last_record_it_does_not_hold() {
     let error = master.check_replica_position(&early).unwrap_err();
     assert!(error.to_string().contains("no BLANK"), "{error}");
 }
+
+#[test]
+fn queue_entries_are_the_acknowledgeable_ones_of_the_range_asked() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(5)), config(FlushMode::Async), 0).unwrap();
+    let mut acks = Vec::new();
+    let tickets: Vec<AppendTicket> = (0..5u8)
+        .map(|i| store.append(&message(&[b'a' + i; 10]), 1).unwrap())
+        .collect();
+    settle(&mut store, 2, &mut acks);
+    let entries = store.queue_entries("T", 0, 1, 3).unwrap();
+    let offsets: Vec<u64> = entries.iter().map(|e| e.commit_log_offset).collect();
+    let expected: Vec<u64> = tickets[1..4].iter().map(|t| t.commit_log_offset).collect();
+    assert_eq!(offsets, expected);
+    assert!(entries.iter().all(|e| e.size == tickets[0].wrote_bytes));
+    assert_eq!(store.queue_entries("T", 0, 4, 10).unwrap().len(), 1);
+    assert!(store.queue_entries("T", 0, 5, 10).unwrap().is_empty());
+    assert!(store.queue_entries("T", 0, 500, 10).unwrap().is_empty());
+    assert_eq!(store.queue_entries("T", 1, 0, 10), None);
+    assert_eq!(store.queue_entries("U", 0, 0, 10), None);
+    // An appended record not yet acknowledgeable is not listed.
+    store.append(&message(b"unacked"), 3).unwrap();
+    assert_eq!(store.queue_entries("T", 0, 0, 10).unwrap().len(), 5);
+}

@@ -20,6 +20,7 @@ import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.LanguageCode;
@@ -29,11 +30,13 @@ import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.remoting.protocol.body.BrokerStatsData;
+import org.apache.rocketmq.remoting.protocol.body.ConsumeQueueData;
 import org.apache.rocketmq.remoting.protocol.body.ConsumeStatsList;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerConnection;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerRunningInfo;
 import org.apache.rocketmq.remoting.protocol.body.ProducerInfo;
 import org.apache.rocketmq.remoting.protocol.body.ProducerTableInfo;
+import org.apache.rocketmq.remoting.protocol.body.QueryConsumeQueueResponseBody;
 import org.apache.rocketmq.remoting.protocol.body.QueueTimeSpan;
 import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
@@ -47,7 +50,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * {@code getBrokerConfig}, {@code cloneGroupOffset} and the dashboard ask a broker, through
  * {@link DefaultMQAdminExt}: GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO,
  * QUERY_TOPICS_BY_CONSUMER, GET_BROKER_CONFIG, QUERY_SUBSCRIPTION_BY_CONSUMER,
- * GET_SYSTEM_TOPIC_LIST_FROM_BROKER, CLONE_GROUP_OFFSET and VIEW_BROKER_STATS_DATA. The topic's queues live on both shards
+ * GET_SYSTEM_TOPIC_LIST_FROM_BROKER, CLONE_GROUP_OFFSET, VIEW_BROKER_STATS_DATA and
+ * QUERY_CONSUME_QUEUE. The topic's queues live on both shards
  * of the broker, so the answers about queues merge both shards' parts.
  *
  * <p>Queue {@code q} gets {@code q + 2} messages, which a lite pull consumer polls and commits;
@@ -205,6 +209,35 @@ class AdminStatsIT {
                 assertTrue(span.getDelayTime() >= before - firstLagging, "delay of queue " + q + ": " + span);
             }
         }
+    }
+
+    @Test
+    void eachQueuesConsumeQueueEntriesPointAtItsMessages() throws Exception {
+        // mqadmin queryCq -t TOPIC -q QUEUE -i 0 -c 100 -g GROUP, once per queue (on both shards).
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        for (int q = 0; q < QUEUES; q++) {
+            QueryConsumeQueueResponseBody body = admin.queryConsumeQueue(addr, topic, q, 0, 100, group);
+            List<SendResult> sent = SENT.get(q);
+            assertEquals(0, body.getMinQueueIndex(), "min of queue " + q);
+            assertEquals(sent.size(), body.getMaxQueueIndex(), "max of queue " + q);
+            assertEquals(sent.size(), body.getQueueData().size(), "entries of queue " + q);
+            for (int i = 0; i < sent.size(); i++) {
+                ConsumeQueueData entry = body.getQueueData().get(i);
+                long offset = MessageDecoder.decodeMessageId(sent.get(i).getOffsetMsgId()).getOffset();
+                assertEquals(offset, entry.getPhysicOffset(), "CommitLog offset of entry " + i + " of queue " + q);
+                assertEquals("TagStats".hashCode(), entry.getTagsCode(), "tags code of entry " + i);
+                assertTrue(entry.getPhysicSize() > ("stats " + i).length(), "record size " + entry.getPhysicSize());
+            }
+            assertNotNull(body.getSubscriptionData(), "the online group's subscription");
+            assertEquals(topic, body.getSubscriptionData().getTopic());
+            // A window inside the queue.
+            QueryConsumeQueueResponseBody window = admin.queryConsumeQueue(addr, topic, q, 1, 1, group);
+            assertEquals(1, window.getQueueData().size(), "one entry from index 1 of queue " + q);
+            assertEquals(body.getQueueData().get(1).getPhysicOffset(), window.getQueueData().get(0).getPhysicOffset());
+        }
+        MQClientException missing = assertThrows(MQClientException.class,
+                () -> admin.queryConsumeQueue(addr, unique("no-cq"), 0, 0, 10, null));
+        assertEquals(ResponseCode.SYSTEM_ERROR, missing.getResponseCode(), missing.getMessage());
     }
 
     @Test
