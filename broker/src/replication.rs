@@ -25,7 +25,7 @@
 //!   failed chunk is never skipped.
 
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -43,7 +43,7 @@ use ringmq_storage::ring::Waker;
 
 use crate::shard::link::ShardMsg;
 use crate::shard::replica::{MasterConfig, REPLICA_CHUNK_BYTES_MAX, ReplicaCall};
-use crate::shard::runtime::{call, connect};
+use crate::shard::runtime::{call, connect, wall_clock_ms};
 
 /// How long a master may hold one replica pull that finds nothing new.
 pub const REPLICA_SUSPEND_MS: i64 = 1_000;
@@ -90,6 +90,53 @@ impl MasterAddress {
     }
 }
 
+/// What a replicator thread reports of its sessions, read by its shard
+/// for GET_BROKER_HA_STATUS (atomics: a status, not the data path).
+#[derive(Debug, Default)]
+pub struct ReplicaStatus {
+    master: MasterAddress,
+    connected: AtomicBool,
+    master_ack: AtomicU64,
+    last_read_ms: AtomicI64,
+    last_write_ms: AtomicI64,
+}
+
+/// A [`ReplicaStatus`] as read at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaStatusSnapshot {
+    /// Where the master is, if known.
+    pub master_addr: Option<String>,
+    /// Whether the master answered the session's last pull.
+    pub connected: bool,
+    /// The master shard's ack position (shard-local) it last reported.
+    pub master_ack: u64,
+    /// When the master last answered (ms since the epoch, 0: never).
+    pub last_read_ms: i64,
+    /// When the thread last asked (ms since the epoch, 0: never).
+    pub last_write_ms: i64,
+}
+
+impl ReplicaStatus {
+    /// A status for the thread that follows `master`.
+    pub fn new(master: MasterAddress) -> Self {
+        ReplicaStatus {
+            master,
+            ..ReplicaStatus::default()
+        }
+    }
+
+    /// The figures now.
+    pub fn snapshot(&self) -> ReplicaStatusSnapshot {
+        ReplicaStatusSnapshot {
+            master_addr: self.master.get(),
+            connected: self.connected.load(Ordering::Relaxed),
+            master_ack: self.master_ack.load(Ordering::Relaxed),
+            last_read_ms: self.last_read_ms.load(Ordering::Relaxed),
+            last_write_ms: self.last_write_ms.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// What one replicator thread needs.
 #[derive(Debug)]
 pub struct Replicator {
@@ -107,6 +154,10 @@ pub struct Replicator {
     pub master: MasterAddress,
     /// Set at stop.
     pub stop: Arc<AtomicBool>,
+    /// This broker's `brokerIP1:listenPort`, which names it to the master.
+    pub slave_addr: String,
+    /// What the thread reports (its shard reads it).
+    pub status: Arc<ReplicaStatus>,
 }
 
 /// Why a session ended.
@@ -132,9 +183,17 @@ impl Replicator {
     }
 
     fn run(self) {
+        if self
+            .tell_shard(ShardMsg::ReplicaStatus(Arc::clone(&self.status)))
+            .is_err()
+        {
+            return;
+        }
         let mut last_error = String::new();
         while !self.stop.load(Ordering::Relaxed) {
-            let delay = match self.session(&mut last_error) {
+            let end = self.session(&mut last_error);
+            self.status.connected.store(false, Ordering::Relaxed);
+            let delay = match end {
                 SessionEnd::Stop => return,
                 SessionEnd::Io(error) => {
                     if error != last_error {
@@ -214,12 +273,21 @@ impl Replicator {
                 last_crc: last_record.map(|mark| i64::from(mark.crc)),
                 max_bytes: REPLICA_CHUNK_BYTES_MAX as i32,
                 suspend_millis: REPLICA_SUSPEND_MS,
+                slave_addr: Some(self.slave_addr.clone()),
             };
             let request = RemotingCommand::new_request(
                 request_code::RINGMQ_REPLICA_PULL,
                 header.to_ext_fields(),
             );
+            let status = &self.status;
+            status
+                .last_write_ms
+                .store(wall_clock_ms(), Ordering::Relaxed);
             let answer = master.call(request)?;
+            status
+                .last_read_ms
+                .store(wall_clock_ms(), Ordering::Relaxed);
+            status.connected.store(true, Ordering::Relaxed);
             if !served {
                 served = true;
                 tracing::info!(shard = self.shard, master = %master.addr, from, "replicating from the master");
@@ -230,6 +298,8 @@ impl Replicator {
             let header: ReplicaPullResponseHeader = answer
                 .decode_custom_header()
                 .map_err(|error| master.undecodable("replica pull answer", &error))?;
+            let master_ack = u64::try_from(header.master_offset).unwrap_or(0);
+            status.master_ack.store(master_ack, Ordering::Relaxed);
             if let Some(start) = header.start_offset {
                 // This log holds no record, and the master's starts later.
                 let base = u64::try_from(start)

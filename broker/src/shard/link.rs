@@ -103,6 +103,8 @@ pub enum ShardMsg {
     MasterConfig(Box<super::replica::MasterConfig>),
     /// A slave's copy of its master shard's consumer offsets.
     MasterOffsets(Box<ringmq_protocol::json::ConsumerOffsetFile>),
+    /// A slave's replicator thread's status, for GET_BROKER_HA_STATUS.
+    ReplicaStatus(std::sync::Arc<crate::replication::ReplicaStatus>),
 }
 
 /// This shard's ends of the channels.

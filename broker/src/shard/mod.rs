@@ -639,6 +639,7 @@ impl ShardHandler {
                 ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
                 ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
                 ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),
+                ShardMsg::ReplicaStatus(status) => self.replica.status = Some(status),
             }
         }
     }

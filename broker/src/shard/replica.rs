@@ -46,7 +46,9 @@
 //!   acknowledges past its offset, at its deadline, or at stop.
 //! - A slave answers an append only once the ack position passes its end.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
 use bytes::Bytes;
@@ -54,7 +56,8 @@ use ringmq_protocol::code::response_code;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{ReplicaPullRequestHeader, ReplicaPullResponseHeader};
 use ringmq_protocol::json::{
-    ConsumerOffsetFile, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
+    ConsumerOffsetFile, HaClientRuntimeInfo, HaConnectionRuntimeInfo, HaRuntimeInfo,
+    SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
 };
 use ringmq_storage::commit_log::{RecordMark, ReplicaChunk, ReplicaPosition};
 use ringmq_storage::error::StorageError;
@@ -63,6 +66,7 @@ use ringmq_storage::store::PullRead;
 use super::link::{ReplyTo, Request};
 use super::{ShardHandler, response};
 use crate::config::BrokerRole;
+use crate::replication::{ReplicaStatus, ReplicaStatusSnapshot};
 use crate::server::ConnectionId;
 
 /// Most bytes one replica pull answers (about: a larger record comes whole).
@@ -132,7 +136,7 @@ pub struct MasterConfig {
 }
 
 /// A slave connection as its master's shard knows it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ReplicaPeer {
     /// Where its next pull starts if it took everything served.
     next: u64,
@@ -140,6 +144,105 @@ pub(crate) struct ReplicaPeer {
     durable: u64,
     /// When it pulled last (ms since the epoch).
     seen_ms: i64,
+    /// The slave (its `slaveAddr`, or the connection's address).
+    slave: String,
+    /// Where the connection's first pull started.
+    transfer_from: u64,
+}
+
+impl ReplicaPeer {
+    /// SYNC_MASTER's rule: pulled lately and not too far behind `end`.
+    fn in_sync(&self, end: u64, now_ms: i64) -> bool {
+        now_ms - self.seen_ms <= REPLICA_PEER_ALIVE_MS
+            && end.saturating_sub(self.durable) < REPLICA_IN_SYNC_GAP_MAX
+    }
+}
+
+/// One shard's part of GET_BROKER_HA_STATUS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaPart {
+    /// The shard's log end (shard-local ack position).
+    pub log_end: u64,
+    /// A master's slave connections to this shard.
+    pub slaves: Vec<SlaveFigures>,
+    /// A slave's replicator of this shard, as it reports itself.
+    pub replica: Option<ReplicaStatusSnapshot>,
+}
+
+/// One slave connection to a master's shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlaveFigures {
+    /// The slave.
+    pub slave: String,
+    /// What it reported durable (shard-local).
+    pub durable: u64,
+    /// Where the connection's transfer started (shard-local).
+    pub transfer_from: u64,
+    /// Whether it counts as in sync for SYNC_MASTER.
+    pub in_sync: bool,
+}
+
+/// GET_BROKER_HA_STATUS's answer from every shard's part. A broker has one
+/// CommitLog per shard, so offsets are the shards' own offsets added (bytes
+/// of the logs): a master's `masterCommitLogMaxOffset` is its logs' ends
+/// added; one entry per slave, its `slaveAckOffset` what it has durable on
+/// every shard added, `diff` the rest, and `inSync` only when it is in sync
+/// on every shard. A slave reports its logs' ends, the master's positions
+/// its replicators last heard, and `activated` when every replicator's last
+/// pull was answered. `transferredByteInSecond` is not measured (0).
+pub(crate) fn ha_runtime_info(
+    is_master: bool,
+    shard_count: u16,
+    parts: &[HaPart],
+) -> HaRuntimeInfo {
+    let log_end: u64 = parts.iter().map(|part| part.log_end).sum();
+    if !is_master {
+        let replicas: Vec<&ReplicaStatusSnapshot> = parts
+            .iter()
+            .filter_map(|part| part.replica.as_ref())
+            .collect();
+        let client = HaClientRuntimeInfo {
+            master_addr: replicas.iter().find_map(|r| r.master_addr.clone()),
+            transferred_byte_in_second: 0,
+            max_offset: log_end as i64,
+            last_read_timestamp: replicas.iter().map(|r| r.last_read_ms).max().unwrap_or(0),
+            last_write_timestamp: replicas.iter().map(|r| r.last_write_ms).max().unwrap_or(0),
+            master_flush_offset: replicas.iter().map(|r| r.master_ack).sum::<u64>() as i64,
+            activated: replicas.len() == usize::from(shard_count)
+                && replicas.iter().all(|r| r.connected),
+        };
+        return HaRuntimeInfo {
+            master: false,
+            ha_client_runtime_info: client,
+            ..HaRuntimeInfo::default()
+        };
+    }
+    let mut by_slave: BTreeMap<&str, Vec<&SlaveFigures>> = BTreeMap::new();
+    for figures in parts.iter().flat_map(|part| &part.slaves) {
+        by_slave.entry(&figures.slave).or_default().push(figures);
+    }
+    let connections: Vec<HaConnectionRuntimeInfo> = by_slave
+        .into_iter()
+        .map(|(slave, shards)| {
+            let durable: u64 = shards.iter().map(|f| f.durable).sum();
+            HaConnectionRuntimeInfo {
+                addr: slave.to_owned(),
+                slave_ack_offset: durable as i64,
+                diff: log_end.saturating_sub(durable) as i64,
+                in_sync: shards.len() == usize::from(shard_count)
+                    && shards.iter().all(|f| f.in_sync),
+                transferred_byte_in_second: 0,
+                transfer_from_where: shards.iter().map(|f| f.transfer_from).sum::<u64>() as i64,
+            }
+        })
+        .collect();
+    HaRuntimeInfo {
+        master: true,
+        master_commit_log_max_offset: log_end as i64,
+        in_sync_slave_nums: connections.iter().filter(|c| c.in_sync).count() as i32,
+        ha_connection_info: connections,
+        ha_client_runtime_info: HaClientRuntimeInfo::default(),
+    }
 }
 
 /// A replica pull waiting for the store to acknowledge past its offset.
@@ -180,6 +283,8 @@ pub(crate) struct ReplicaState {
     /// SYNC_MASTER: sends waiting for a slave, in ack order (so both
     /// their ends and their deadlines grow from front to back).
     pub(crate) slave_waits: VecDeque<SlaveWait>,
+    /// Slave: what this shard's replicator thread reports.
+    pub(crate) status: Option<Arc<ReplicaStatus>>,
 }
 
 /// What a replica pull gets now.
@@ -329,15 +434,26 @@ impl ShardHandler {
                 return Served::Answer(self.replica_pull_failed(key, request.peer, &error));
             }
         };
-        self.replica.peers.insert(
-            key,
-            ReplicaPeer {
-                next: from,
-                // Never past the slave's own end, whatever it reports.
-                durable: durable.min(from),
-                seen_ms: now_ms,
-            },
-        );
+        // Never past the slave's own end, whatever it reports.
+        let durable = durable.min(from);
+        match self.replica.peers.entry(key) {
+            Entry::Occupied(mut known) => {
+                let peer = known.get_mut();
+                (peer.next, peer.durable, peer.seen_ms) = (from, durable, now_ms);
+            }
+            Entry::Vacant(new) => {
+                new.insert(ReplicaPeer {
+                    next: from,
+                    durable,
+                    seen_ms: now_ms,
+                    slave: header
+                        .slave_addr
+                        .clone()
+                        .unwrap_or_else(|| request.peer.to_string()),
+                    transfer_from: from,
+                });
+            }
+        }
         self.release_slave_waits(now_ms);
         let bytes = match chunk {
             ReplicaChunk::Bytes(bytes) => bytes,
@@ -399,6 +515,26 @@ impl ShardHandler {
         self.replica.held = rest;
         for held in due {
             self.replica_pull(held.request, now_ms, false);
+        }
+    }
+
+    /// This shard's part of GET_BROKER_HA_STATUS.
+    pub(crate) fn ha_part(&self, now_ms: i64) -> HaPart {
+        let log_end = self.store().commit_log().appender().ack_position();
+        HaPart {
+            log_end,
+            slaves: self
+                .replica
+                .peers
+                .values()
+                .map(|peer| SlaveFigures {
+                    slave: peer.slave.clone(),
+                    durable: peer.durable,
+                    transfer_from: peer.transfer_from,
+                    in_sync: peer.in_sync(log_end, now_ms),
+                })
+                .collect(),
+            replica: self.replica.status.as_ref().map(|status| status.snapshot()),
         }
     }
 
@@ -548,10 +684,11 @@ impl ShardHandler {
     /// is in sync (see the module doc).
     pub(crate) fn await_slave(&mut self, reply: ReplyTo, mut answer: RemotingCommand, now_ms: i64) {
         let end = self.store().commit_log().appender().ack_position();
-        let in_sync = self.replica.peers.values().any(|peer| {
-            now_ms - peer.seen_ms <= REPLICA_PEER_ALIVE_MS
-                && end.saturating_sub(peer.durable) < REPLICA_IN_SYNC_GAP_MAX
-        });
+        let in_sync = self
+            .replica
+            .peers
+            .values()
+            .any(|peer| peer.in_sync(end, now_ms));
         if !in_sync || self.stopping() {
             answer.code = response_code::SLAVE_NOT_AVAILABLE;
             return self.reply(reply, answer);
@@ -600,5 +737,102 @@ impl ShardHandler {
             .slave_waits
             .front()
             .map(|wait| wait.deadline_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slave(name: &str, durable: u64, in_sync: bool) -> SlaveFigures {
+        SlaveFigures {
+            slave: name.to_owned(),
+            durable,
+            transfer_from: 10,
+            in_sync,
+        }
+    }
+
+    #[test]
+    fn a_masters_slaves_add_their_shards_and_are_in_sync_only_on_every_one() {
+        let parts = [
+            HaPart {
+                log_end: 1_000,
+                slaves: vec![slave("a:1", 900, true), slave("b:2", 1_000, true)],
+                replica: None,
+            },
+            HaPart {
+                log_end: 500,
+                slaves: vec![slave("a:1", 500, true)],
+                replica: None,
+            },
+        ];
+        let info = ha_runtime_info(true, 2, &parts);
+        assert!(info.master);
+        assert_eq!(info.master_commit_log_max_offset, 1_500);
+        let by_addr: BTreeMap<&str, &HaConnectionRuntimeInfo> = info
+            .ha_connection_info
+            .iter()
+            .map(|c| (c.addr.as_str(), c))
+            .collect();
+        let a = by_addr["a:1"];
+        assert_eq!((a.slave_ack_offset, a.diff, a.in_sync), (1_400, 100, true));
+        assert_eq!(a.transfer_from_where, 20);
+        // b pulls from one shard only: what the other holds counts as behind.
+        let b = by_addr["b:2"];
+        assert_eq!((b.slave_ack_offset, b.diff, b.in_sync), (1_000, 500, false));
+        assert_eq!(info.in_sync_slave_nums, 1);
+
+        let mut lagging = parts.clone();
+        lagging[1].slaves[0].in_sync = false;
+        assert_eq!(ha_runtime_info(true, 2, &lagging).in_sync_slave_nums, 0);
+        assert!(ha_runtime_info(true, 2, &[]).ha_connection_info.is_empty());
+    }
+
+    #[test]
+    fn a_slave_reports_its_logs_and_what_its_replicators_heard() {
+        let replica = |ack: u64, read: i64, connected: bool| ReplicaStatusSnapshot {
+            master_addr: Some("127.0.0.1:10911".to_owned()),
+            connected,
+            master_ack: ack,
+            last_read_ms: read,
+            last_write_ms: read - 1,
+        };
+        let parts = [
+            HaPart {
+                log_end: 300,
+                slaves: Vec::new(),
+                replica: Some(replica(400, 7, true)),
+            },
+            HaPart {
+                log_end: 200,
+                slaves: Vec::new(),
+                replica: Some(replica(200, 9, true)),
+            },
+        ];
+        let info = ha_runtime_info(false, 2, &parts);
+        assert!(!info.master);
+        let client = &info.ha_client_runtime_info;
+        assert_eq!(client.master_addr.as_deref(), Some("127.0.0.1:10911"));
+        assert_eq!((client.max_offset, client.master_flush_offset), (500, 600));
+        assert_eq!(
+            (client.last_read_timestamp, client.last_write_timestamp),
+            (9, 8)
+        );
+        assert!(client.activated);
+        // One replicator not connected, or not started: not activated.
+        let mut down = parts.clone();
+        down[0].replica = Some(replica(400, 7, false));
+        assert!(
+            !ha_runtime_info(false, 2, &down)
+                .ha_client_runtime_info
+                .activated
+        );
+        down[0].replica = None;
+        assert!(
+            !ha_runtime_info(false, 2, &down)
+                .ha_client_runtime_info
+                .activated
+        );
     }
 }

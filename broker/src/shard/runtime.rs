@@ -51,7 +51,7 @@ use crate::namesrv::register::{
 };
 use crate::namesrv::{NameServer, NameServerSettings};
 use crate::persist::{ConfigDir, ConfigFile, PersistError, Persister, PersisterHandle};
-use crate::replication::{MasterAddress, Replicator};
+use crate::replication::{MasterAddress, ReplicaStatus, Replicator};
 use crate::route::Router;
 use crate::server::{
     NameServerHandler, SERVER_OWNER, Server, ServerConfig, ShutdownHandle, open_kv_config,
@@ -818,6 +818,8 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
                 waker: ready.waker.clone(),
                 master: master.clone(),
                 stop: replicas_stop.clone(),
+                slave_addr: format!("{}:{port}", config.broker_ip1),
+                status: Arc::new(ReplicaStatus::new(master.clone())),
             }
             .spawn()
             .map_err(|error| BrokerError::Thread {

@@ -45,6 +45,10 @@ custom_header! {
         /// `suspendMillis`: how long the master may hold a pull that finds
         /// nothing new.
         suspend_millis: required i64 = "suspendMillis",
+        /// `slaveAddr`: the slave's `brokerIP1:listenPort`, which names it in
+        /// the master's HA status (older slaves send none: the connection's
+        /// address names it then).
+        slave_addr: optional String = "slaveAddr",
     }
 }
 

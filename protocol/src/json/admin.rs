@@ -781,6 +781,145 @@ impl JsonBean for QueryConsumeQueueResponseBody {
 }
 json_body!(QueryConsumeQueueResponseBody);
 
+/// One slave in a master's GET_BROKER_HA_STATUS answer
+/// (`HARuntimeInfo.HAConnectionRuntimeInfo`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HaConnectionRuntimeInfo {
+    /// `addr`: the slave.
+    pub addr: String,
+    /// `slaveAckOffset`: what the slave reported durable.
+    pub slave_ack_offset: i64,
+    /// `diff`: how far it is behind the master's log.
+    pub diff: i64,
+    /// `inSync`: whether it counts as in sync.
+    pub in_sync: bool,
+    /// `transferredByteInSecond`.
+    pub transferred_byte_in_second: i64,
+    /// `transferFromWhere`: where the transfer started.
+    pub transfer_from_where: i64,
+}
+
+impl JsonBean for HaConnectionRuntimeInfo {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_str("addr", &self.addr);
+        w.field_i64("diff", self.diff);
+        w.field_bool("inSync", self.in_sync);
+        w.field_i64("slaveAckOffset", self.slave_ack_offset);
+        w.field_i64("transferFromWhere", self.transfer_from_where);
+        w.field_i64("transferredByteInSecond", self.transferred_byte_in_second);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            addr: m.string_or_empty("addr")?,
+            slave_ack_offset: m.i64("slaveAckOffset")?.unwrap_or(0),
+            diff: m.i64("diff")?.unwrap_or(0),
+            in_sync: m.bool("inSync")?.unwrap_or(false),
+            transferred_byte_in_second: m.i64("transferredByteInSecond")?.unwrap_or(0),
+            transfer_from_where: m.i64("transferFromWhere")?.unwrap_or(0),
+        })
+    }
+}
+json_body!(HaConnectionRuntimeInfo);
+
+/// A slave's side of GET_BROKER_HA_STATUS (`HARuntimeInfo.HAClientRuntimeInfo`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HaClientRuntimeInfo {
+    /// `masterAddr`, omitted when none is known.
+    pub master_addr: Option<String>,
+    /// `transferredByteInSecond`.
+    pub transferred_byte_in_second: i64,
+    /// `maxOffset`: the slave's log end.
+    pub max_offset: i64,
+    /// `lastReadTimestamp`: when the master last answered (ms).
+    pub last_read_timestamp: i64,
+    /// `lastWriteTimestamp`: when the slave last asked (ms).
+    pub last_write_timestamp: i64,
+    /// `masterFlushOffset`: the master's position it last reported.
+    pub master_flush_offset: i64,
+    /// `activated`: replicating now (Java's field `isActivated`, which its
+    /// 5.3 classes neither write nor read: only the JSON shows it).
+    pub activated: bool,
+}
+
+impl JsonBean for HaClientRuntimeInfo {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.field_bool("activated", self.activated);
+        w.field_i64("lastReadTimestamp", self.last_read_timestamp);
+        w.field_i64("lastWriteTimestamp", self.last_write_timestamp);
+        w.field_opt_str("masterAddr", self.master_addr.as_deref());
+        w.field_i64("masterFlushOffset", self.master_flush_offset);
+        w.field_i64("maxOffset", self.max_offset);
+        w.field_i64("transferredByteInSecond", self.transferred_byte_in_second);
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            master_addr: m.string("masterAddr")?,
+            transferred_byte_in_second: m.i64("transferredByteInSecond")?.unwrap_or(0),
+            max_offset: m.i64("maxOffset")?.unwrap_or(0),
+            last_read_timestamp: m.i64("lastReadTimestamp")?.unwrap_or(0),
+            last_write_timestamp: m.i64("lastWriteTimestamp")?.unwrap_or(0),
+            master_flush_offset: m.i64("masterFlushOffset")?.unwrap_or(0),
+            activated: m.bool("activated")?.unwrap_or(false),
+        })
+    }
+}
+json_body!(HaClientRuntimeInfo);
+
+/// GET_BROKER_HA_STATUS response body (`HARuntimeInfo`, `mqadmin haStatus`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HaRuntimeInfo {
+    /// `master`: whether this broker is a master.
+    pub master: bool,
+    /// `masterCommitLogMaxOffset`: a master's log end.
+    pub master_commit_log_max_offset: i64,
+    /// `inSyncSlaveNums`: a master's slaves in sync.
+    pub in_sync_slave_nums: i32,
+    /// `haConnectionInfo`: a master's slaves.
+    pub ha_connection_info: Vec<HaConnectionRuntimeInfo>,
+    /// `haClientRuntimeInfo`: a slave's replication.
+    pub ha_client_runtime_info: HaClientRuntimeInfo,
+}
+
+impl JsonBean for HaRuntimeInfo {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        field_opt_bean(w, "haClientRuntimeInfo", Some(&self.ha_client_runtime_info));
+        field_list(
+            w,
+            "haConnectionInfo",
+            ArrayKind::List,
+            &self.ha_connection_info,
+        );
+        w.field_i64("inSyncSlaveNums", i64::from(self.in_sync_slave_nums));
+        w.field_bool("master", self.master);
+        w.field_i64(
+            "masterCommitLogMaxOffset",
+            self.master_commit_log_max_offset,
+        );
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            master: m.bool("master")?.unwrap_or(false),
+            master_commit_log_max_offset: m.i64("masterCommitLogMaxOffset")?.unwrap_or(0),
+            in_sync_slave_nums: m.i32("inSyncSlaveNums")?.unwrap_or(0),
+            ha_connection_info: read_list(&m, "haConnectionInfo")?,
+            ha_client_runtime_info: read_opt(&m, "haClientRuntimeInfo")?.unwrap_or_default(),
+        })
+    }
+}
+json_body!(HaRuntimeInfo);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -878,6 +1017,40 @@ mod tests {
         );
         let empty = QueryConsumeQueueResponseBody::from_json(b"{}").unwrap();
         assert!(empty.queue_data.is_empty() && empty.filter_data.is_none());
+    }
+
+    #[test]
+    fn ha_runtime_info_round_trips_with_javas_names() {
+        let info = HaRuntimeInfo {
+            master: true,
+            master_commit_log_max_offset: 4_096,
+            in_sync_slave_nums: 1,
+            ha_connection_info: vec![HaConnectionRuntimeInfo {
+                addr: "127.0.0.1:10921".to_owned(),
+                slave_ack_offset: 4_000,
+                diff: 96,
+                in_sync: true,
+                transferred_byte_in_second: 0,
+                transfer_from_where: 0,
+            }],
+            ha_client_runtime_info: HaClientRuntimeInfo::default(),
+        };
+        let mut out = Vec::new();
+        info.to_json(&mut out, JsonStyle::Java);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            text.starts_with(r#"{"haClientRuntimeInfo":{"activated":false,"lastReadTimestamp":0,"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""haConnectionInfo":[{"addr":"127.0.0.1:10921","diff":96,"inSync":true,"slaveAckOffset":4000,"#),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(r#""inSyncSlaveNums":1,"master":true,"masterCommitLogMaxOffset":4096}"#),
+            "{text}"
+        );
+        assert_eq!(HaRuntimeInfo::from_json(&out).unwrap(), info);
     }
 
     #[test]

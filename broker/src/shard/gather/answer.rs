@@ -104,6 +104,14 @@ impl ShardHandler {
                 }
                 None => stats_not_exist(&name, &key),
             },
+            (Goal::HaStatus, Part::Ha(parts)) => {
+                let info = crate::shard::replica::ha_runtime_info(
+                    self.settings.is_master,
+                    self.settings.shard_count,
+                    &parts,
+                );
+                json_success(|body| info.to_json(body, JsonStyle::Java))
+            }
             (Goal::TimeSpans, Part::TimeSpans(mut spans)) => {
                 spans.sort_by_key(|span| span.message_queue.queue_id);
                 let body = QueryConsumeTimeSpanBody {

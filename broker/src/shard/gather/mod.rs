@@ -19,6 +19,7 @@
 //! | GET_BROKER_CONSUME_STATS (317) | first every `topic@group` key of the offset tables; then the queues of each pair, as for GET_CONSUME_STATS | `ConsumeStatsList`: every subscription group, each with one `ConsumeStats` per topic it has offsets for |
 //! | QUERY_CONSUME_TIME_SPAN (303) | per owned queue the store times of its oldest and newest message, of the last one the group consumed and of the first it did not | `QueryConsumeTimeSpanBody`; TOPIC_NOT_EXIST for an unknown topic |
 //! | VIEW_BROKER_STATS_DATA (315) | the item's figures over the last minute, hour and day (`crate::stats_table`) | `BrokerStatsData`, the parts added; SYSTEM_ERROR when no shard holds the item |
+//! | GET_BROKER_HA_STATUS (907) | the shard's log end, its slaves' positions (master), its replicator's status (slave) | `HARuntimeInfo` (`crate::shard::replica::ha_runtime_info`) |
 //! | DELETE_EXPIRED_COMMITLOG (329) | remove the expired CommitLog segments at the next retention run, whatever the hour (`Store::delete_expired_now`) | SUCCESS |
 //! | CLONE_GROUP_OFFSET (314) | without a topic, first the topics the source group has offsets for; then copy its offsets of each owned queue to the destination group | SUCCESS |
 //! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
@@ -62,6 +63,7 @@ use ringmq_protocol::json::QueueTimeSpan;
 use super::ShardHandler;
 use super::link::{ReplyTo, Request, ShardMsg};
 use super::query::{QueryPart, merge_records};
+use crate::shard::replica::HaPart;
 use crate::stats_table::{ItemFigures, StatsName};
 
 /// What the arrival shard asks the others for.
@@ -99,6 +101,8 @@ pub enum Ask {
     Reset(Box<ResetAsk>),
     /// Remove the expired CommitLog segments at the next retention run.
     DeleteExpiredNow,
+    /// The shard's replication figures.
+    HaStatus,
     /// Copy `src`'s offsets of these topics to `dest`.
     CloneOffsets {
         /// The source group.
@@ -151,6 +155,8 @@ pub enum Part {
     Queues(Vec<QueueFigures>, Rates),
     /// An item's figures, `None` when the shard does not hold it.
     Stats(Option<ItemFigures>),
+    /// Replication figures, one per shard.
+    Ha(Vec<HaPart>),
     /// The new offsets by queue id, or why the reset was refused.
     Reset(Result<Vec<(u32, i64)>, String>),
     /// Queues' time spans.
@@ -221,6 +227,7 @@ enum Goal {
         name: String,
         key: String,
     },
+    HaStatus,
 }
 
 /// A request waiting for the other shards' parts.
@@ -247,6 +254,7 @@ pub(crate) fn is_gathered(code: i32) -> bool {
             | request_code::QUERY_CONSUME_TIME_SPAN
             | request_code::DELETE_EXPIRED_COMMITLOG
             | request_code::VIEW_BROKER_STATS_DATA
+            | request_code::GET_BROKER_HA_STATUS
     )
 }
 
@@ -325,6 +333,7 @@ fn merge(goal: &Goal, merged: &mut Part, part: Part) {
             (Some(_), None) => {}
         },
         (Part::Done, Part::Done) => {}
+        (Part::Ha(merged), Part::Ha(part)) => merged.extend(part),
         (Part::TimeSpans(merged), Part::TimeSpans(part)) => merged.extend(part),
         (Part::Reset(merged), Part::Reset(part)) => match (merged.as_mut(), part) {
             (Ok(merged), Ok(part)) => merged.extend(part),
@@ -415,8 +424,8 @@ mod tests {
     }
 
     #[test]
-    fn gathered_codes_are_the_eleven_of_the_table() {
-        for code in [12, 202, 208, 222, 300, 303, 314, 315, 317, 329, 343] {
+    fn gathered_codes_are_the_twelve_of_the_table() {
+        for code in [12, 202, 208, 222, 300, 303, 314, 315, 317, 329, 343, 907] {
             assert!(is_gathered(code), "{code}");
         }
         assert!(!is_gathered(request_code::PULL_MESSAGE));

@@ -59,6 +59,7 @@ impl ShardHandler {
                 self.store_mut().delete_expired_now();
                 Part::Done
             }
+            Ask::HaStatus => Part::Ha(vec![self.ha_part(now_ms)]),
             Ask::OffsetKeys => Part::Names(self.offsets.keys().map(str::to_owned).collect()),
             Ask::TimeSpans {
                 topic,

@@ -78,6 +78,7 @@ impl ShardHandler {
                     cmd.decode_custom_header().map_err(bad)?;
                 Ok((Goal::TopicsByConsumer, Ask::TopicsOfGroup(header.group)))
             }
+            request_code::GET_BROKER_HA_STATUS => Ok((Goal::HaStatus, Ask::HaStatus)),
             request_code::DELETE_EXPIRED_COMMITLOG => {
                 Ok((Goal::DeleteExpired, Ask::DeleteExpiredNow))
             }

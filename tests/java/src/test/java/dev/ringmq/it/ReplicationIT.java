@@ -4,7 +4,9 @@ import static dev.ringmq.it.ItSupport.await;
 import static dev.ringmq.it.ItSupport.message;
 import static dev.ringmq.it.ItSupport.unique;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayDeque;
 import java.util.Deque;
@@ -31,6 +33,7 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.common.topic.TopicValidator;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.body.HARuntimeInfo;
 import org.apache.rocketmq.remoting.protocol.header.SendMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
@@ -205,6 +208,33 @@ class ReplicationIT {
         return received;
     }
 
+    /**
+     * {@code mqadmin haStatus} of a caught-up pair: the master lists its slave in sync with nothing
+     * behind, the slave names its master and holds as much as the master's logs.
+     */
+    static void assertHaStatus(Pair pair) throws Exception {
+        DefaultMQAdminExt admin = pair.admin();
+        await("the master reports its slave caught up", () -> {
+            HARuntimeInfo info = admin.getBrokerHAStatus(pair.master().addr());
+            return info.getInSyncSlaveNums() == 1 && info.getHaConnectionInfo().get(0).getDiff() == 0;
+        }, () -> String.valueOf(admin.getBrokerHAStatus(pair.master().addr())));
+        HARuntimeInfo master = admin.getBrokerHAStatus(pair.master().addr());
+        assertTrue(master.isMaster());
+        assertTrue(master.getMasterCommitLogMaxOffset() > 0, "the master's logs hold the messages");
+        assertEquals(1, master.getHaConnectionInfo().size(), "slaves of the master");
+        HARuntimeInfo.HAConnectionRuntimeInfo slaveSeen = master.getHaConnectionInfo().get(0);
+        assertEquals(pair.slave().addr(), slaveSeen.getAddr());
+        assertTrue(slaveSeen.isInSync());
+        assertEquals(master.getMasterCommitLogMaxOffset(), slaveSeen.getSlaveAckOffset());
+
+        HARuntimeInfo slave = admin.getBrokerHAStatus(pair.slave().addr());
+        assertFalse(slave.isMaster());
+        HARuntimeInfo.HAClientRuntimeInfo client = slave.getHaClientRuntimeInfo();
+        assertEquals(pair.master().addr(), client.getMasterAddr());
+        assertEquals(master.getMasterCommitLogMaxOffset(), client.getMaxOffset(), "the slave's logs");
+        assertTrue(client.getLastReadTimestamp() > 0 && client.getLastWriteTimestamp() > 0, "times of " + client);
+    }
+
     @Test
     void aConsumerReadsEveryMessageFromTheSlaveAfterTheMasterIsKilled() throws Exception {
         String topic = unique("repl");
@@ -230,6 +260,7 @@ class ReplicationIT {
             }
             return total == COUNT;
         }, () -> maxOffsets(pair));
+        assertHaStatus(pair);
 
         pair.master().kill9();
         awaitOnlyTheSlave(pair);
