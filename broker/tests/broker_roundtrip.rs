@@ -336,6 +336,64 @@ fn a_deleted_topic_created_again_serves_only_its_new_messages_also_after_a_resta
 }
 
 #[test]
+fn clean_unused_topic_removes_the_queues_of_a_topic_no_longer_configured() {
+    let store = fresh_store("clean-unused");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    for topic in ["Stray", "Kept"] {
+        client.create_topic(topic, 2);
+        // Two queues: one on each shard.
+        for queue_id in 0..2 {
+            client.send(topic, queue_id, topic.as_bytes());
+        }
+    }
+    drop(client);
+    assert!(broker.stop().success());
+    // The topic leaves the table and its queues stay, as when a crash's
+    // recovery brings a deleted topic's records back into its queues.
+    let path = store.join("config/topics.json");
+    let mut table = TopicConfigSerializeWrapper::from_json(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(table.topic_config_table.remove("Stray").is_some());
+    let mut out = Vec::new();
+    table.to_json(&mut out, ringmq_protocol::json::JsonStyle::Java);
+    std::fs::write(&path, out).unwrap();
+
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut client = broker.connect();
+    let stray: Vec<_> = (0..2)
+        .map(|shard| store.join(format!("shard/{shard}/consumequeue/Stray")))
+        .collect();
+    assert!(stray.iter().all(|dir| dir.is_dir()), "{stray:?}");
+    client.call_ok(RemotingCommand::new_request(
+        request_code::CLEAN_UNUSED_TOPIC,
+        ExtFields::new(),
+    ));
+    // Files with a write in flight go when it completes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stray.iter().any(|dir| dir.exists()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(stray.iter().all(|dir| !dir.exists()), "{stray:?}");
+    for queue_id in 0..2 {
+        let (code, _, bodies) = client.pull("Kept", queue_id, 0, None);
+        assert_eq!(code, response_code::SUCCESS);
+        assert_eq!(
+            bodies,
+            vec![b"Kept".to_vec()],
+            "queue {queue_id} of a configured topic"
+        );
+        let kept = store.join(format!("shard/{queue_id}/consumequeue/Kept"));
+        assert!(kept.is_dir(), "{kept:?}");
+    }
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
 fn acknowledged_topic_and_group_changes_and_auto_created_topics_survive_a_kill_9() {
     let store = fresh_store("config-kill9");
     let Some(broker) = start(&store, 2) else {

@@ -374,6 +374,29 @@ impl<D: Disk> Store<D> {
         removed
     }
 
+    /// CLEAN_UNUSED_TOPIC (RocketMQ's `cleanUnusedTopic`): deletes, as
+    /// [`Store::delete_topic`] does, the queues of every topic `keep`
+    /// refuses. Returns those topics (sorted), and the first disk error.
+    pub fn delete_topics_not_kept(
+        &mut self,
+        keep: impl Fn(&str) -> bool,
+    ) -> (Vec<String>, Option<StorageError>) {
+        let unused: std::collections::BTreeSet<String> = self
+            .queues
+            .iter()
+            .map(|queue| queue.topic())
+            .filter(|topic| !keep(topic))
+            .map(str::to_owned)
+            .collect();
+        let mut first_error = None;
+        for topic in &unused {
+            if let Err(error) = self.delete_topic(topic) {
+                first_error.get_or_insert(error);
+            }
+        }
+        (unused.into_iter().collect(), first_error)
+    }
+
     /// Appends one message.
     ///
     /// # Errors

@@ -2502,3 +2502,25 @@ fn queue_entries_are_the_acknowledgeable_ones_of_the_range_asked() {
     store.append(&message(b"unacked"), 3).unwrap();
     assert_eq!(store.queue_entries("T", 0, 0, 10).unwrap().len(), 5);
 }
+
+#[test]
+fn topics_not_kept_lose_their_queues_and_kept_ones_stay() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(6)), config(FlushMode::Async), 0).unwrap();
+    let mut acks = Vec::new();
+    for (topic, queue_id) in [("T", 0), ("U", 0), ("U", 3), ("rmq_sys_x", 0)] {
+        let mut message = message(b"body");
+        message.topic = topic;
+        message.queue_id = queue_id;
+        store.append(&message, 1).unwrap();
+    }
+    settle(&mut store, 2, &mut acks);
+    let (removed, error) = store.delete_topics_not_kept(|topic| topic == "T");
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(removed, ["U", "rmq_sys_x"]);
+    assert_eq!(store.queue_entries("U", 0, 0, 10), None);
+    assert_eq!(store.queue_entries("U", 3, 0, 10), None);
+    assert_eq!(store.queue_entries("T", 0, 0, 10).unwrap().len(), 1);
+    let (again, _) = store.delete_topics_not_kept(|topic| topic == "T");
+    assert!(again.is_empty(), "nothing left to remove: {again:?}");
+}

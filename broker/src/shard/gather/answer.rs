@@ -80,7 +80,9 @@ impl ShardHandler {
                     self.clone_round(src, dest, offline, topics.into_iter().collect());
                 return self.gather(done.reply, goal, ask, now_ms);
             }
-            (Goal::CloneOffsets | Goal::DeleteExpired, Part::Done) => success(),
+            (Goal::CloneOffsets | Goal::DeleteExpired | Goal::CleanUnusedTopics, Part::Done) => {
+                success()
+            }
             (Goal::OffsetKeysForBrokerStats { order_only }, Part::Names(keys)) => {
                 let asks = self.broker_stats_asks(&keys, order_only);
                 return self.gather(

@@ -20,6 +20,7 @@
 //! | QUERY_CONSUME_TIME_SPAN (303) | per owned queue the store times of its oldest and newest message, of the last one the group consumed and of the first it did not | `QueryConsumeTimeSpanBody`; TOPIC_NOT_EXIST for an unknown topic |
 //! | VIEW_BROKER_STATS_DATA (315) | the item's figures over the last minute, hour and day (`crate::stats_table`) | `BrokerStatsData`, the parts added; SYSTEM_ERROR when no shard holds the item |
 //! | GET_BROKER_HA_STATUS (907) | the shard's log end, its slaves' positions (master), its replicator's status (slave) | `HARuntimeInfo` (`crate::shard::replica::ha_runtime_info`) |
+//! | CLEAN_UNUSED_TOPIC (316) | remove the queues of topics neither configured nor system topics (`Store::delete_topics_not_kept`); refused on a slave | SUCCESS |
 //! | DELETE_EXPIRED_COMMITLOG (329) | remove the expired CommitLog segments at the next retention run, whatever the hour (`Store::delete_expired_now`) | SUCCESS |
 //! | CLONE_GROUP_OFFSET (314) | without a topic, first the topics the source group has offsets for; then copy its offsets of each owned queue to the destination group | SUCCESS |
 //! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
@@ -103,6 +104,9 @@ pub enum Ask {
     DeleteExpiredNow,
     /// The shard's replication figures.
     HaStatus,
+    /// Remove the queues of topics that are neither configured nor
+    /// system topics.
+    CleanUnusedTopics,
     /// Copy `src`'s offsets of these topics to `dest`.
     CloneOffsets {
         /// The source group.
@@ -228,6 +232,7 @@ enum Goal {
         key: String,
     },
     HaStatus,
+    CleanUnusedTopics,
 }
 
 /// A request waiting for the other shards' parts.
@@ -255,6 +260,7 @@ pub(crate) fn is_gathered(code: i32) -> bool {
             | request_code::DELETE_EXPIRED_COMMITLOG
             | request_code::VIEW_BROKER_STATS_DATA
             | request_code::GET_BROKER_HA_STATUS
+            | request_code::CLEAN_UNUSED_TOPIC
     )
 }
 
@@ -424,8 +430,10 @@ mod tests {
     }
 
     #[test]
-    fn gathered_codes_are_the_twelve_of_the_table() {
-        for code in [12, 202, 208, 222, 300, 303, 314, 315, 317, 329, 343, 907] {
+    fn gathered_codes_are_the_thirteen_of_the_table() {
+        for code in [
+            12, 202, 208, 222, 300, 303, 314, 315, 316, 317, 329, 343, 907,
+        ] {
             assert!(is_gathered(code), "{code}");
         }
         assert!(!is_gathered(request_code::PULL_MESSAGE));

@@ -1,6 +1,8 @@
 //! One shard's part of a gathered request: computed from the queues,
 //! offsets and index this shard owns, in the turn the ask arrives.
 
+use std::sync::Arc;
+
 use ringmq_protocol::header::BoundaryType;
 use ringmq_protocol::json::QueueTimeSpan;
 
@@ -8,6 +10,7 @@ use super::{Ask, Part, QueueAsk, QueueFigures, Rates, ResetAsk};
 use crate::route::ShardId;
 use crate::shard::ShardHandler;
 use crate::stats_table::{StatsName, group_key};
+use crate::topic_config::{SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS};
 
 impl ShardHandler {
     /// The queue ids below `queues` this shard owns (`Router::queues_of`).
@@ -60,6 +63,10 @@ impl ShardHandler {
                 Part::Done
             }
             Ask::HaStatus => Part::Ha(vec![self.ha_part(now_ms)]),
+            Ask::CleanUnusedTopics => {
+                self.clean_unused_topics();
+                Part::Done
+            }
             Ask::OffsetKeys => Part::Names(self.offsets.keys().map(str::to_owned).collect()),
             Ask::TimeSpans {
                 topic,
@@ -79,6 +86,26 @@ impl ShardHandler {
                 }
                 Part::Done
             }
+        }
+    }
+
+    /// CLEAN_UNUSED_TOPIC on this shard: the queues of topics neither in
+    /// the topic table nor system topics go (queues a crash's recovery
+    /// brought back for a deleted topic, say), as Java's
+    /// `cleanUnusedTopic`.
+    fn clean_unused_topics(&mut self) {
+        let topics = Arc::clone(&self.topics);
+        let shard = self.id;
+        let (removed, error) = self.store_mut().delete_topics_not_kept(|topic| {
+            topics.contains(topic)
+                || SYSTEM_TOPICS.contains(&topic)
+                || topic.starts_with(SYSTEM_TOPIC_PREFIX)
+        });
+        if !removed.is_empty() {
+            tracing::warn!(shard, ?removed, "unused topics' consume queues removed");
+        }
+        if let Some(error) = error {
+            tracing::error!(shard, %error, "removing unused topics' consume queue files failed");
         }
     }
 

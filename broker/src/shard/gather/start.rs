@@ -79,6 +79,18 @@ impl ShardHandler {
                 Ok((Goal::TopicsByConsumer, Ask::TopicsOfGroup(header.group)))
             }
             request_code::GET_BROKER_HA_STATUS => Ok((Goal::HaStatus, Ask::HaStatus)),
+            // A slave's topic table follows its master's only every 10 s:
+            // a topic new on the master may have queues here before it.
+            request_code::CLEAN_UNUSED_TOPIC if !self.settings.is_master => {
+                Err(Box::new(response(
+                    response_code::SYSTEM_ERROR,
+                    "cleaning unused topics is refused on a slave: its topic table trails \
+                     its master's",
+                )))
+            }
+            request_code::CLEAN_UNUSED_TOPIC => {
+                Ok((Goal::CleanUnusedTopics, Ask::CleanUnusedTopics))
+            }
             request_code::DELETE_EXPIRED_COMMITLOG => {
                 Ok((Goal::DeleteExpired, Ask::DeleteExpiredNow))
             }

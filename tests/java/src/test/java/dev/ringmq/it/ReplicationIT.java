@@ -21,6 +21,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.CommunicationMode;
 import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -340,5 +341,13 @@ class ReplicationIT {
             }
             assertEquals(1, total, "messages stored on " + broker + ": " + maxOffsets(pair));
         }
+
+        // mqadmin cleanUnusedTopic: a slave's topic table trails its master's, so it refuses;
+        // the master cleans, and its configured topic keeps its message.
+        MQClientException notOnASlave = assertThrows(MQClientException.class,
+                () -> pair.admin().cleanUnusedTopicByAddr(pair.slave().addr()));
+        assertEquals(ResponseCode.SYSTEM_ERROR, notOnASlave.getResponseCode(), notOnASlave.getMessage());
+        assertTrue(pair.admin().cleanUnusedTopicByAddr(pair.master().addr()), "the master cleans");
+        assertEquals(1, maxOffsetAt(pair.admin(), pair.master().addr(), queue), "the configured topic's message");
     }
 }
