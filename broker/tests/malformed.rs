@@ -582,6 +582,7 @@ fn admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             (request_code::QUERY_CONSUME_TIME_SPAN, "topic"),
             (request_code::VIEW_BROKER_STATS_DATA, "statsName"),
             (request_code::QUERY_CONSUME_QUEUE, "topic"),
+            (request_code::CONSUME_MESSAGE_DIRECTLY, "msgId"),
         ] {
             let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
             assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");
@@ -654,6 +655,25 @@ fn admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
         ));
         assert_eq!(bad.code, response_code::SYSTEM_ERROR);
         assert!(bad.remark.unwrap_or_default().contains("queueId"));
+        // A message id of this broker's form, past the end of its log.
+        let beyond =
+            ringmq_protocol::message::offset_msg_id(&"127.0.0.1:10911".parse().unwrap(), 1 << 40);
+        let missing = client.call(request(
+            request_code::CONSUME_MESSAGE_DIRECTLY,
+            &[
+                ("consumerGroup", "g"),
+                ("clientId", "c"),
+                ("msgId", &beyond),
+            ],
+        ));
+        assert_eq!(missing.code, response_code::SYSTEM_ERROR);
+        assert!(
+            missing
+                .remark
+                .unwrap_or_default()
+                .contains("can not find message"),
+            "{beyond}"
+        );
         let mut reset = ExtFields::new();
         for (key, value) in [
             ("topic", "NoSuchTopic"),

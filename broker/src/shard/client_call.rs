@@ -1,14 +1,20 @@
 //! Requests the broker answers by asking a client (Java's
 //! `AdminBrokerProcessor.callConsumer` over `Broker2Client.callClient`):
 //! GET_CONSUMER_RUNNING_INFO (307), which `mqadmin consumerStatus` and the
-//! dashboard send for each consumer of a group. Shard 0 owns the client
-//! registry, so it finds the consumer's connection, sends it the request
-//! (same code, header and body, a fresh opaque) and keeps the admin's reply
-//! address; the client's answer, which arrives on whichever shard holds the
-//! client's connection, is sent to shard 0 and relayed as it is.
+//! dashboard send for each consumer of a group, and CONSUME_MESSAGE_DIRECTLY
+//! (309, `mqadmin consumeMessage`, the dashboard's resend to one consumer).
+//! Shard 0 owns the client registry, so it finds the consumer's connection,
+//! sends it the request (same code, header and body, a fresh opaque) and
+//! keeps the admin's reply address; the client's answer, which arrives on
+//! whichever shard holds the client's connection, is sent to shard 0 and
+//! relayed as it is. CONSUME_MESSAGE_DIRECTLY first goes to the shard in
+//! the top byte of its message id's offset, which reads the record (in the
+//! background when it is not in memory) and hands the request, with the
+//! record as its body and this broker's name added, to shard 0.
 //!
 //! ```text
 //!  admin ─ 307 ─▶ shard 0: registry → client's connection ─ 307 ─▶ client
+//!  admin ─ 309 ─▶ shard k (record) ─ (CallConsumer) ─▶ shard 0 ─ 309 + record ─▶ client
 //!  admin ◀─ client's answer ─ shard 0 ◀─ (ClientAnswer) ─ shard c ◀─ answer ─┘
 //! ```
 //!
@@ -20,11 +26,15 @@
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use ringmq_protocol::code::{flag, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::GetConsumerRunningInfoRequestHeader;
+use ringmq_protocol::message::decode_offset_msg_id;
+use ringmq_storage::store::{PullRead, RecordRead};
 
-use super::link::{ReplyTo, Request};
+use super::link::{ReplyTo, Request, ShardMsg};
+use super::pull::Parked;
 use super::{ShardHandler, response};
 use crate::client_registry::ChannelId;
 use crate::server::ConnectionId;
@@ -47,7 +57,50 @@ pub(crate) struct ClientCalls {
 }
 
 impl ShardHandler {
-    /// GET_CONSUMER_RUNNING_INFO on shard 0: forwards it to the consumer.
+    /// CONSUME_MESSAGE_DIRECTLY on the shard that holds the message (see
+    /// the module doc).
+    pub(crate) fn consume_directly(&mut self, request: Box<Request>, now_ms: i64) {
+        self.consume_directly_reading(request, now_ms, PullRead::Background);
+    }
+
+    /// CONSUME_MESSAGE_DIRECTLY, the record read as `read` says (as
+    /// [`ShardHandler::view_message_reading`]).
+    pub(crate) fn consume_directly_reading(
+        &mut self,
+        mut request: Box<Request>,
+        now_ms: i64,
+        read: PullRead,
+    ) {
+        let msg_id = request.cmd.ext_fields.get("msgId").unwrap_or("");
+        let offset = match decode_offset_msg_id(msg_id) {
+            Ok((_, offset)) if offset >= 0 => offset as u64,
+            Ok(_) | Err(_) => {
+                let remark = format!("msgId {msg_id:?} is not an offset message id");
+                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+            }
+        };
+        let record = match self.store_mut().record_at(offset, read) {
+            Ok(RecordRead::Ready(Some(record))) => record,
+            Ok(RecordRead::Reading(ticket)) => {
+                return self.park_reading_pull(*request, ticket, false, Parked::ConsumeDirectly);
+            }
+            Ok(RecordRead::Ready(None)) | Err(_) => {
+                let remark = format!("can not find message by the offset, {offset}");
+                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+            }
+        };
+        let broker_name = self.settings.broker_name.clone();
+        request.cmd.ext_fields.insert("brokerName", &broker_name);
+        request.cmd.body = Some(Bytes::from(record));
+        if self.id == 0 {
+            self.call_consumer(request, now_ms);
+        } else if let Some(links) = &mut self.links {
+            links.send(0, ShardMsg::CallConsumer(request));
+        }
+    }
+
+    /// GET_CONSUMER_RUNNING_INFO, and CONSUME_MESSAGE_DIRECTLY with its
+    /// record, on shard 0: forwards the request to the consumer.
     pub(crate) fn call_consumer(&mut self, request: Box<Request>, now_ms: i64) {
         let header: GetConsumerRunningInfoRequestHeader = match request.cmd.decode_custom_header() {
             Ok(header) => header,

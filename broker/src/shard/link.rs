@@ -103,6 +103,9 @@ pub enum ShardMsg {
     MasterConfig(Box<super::replica::MasterConfig>),
     /// A slave's copy of its master shard's consumer offsets.
     MasterOffsets(Box<ringmq_protocol::json::ConsumerOffsetFile>),
+    /// CONSUME_MESSAGE_DIRECTLY with its record, for shard 0 to forward to
+    /// the consumer.
+    CallConsumer(Box<Request>),
     /// A slave's replicator thread's status, for GET_BROKER_HA_STATUS.
     ReplicaStatus(std::sync::Arc<crate::replication::ReplicaStatus>),
 }

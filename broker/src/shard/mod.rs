@@ -57,6 +57,7 @@ use std::time::Duration;
 
 use ringmq_protocol::code::{flag, request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::message::decode_offset_msg_id;
 use ringmq_storage::disk::uring::UringDisk;
 use ringmq_storage::store::{AppendAck, Store};
 
@@ -386,6 +387,22 @@ impl ShardHandler {
         }
     }
 
+    /// The shard in the top byte of an outside-visible CommitLog offset;
+    /// here for none, or one naming no shard (the handler answers the error).
+    fn owner_of_commit_log_offset(&self, offset: Option<i64>) -> Route {
+        match offset {
+            Some(offset) if offset >= 0 => {
+                let shard = (offset as u64 >> 56) as u16;
+                if shard < self.settings.shard_count {
+                    self.shard_route(shard)
+                } else {
+                    Route::Here
+                }
+            }
+            _ => Route::Here,
+        }
+    }
+
     fn shard_route(&self, shard: u16) -> Route {
         if shard == self.id {
             Route::Here
@@ -413,22 +430,14 @@ impl ShardHandler {
             request_code::QUERY_CONSUME_QUEUE => {
                 self.owner_of_wire_queue(Some(cmd.ext_fields.get("queueId").unwrap_or("0")))
             }
+            request_code::CONSUME_MESSAGE_DIRECTLY => {
+                let msg_id = cmd.ext_fields.get("msgId");
+                let offset = msg_id.and_then(|id| decode_offset_msg_id(id).ok());
+                self.owner_of_commit_log_offset(offset.map(|(_, offset)| offset))
+            }
             request_code::CONSUMER_SEND_MSG_BACK | request_code::VIEW_MESSAGE_BY_ID => {
-                match cmd
-                    .ext_fields
-                    .get("offset")
-                    .and_then(|t| t.parse::<i64>().ok())
-                {
-                    Some(offset) if offset >= 0 => {
-                        let shard = (offset as u64 >> 56) as u16;
-                        if shard < self.settings.shard_count {
-                            self.shard_route(shard)
-                        } else {
-                            Route::Here
-                        }
-                    }
-                    _ => Route::Here,
-                }
+                let offset = cmd.ext_fields.get("offset");
+                self.owner_of_commit_log_offset(offset.and_then(|t| t.parse::<i64>().ok()))
             }
             request_code::HEART_BEAT
             | request_code::UNREGISTER_CLIENT
@@ -566,6 +575,7 @@ impl ShardHandler {
             }
             request_code::CONSUMER_SEND_MSG_BACK => self.send_back(request, now_ms),
             request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),
+            request_code::CONSUME_MESSAGE_DIRECTLY => self.consume_directly(request, now_ms),
             code if gather::is_gathered(code) => self.gather_request(request, now_ms),
             request_code::RINGMQ_REPLICA_PULL | request_code::RINGMQ_REPLICA_OFFSETS
                 if !self.settings.is_master =>
@@ -640,6 +650,7 @@ impl ShardHandler {
                 ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
                 ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),
                 ShardMsg::ReplicaStatus(status) => self.replica.status = Some(status),
+                ShardMsg::CallConsumer(request) => self.call_consumer(request, now_ms),
             }
         }
     }

@@ -87,6 +87,8 @@ pub(crate) enum Parked {
     SendBack,
     /// VIEW_MESSAGE_BY_ID.
     View,
+    /// CONSUME_MESSAGE_DIRECTLY, reading the record it hands the consumer.
+    ConsumeDirectly,
 }
 
 /// The tags of an expression (`a || b`); None for everything (`*`, empty).
@@ -183,6 +185,9 @@ impl ShardHandler {
                 Parked::ReplicaPull => self.replica_pull_reading(request, now_ms, first, read),
                 Parked::SendBack => self.send_back_reading(Box::new(request), now_ms, read),
                 Parked::View => self.view_message_reading(Box::new(request), read),
+                Parked::ConsumeDirectly => {
+                    self.consume_directly_reading(Box::new(request), now_ms, read)
+                }
             }
         }
     }

@@ -12,6 +12,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Properties;
 import java.util.Set;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
@@ -30,6 +31,8 @@ import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.remoting.protocol.body.BrokerStatsData;
+import org.apache.rocketmq.remoting.protocol.body.CMResult;
+import org.apache.rocketmq.remoting.protocol.body.ConsumeMessageDirectlyResult;
 import org.apache.rocketmq.remoting.protocol.body.ConsumeQueueData;
 import org.apache.rocketmq.remoting.protocol.body.ConsumeStatsList;
 import org.apache.rocketmq.remoting.protocol.body.ConsumerConnection;
@@ -50,8 +53,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * {@code getBrokerConfig}, {@code cloneGroupOffset} and the dashboard ask a broker, through
  * {@link DefaultMQAdminExt}: GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO,
  * QUERY_TOPICS_BY_CONSUMER, GET_BROKER_CONFIG, QUERY_SUBSCRIPTION_BY_CONSUMER,
- * GET_SYSTEM_TOPIC_LIST_FROM_BROKER, CLONE_GROUP_OFFSET, VIEW_BROKER_STATS_DATA and
- * QUERY_CONSUME_QUEUE. The topic's queues live on both shards
+ * GET_SYSTEM_TOPIC_LIST_FROM_BROKER, CLONE_GROUP_OFFSET, VIEW_BROKER_STATS_DATA,
+ * QUERY_CONSUME_QUEUE and CONSUME_MESSAGE_DIRECTLY. The topic's queues live on both shards
  * of the broker, so the answers about queues merge both shards' parts.
  *
  * <p>Queue {@code q} gets {@code q + 2} messages, which a lite pull consumer polls and commits;
@@ -409,6 +412,43 @@ class AdminStatsIT {
         } catch (Exception e) {
             return e.toString();
         }
+    }
+
+    /**
+     * {@code mqadmin consumeMessage} and the dashboard's resend: the broker reads the message and
+     * hands it to one consumer of the group, whose listener gets it again; on both shards.
+     */
+    @Test
+    void aMessageIsHandedToAConsumerDirectlyThroughTheBroker() throws Exception {
+        String directTopic = unique("direct");
+        String directGroup = unique("direct-group");
+        List<MessageQueue> directQueues = it.createTopic(directTopic, 2);
+        DefaultMQProducer producer = it.startProducer(unique("direct-producer"));
+        List<SendResult> sent = new ArrayList<>();
+        for (MessageQueue queue : directQueues) {
+            sent.add(producer.send(ItSupport.message(directTopic, "TagDirect", directTopic + "-" + queue.getQueueId(),
+                    "direct " + queue.getQueueId()), queue));
+        }
+        ConcurrentLinkedQueue<MessageExt> received = new ConcurrentLinkedQueue<>();
+        it.startPushConsumer(directGroup, "direct", directTopic, ItSupport.collectInto(received));
+        await("both messages consumed", () -> received.size() >= sent.size(), () -> received.size() + " received");
+        String clientId = admin.examineConsumerConnectionInfo(directGroup).getConnectionSet().iterator().next()
+                .getClientId();
+        for (SendResult one : sent) {
+            int before = received.size();
+            ConsumeMessageDirectlyResult result =
+                    admin.consumeMessageDirectly(directGroup, clientId, directTopic, one.getOffsetMsgId());
+            assertEquals(CMResult.CR_SUCCESS, result.getConsumeResult(), "result " + result);
+            assertEquals(before + 1, received.size(), "the listener got it once more");
+            MessageExt again = received.stream().reduce((first, second) -> second).orElseThrow();
+            assertEquals(one.getMsgId(), again.getMsgId(), "the message handed over");
+        }
+        MQClientException offline = assertThrows(MQClientException.class, () -> admin.getDefaultMQAdminExtImpl()
+                .getMqClientInstance().getMQClientAPIImpl().consumeMessageDirectly(
+                        ItSupport.masterAddrs(admin, it.broker()).get(0), directGroup, "127.0.0.1@nobody",
+                        directTopic, sent.get(0).getOffsetMsgId(), ItSupport.ADMIN_TIMEOUT_MS));
+        assertEquals(ResponseCode.SYSTEM_ERROR, offline.getResponseCode(), offline.getMessage());
+        assertTrue(offline.getMessage().contains("not online"), offline.getMessage());
     }
 
     @Test
