@@ -425,6 +425,17 @@ impl ClientRegistry {
             .map(|c| c.channel)
     }
 
+    /// Every channel of consumer group `group`, with its client id (to fan
+    /// GET_CONSUMER_STATUS_FROM_CLIENT out).
+    pub fn consumer_channels(&self, group: &str) -> Vec<(ChannelId, String)> {
+        self.consumers.get(group).map_or_else(Vec::new, |info| {
+            info.channels
+                .values()
+                .map(|c| (c.channel, c.client_id.clone()))
+                .collect()
+        })
+    }
+
     /// A channel of producer group `group`, rotating over its channels on
     /// each call (for transaction check-back).
     pub fn producer_channel(&mut self, group: &str) -> Option<ChannelId> {

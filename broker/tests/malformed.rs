@@ -583,6 +583,7 @@ fn admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             (request_code::VIEW_BROKER_STATS_DATA, "statsName"),
             (request_code::QUERY_CONSUME_QUEUE, "topic"),
             (request_code::CONSUME_MESSAGE_DIRECTLY, "msgId"),
+            (request_code::INVOKE_BROKER_TO_GET_CONSUMER_STATUS, "topic"),
         ] {
             let response = client.call(RemotingCommand::new_request(code, ExtFields::new()));
             assert_eq!(response.code, response_code::SYSTEM_ERROR, "code {code}");
@@ -673,6 +674,15 @@ fn admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
                 .unwrap_or_default()
                 .contains("can not find message"),
             "{beyond}"
+        );
+        let nobody = client.call(request(
+            request_code::INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+            &[("topic", "T"), ("group", "NoSuchGroup")],
+        ));
+        assert_eq!(nobody.code, response_code::SYSTEM_ERROR);
+        assert_eq!(
+            nobody.remark.as_deref(),
+            Some("No Any Consumer online in the consumer group: [NoSuchGroup]")
         );
         let mut reset = ExtFields::new();
         for (key, value) in [

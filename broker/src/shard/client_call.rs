@@ -1,8 +1,14 @@
 //! Requests the broker answers by asking a client (Java's
 //! `AdminBrokerProcessor.callConsumer` over `Broker2Client.callClient`):
 //! GET_CONSUMER_RUNNING_INFO (307), which `mqadmin consumerStatus` and the
-//! dashboard send for each consumer of a group, and CONSUME_MESSAGE_DIRECTLY
-//! (309, `mqadmin consumeMessage`, the dashboard's resend to one consumer).
+//! dashboard send for each consumer of a group, CONSUME_MESSAGE_DIRECTLY
+//! (309, `mqadmin consumeMessage`, the dashboard's resend to one consumer),
+//! and INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, `mqadmin
+//! getConsumerStatus`), which the broker sends on as
+//! GET_CONSUMER_STATUS_FROM_CLIENT (221) to every consumer of the group (or
+//! the one named) at once, and answers with their tables merged once each
+//! has answered, failed or timed out (one that did not answer is left out,
+//! as in Java).
 //! Shard 0 owns the client registry, so it finds the consumer's connection,
 //! sends it the request (same code, header and body, a fresh opaque) and
 //! keeps the admin's reply address; the client's answer, which arrives on
@@ -21,39 +27,67 @@
 //! # Invariants
 //! - A call is answered exactly once: with the client's answer, or with
 //!   SYSTEM_ERROR when the client is not online, its connection closes, or
-//!   [`CLIENT_CALL_TIMEOUT_MS`] pass (Java's `callClient` timeout).
+//!   [`CLIENT_CALL_TIMEOUT_MS`] pass (Java's `callClient` timeout). A
+//!   status fan-out is answered once, when its last call ends.
 //! - An answer nobody waits for (late, or a stray) is dropped.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
-use ringmq_protocol::code::{flag, response_code};
+use ringmq_protocol::code::{flag, request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
-use ringmq_protocol::header::GetConsumerRunningInfoRequestHeader;
+use ringmq_protocol::header::{
+    CustomHeader, GetConsumerRunningInfoRequestHeader, GetConsumerStatusRequestHeader,
+};
+use ringmq_protocol::json::{GetConsumerStatusBody, JsonStyle, MessageQueue};
 use ringmq_protocol::message::decode_offset_msg_id;
 use ringmq_storage::store::{PullRead, RecordRead};
 
 use super::link::{ReplyTo, Request, ShardMsg};
 use super::pull::Parked;
-use super::{ShardHandler, response};
+use super::{ShardHandler, json_success, response};
 use crate::client_registry::ChannelId;
 use crate::server::ConnectionId;
 
 /// How long the broker waits for a client's answer (Java: 10 s).
 pub const CLIENT_CALL_TIMEOUT_MS: i64 = 10_000;
 
+/// How long the broker waits for each consumer's status (Java: 5 s).
+pub const CONSUMER_STATUS_TIMEOUT_MS: i64 = 5_000;
+
+/// Where a client's answer goes.
+#[derive(Debug)]
+enum Waiter {
+    /// Relayed to this admin as it is.
+    Relay(ReplyTo),
+    /// Merged into status fan-out `id`.
+    Status(u64),
+}
+
 /// A call waiting for a client's answer.
 #[derive(Debug)]
 struct PendingCall {
-    reply: ReplyTo,
+    waiter: Waiter,
     client: String,
     deadline_ms: i64,
+}
+
+/// GET_CONSUMER_STATUS_FROM_CLIENT waiting for its consumers.
+#[derive(Debug)]
+struct StatusFanOut {
+    reply: ReplyTo,
+    /// Calls not ended yet.
+    outstanding: usize,
+    /// Client id → its queues' offsets, from the answers so far.
+    table: BTreeMap<String, BTreeMap<MessageQueue, i64>>,
 }
 
 /// Shard 0's calls waiting for clients, by connection and opaque.
 #[derive(Debug, Default)]
 pub(crate) struct ClientCalls {
     pending: HashMap<(ConnectionId, i32), PendingCall>,
+    fan_outs: HashMap<u64, StatusFanOut>,
+    next_fan_out: u64,
 }
 
 impl ShardHandler {
@@ -127,11 +161,97 @@ impl ShardHandler {
         }
         let opaque = self.request_client(conn, call, 0);
         let pending = PendingCall {
-            reply: request.reply,
+            waiter: Waiter::Relay(request.reply),
             client: header.client_id,
             deadline_ms: now_ms.saturating_add(CLIENT_CALL_TIMEOUT_MS),
         };
         self.client_calls.pending.insert((conn, opaque), pending);
+    }
+
+    /// INVOKE_BROKER_TO_GET_CONSUMER_STATUS on shard 0, as Java's
+    /// `Broker2Client.getConsumeStatus`: asks every consumer of the group
+    /// (or the one `clientAddr` names) for its offsets of the topic.
+    pub(crate) fn consumer_status(&mut self, request: Box<Request>, now_ms: i64) {
+        let header: GetConsumerStatusRequestHeader = match request.cmd.decode_custom_header() {
+            Ok(header) => header,
+            Err(error) => {
+                let answer = response(response_code::SYSTEM_ERROR, error.to_string());
+                return self.reply(request.reply, answer);
+            }
+        };
+        let only = header.client_addr.filter(|id| !id.trim().is_empty());
+        let channels: Vec<(ChannelId, String)> = self
+            .control()
+            .clients
+            .consumer_channels(&header.group)
+            .into_iter()
+            .filter(|(_, client)| only.as_ref().is_none_or(|id| id == client))
+            .collect();
+        if channels.is_empty() {
+            let remark = format!(
+                "No Any Consumer online in the consumer group: [{}]",
+                header.group
+            );
+            return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
+        }
+        let ask = GetConsumerStatusRequestHeader {
+            topic: header.topic,
+            group: header.group,
+            client_addr: None,
+        };
+        self.client_calls.next_fan_out += 1;
+        let id = self.client_calls.next_fan_out;
+        self.client_calls.fan_outs.insert(
+            id,
+            StatusFanOut {
+                reply: request.reply,
+                outstanding: channels.len(),
+                table: BTreeMap::new(),
+            },
+        );
+        for (ChannelId(channel), client) in channels {
+            let conn = ConnectionId(channel);
+            let call = RemotingCommand::new_request(
+                request_code::GET_CONSUMER_STATUS_FROM_CLIENT,
+                ask.to_ext_fields(),
+            );
+            let opaque = self.request_client(conn, call, 0);
+            let pending = PendingCall {
+                waiter: Waiter::Status(id),
+                client,
+                deadline_ms: now_ms.saturating_add(CONSUMER_STATUS_TIMEOUT_MS),
+            };
+            self.client_calls.pending.insert((conn, opaque), pending);
+        }
+    }
+
+    /// One call of status fan-out `id` ended, with the consumer's table or
+    /// without one; the last answers the admin.
+    fn status_call_ended(
+        &mut self,
+        id: u64,
+        client: String,
+        table: Option<BTreeMap<MessageQueue, i64>>,
+    ) {
+        let Some(fan_out) = self.client_calls.fan_outs.get_mut(&id) else {
+            return;
+        };
+        if let Some(table) = table {
+            fan_out.table.insert(client, table);
+        }
+        fan_out.outstanding -= 1;
+        if fan_out.outstanding > 0 {
+            return;
+        }
+        let Some(done) = self.client_calls.fan_outs.remove(&id) else {
+            return;
+        };
+        let body = GetConsumerStatusBody {
+            message_queue_table: BTreeMap::new(),
+            consumer_table: done.table,
+        };
+        let answer = json_success(|out| body.to_json(out, JsonStyle::Java));
+        self.reply(done.reply, answer);
     }
 
     /// A client's answer on one of this shard's connections.
@@ -150,9 +270,20 @@ impl ShardHandler {
             );
             return;
         };
-        let mut answer = answer;
-        answer.flag &= !flag::ONEWAY;
-        self.reply(call.reply, answer);
+        match call.waiter {
+            Waiter::Relay(reply) => {
+                let mut answer = answer;
+                answer.flag &= !flag::ONEWAY;
+                self.reply(reply, answer);
+            }
+            Waiter::Status(id) => {
+                let table = (answer.code == response_code::SUCCESS)
+                    .then(|| GetConsumerStatusBody::from_json(answer.body_bytes()).ok())
+                    .flatten()
+                    .map(|body| body.message_queue_table);
+                self.status_call_ended(id, call.client, table);
+            }
+        }
     }
 
     /// Calls whose client's connection closed, or whose time ran out,
@@ -169,6 +300,13 @@ impl ShardHandler {
             let Some(call) = self.client_calls.pending.remove(&key) else {
                 continue;
             };
+            let reply = match call.waiter {
+                Waiter::Relay(reply) => reply,
+                Waiter::Status(id) => {
+                    self.status_call_ended(id, call.client, None);
+                    continue;
+                }
+            };
             let remark = if Some(key.0) == closed {
                 format!(
                     "invoke client {} failed: its connection closed",
@@ -180,7 +318,7 @@ impl ShardHandler {
                     call.client
                 )
             };
-            self.reply(call.reply, response(response_code::SYSTEM_ERROR, remark));
+            self.reply(reply, response(response_code::SYSTEM_ERROR, remark));
         }
     }
 }

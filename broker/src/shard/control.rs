@@ -402,6 +402,9 @@ impl ShardHandler {
                 json_success(|body| table.to_json(body, JsonStyle::Java))
             }
             request_code::GET_CONSUMER_RUNNING_INFO => return self.call_consumer(request, now_ms),
+            request_code::INVOKE_BROKER_TO_GET_CONSUMER_STATUS => {
+                return self.consumer_status(request, now_ms);
+            }
             request_code::UPDATE_BROKER_CONFIG => response(
                 response_code::REQUEST_CODE_NOT_SUPPORTED,
                 "ringmq does not change its configuration while it runs: set the keys in \

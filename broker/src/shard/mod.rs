@@ -460,6 +460,7 @@ impl ShardHandler {
             | request_code::GET_SYSTEM_TOPIC_LIST_FROM_BROKER
             | request_code::QUERY_SUBSCRIPTION_BY_CONSUMER
             | request_code::GET_CONSUMER_RUNNING_INFO
+            | request_code::INVOKE_BROKER_TO_GET_CONSUMER_STATUS
             | request_code::GET_ALL_PRODUCER_INFO
             | request_code::END_TRANSACTION
             | request_code::CHECK_CLIENT_CONFIG

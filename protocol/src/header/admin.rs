@@ -9,7 +9,9 @@
 //! GET_CONSUMER_RUNNING_INFO (307), INVOKE_BROKER_TO_RESET_OFFSET (222),
 //! QUERY_SUBSCRIPTION_BY_CONSUMER (345), CLONE_GROUP_OFFSET (314),
 //! GET_BROKER_CONSUME_STATS (317), QUERY_CONSUME_TIME_SPAN (303),
-//! VIEW_BROKER_STATS_DATA (315), QUERY_CONSUME_QUEUE (321).
+//! VIEW_BROKER_STATS_DATA (315), QUERY_CONSUME_QUEUE (321),
+//! INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) and
+//! GET_CONSUMER_STATUS_FROM_CLIENT (221).
 //! GET_BROKER_RUNTIME_INFO (28) and
 //! UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) have no header.
 //!
@@ -295,6 +297,20 @@ custom_header! {
         count: primitive i32 = "count" => 0,
         /// `consumerGroup`: evaluate its subscription, if online.
         consumer_group: optional String = "consumerGroup",
+    }
+}
+
+custom_header! {
+    /// `GetConsumerStatusRequestHeader` (INVOKE_BROKER_TO_GET_CONSUMER_STATUS
+    /// to the broker; GET_CONSUMER_STATUS_FROM_CLIENT, without `clientAddr`,
+    /// from it to each consumer).
+    pub struct GetConsumerStatusRequestHeader {
+        /// `topic`.
+        topic: required String = "topic",
+        /// `group`.
+        group: required String = "group",
+        /// `clientAddr`: the one consumer (its client id) to ask, or all.
+        client_addr: optional String = "clientAddr",
     }
 }
 

@@ -920,6 +920,71 @@ impl JsonBean for HaRuntimeInfo {
 }
 json_body!(HaRuntimeInfo);
 
+/// Reads a JSON object keyed by message queues with long values.
+fn queue_offsets_of(
+    value: &JsonValue,
+    path: &str,
+) -> Result<BTreeMap<MessageQueue, i64>, JsonError> {
+    let object = value.as_object().ok_or_else(|| JsonError::WrongType {
+        member: path.to_owned(),
+        expected: "an object keyed by message queues",
+    })?;
+    let mut map = BTreeMap::new();
+    for (key, value) in &object.members {
+        if !matches!(value, JsonValue::Null) {
+            map.insert(MessageQueue::from_key(key, path)?, value_i64(value, path)?);
+        }
+    }
+    Ok(map)
+}
+
+/// GET_CONSUMER_STATUS_FROM_CLIENT body (`GetConsumerStatusBody`): a
+/// consumer's answer fills `messageQueueTable`, the broker's answer
+/// `consumerTable` (client id → that table).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GetConsumerStatusBody {
+    /// `messageQueueTable`: queue → the consumer's offset.
+    pub message_queue_table: BTreeMap<MessageQueue, i64>,
+    /// `consumerTable`: client id → its queues' offsets.
+    pub consumer_table: BTreeMap<String, BTreeMap<MessageQueue, i64>>,
+}
+
+impl JsonBean for GetConsumerStatusBody {
+    fn write_json(&self, w: &mut JsonWriter<'_>) {
+        w.begin_bean();
+        w.member("consumerTable");
+        w.begin_map();
+        for (client, table) in &self.consumer_table {
+            w.map_key_str(client);
+            w.begin_map();
+            for (queue, offset) in table {
+                w.map_key_with(|w| queue.write_json(w));
+                w.i64(*offset);
+            }
+            w.end_map();
+        }
+        w.end_map();
+        field_queue_map(w, "messageQueueTable", &self.message_queue_table, |w, v| {
+            w.i64(*v)
+        });
+        w.end_bean();
+    }
+
+    fn read_json(value: &JsonValue, path: &str) -> Result<Self, JsonError> {
+        let m = Members::of(value, path)?;
+        Ok(Self {
+            message_queue_table: read_map(
+                &m,
+                "messageQueueTable",
+                MessageQueue::from_key,
+                value_i64,
+            )?,
+            consumer_table: read_map(&m, "consumerTable", key_text, queue_offsets_of)?,
+        })
+    }
+}
+json_body!(GetConsumerStatusBody);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1051,6 +1116,30 @@ mod tests {
             "{text}"
         );
         assert_eq!(HaRuntimeInfo::from_json(&out).unwrap(), info);
+    }
+
+    #[test]
+    fn consumer_status_tables_round_trip_in_both_forms() {
+        let queue = MessageQueue::new("T", "b", 1);
+        let answer = GetConsumerStatusBody {
+            message_queue_table: BTreeMap::from([(queue.clone(), 7)]),
+            consumer_table: BTreeMap::new(),
+        };
+        let mut out = Vec::new();
+        answer.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            r#"{"consumerTable":{},"messageQueueTable":{{"brokerName":"b","queueId":1,"topic":"T"}:7}}"#
+        );
+        assert_eq!(GetConsumerStatusBody::from_json(&out).unwrap(), answer);
+        let merged = GetConsumerStatusBody {
+            message_queue_table: BTreeMap::new(),
+            consumer_table: BTreeMap::from([("c@1".to_owned(), answer.message_queue_table)]),
+        };
+        let mut out = Vec::new();
+        merged.to_json(&mut out, JsonStyle::Java);
+        assert_eq!(GetConsumerStatusBody::from_json(&out).unwrap(), merged);
+        assert!(GetConsumerStatusBody::from_json(br#"{"consumerTable":{"c":[]}}"#).is_err());
     }
 
     #[test]

@@ -47,10 +47,11 @@ mod write;
 
 pub use admin::{
     BrokerStatsData, BrokerStatsItem, Connection, ConsumeQueueData, ConsumeStats, ConsumeStatsList,
-    ConsumerConnection, GroupList, HaClientRuntimeInfo, HaConnectionRuntimeInfo, HaRuntimeInfo,
-    KvTable, OffsetWrapper, ProducerConnection, ProducerInfo, ProducerTableInfo,
-    QueryConsumeQueueResponseBody, QueryConsumeTimeSpanBody, QuerySubscriptionResponseBody,
-    QueueTimeSpan, ResetOffsetBody, TopicList, TopicOffset, TopicStatsTable,
+    ConsumerConnection, GetConsumerStatusBody, GroupList, HaClientRuntimeInfo,
+    HaConnectionRuntimeInfo, HaRuntimeInfo, KvTable, OffsetWrapper, ProducerConnection,
+    ProducerInfo, ProducerTableInfo, QueryConsumeQueueResponseBody, QueryConsumeTimeSpanBody,
+    QuerySubscriptionResponseBody, QueueTimeSpan, ResetOffsetBody, TopicList, TopicOffset,
+    TopicStatsTable,
 };
 pub use bean::{JsonBean, decode, encode, encode_pretty, write_object, write_value};
 pub use config_file::{ConsumerOffsetFile, DelayOffsetFile, KvConfigFile};

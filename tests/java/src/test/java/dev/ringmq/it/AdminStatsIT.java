@@ -10,6 +10,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ConcurrentLinkedQueue;
@@ -54,7 +55,7 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * {@link DefaultMQAdminExt}: GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, QUERY_TOPIC_CONSUME_BY_WHO,
  * QUERY_TOPICS_BY_CONSUMER, GET_BROKER_CONFIG, QUERY_SUBSCRIPTION_BY_CONSUMER,
  * GET_SYSTEM_TOPIC_LIST_FROM_BROKER, CLONE_GROUP_OFFSET, VIEW_BROKER_STATS_DATA,
- * QUERY_CONSUME_QUEUE and CONSUME_MESSAGE_DIRECTLY. The topic's queues live on both shards
+ * QUERY_CONSUME_QUEUE, CONSUME_MESSAGE_DIRECTLY and GET_CONSUMER_STATUS_FROM_CLIENT. The topic's queues live on both shards
  * of the broker, so the answers about queues merge both shards' parts.
  *
  * <p>Queue {@code q} gets {@code q + 2} messages, which a lite pull consumer polls and commits;
@@ -443,6 +444,16 @@ class AdminStatsIT {
             MessageExt again = received.stream().reduce((first, second) -> second).orElseThrow();
             assertEquals(one.getMsgId(), again.getMsgId(), "the message handed over");
         }
+        // mqadmin getConsumerStatus: every consumer's own offsets of the topic, through the broker.
+        Map<String, Map<MessageQueue, Long>> status = admin.getConsumeStatus(directTopic, directGroup, "");
+        assertEquals(Set.of(clientId), status.keySet(), "consumers in " + status);
+        for (MessageQueue queue : directQueues) {
+            assertEquals(1L, status.get(clientId).get(queue), "the consumer's offset of " + queue + " in " + status);
+        }
+        assertEquals(status, admin.getConsumeStatus(directTopic, directGroup, clientId), "the one consumer named");
+        MQClientException nobody = assertThrows(MQClientException.class,
+                () -> admin.getConsumeStatus(directTopic, unique("no-consumers"), ""));
+        assertEquals(ResponseCode.SYSTEM_ERROR, nobody.getResponseCode(), nobody.getMessage());
         MQClientException offline = assertThrows(MQClientException.class, () -> admin.getDefaultMQAdminExtImpl()
                 .getMqClientInstance().getMQClientAPIImpl().consumeMessageDirectly(
                         ItSupport.masterAddrs(admin, it.broker()).get(0), directGroup, "127.0.0.1@nobody",
