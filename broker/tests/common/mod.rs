@@ -242,6 +242,12 @@ impl Client {
     /// dropped.
     pub fn call(&mut self, request: RemotingCommand) -> RemotingCommand {
         let opaque = self.send_request(request);
+        self.response_to(opaque)
+    }
+
+    /// Waits for the response to the request sent with `opaque` (as
+    /// [`Client::call`] does).
+    pub fn response_to(&mut self, opaque: i32) -> RemotingCommand {
         loop {
             let command = self.read();
             if command.is_response() && command.opaque == opaque {
@@ -251,6 +257,15 @@ impl Client {
                 self.requests.push(command);
             }
         }
+    }
+
+    /// Answers a request the broker sent (as a client would): `response`
+    /// goes out with that request's opaque.
+    pub fn respond(&mut self, asked: &RemotingCommand, mut response: RemotingCommand) {
+        response.opaque = asked.opaque;
+        let mut out = Vec::new();
+        response.encode(SerializeType::Json, &mut out).unwrap();
+        self.stream.write_all(&out).unwrap();
     }
 
     /// [`Client::call`], asserting the response is SUCCESS (the remark
