@@ -41,7 +41,7 @@ use ringmq_protocol::header::{
 };
 use ringmq_protocol::json::{GetConsumerStatusBody, JsonStyle, MessageQueue};
 use ringmq_protocol::message::decode_offset_msg_id;
-use ringmq_storage::store::{PullRead, RecordRead};
+use ringmq_storage::store::PullRead;
 
 use super::link::{ReplyTo, Request, ShardMsg};
 use super::pull::Parked;
@@ -101,7 +101,7 @@ impl ShardHandler {
     /// [`ShardHandler::view_message_reading`]).
     pub(crate) fn consume_directly_reading(
         &mut self,
-        mut request: Box<Request>,
+        request: Box<Request>,
         now_ms: i64,
         read: PullRead,
     ) {
@@ -113,15 +113,11 @@ impl ShardHandler {
                 return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
             }
         };
-        let record = match self.store_mut().record_at(offset, read) {
-            Ok(RecordRead::Ready(Some(record))) => record,
-            Ok(RecordRead::Reading(ticket)) => {
-                return self.park_reading_pull(*request, ticket, false, Parked::ConsumeDirectly);
-            }
-            Ok(RecordRead::Ready(None)) | Err(_) => {
-                let remark = format!("can not find message by the offset, {offset}");
-                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
-            }
+        let missing = || format!("can not find message by the offset, {offset}");
+        let Some((mut request, record)) =
+            self.record_for(request, offset, read, Parked::ConsumeDirectly, missing)
+        else {
+            return;
         };
         let broker_name = self.settings.broker_name.clone();
         request.cmd.ext_fields.insert("brokerName", &broker_name);
@@ -159,11 +155,26 @@ impl ShardHandler {
         if let Some(body) = request.cmd.body {
             call = call.with_body(body);
         }
+        let waiter = Waiter::Relay(request.reply);
+        let deadline_ms = now_ms.saturating_add(CLIENT_CALL_TIMEOUT_MS);
+        self.call_client(conn, call, waiter, header.client_id, deadline_ms);
+    }
+
+    /// Sends `call` to client `client` on `conn` and keeps it until its
+    /// answer goes to `waiter`, or `deadline_ms` passes.
+    fn call_client(
+        &mut self,
+        conn: ConnectionId,
+        call: RemotingCommand,
+        waiter: Waiter,
+        client: String,
+        deadline_ms: i64,
+    ) {
         let opaque = self.request_client(conn, call, 0);
         let pending = PendingCall {
-            waiter: Waiter::Relay(request.reply),
-            client: header.client_id,
-            deadline_ms: now_ms.saturating_add(CLIENT_CALL_TIMEOUT_MS),
+            waiter,
+            client,
+            deadline_ms,
         };
         self.client_calls.pending.insert((conn, opaque), pending);
     }
@@ -215,13 +226,8 @@ impl ShardHandler {
                 request_code::GET_CONSUMER_STATUS_FROM_CLIENT,
                 ask.to_ext_fields(),
             );
-            let opaque = self.request_client(conn, call, 0);
-            let pending = PendingCall {
-                waiter: Waiter::Status(id),
-                client,
-                deadline_ms: now_ms.saturating_add(CONSUMER_STATUS_TIMEOUT_MS),
-            };
-            self.client_calls.pending.insert((conn, opaque), pending);
+            let deadline_ms = now_ms.saturating_add(CONSUMER_STATUS_TIMEOUT_MS);
+            self.call_client(conn, call, Waiter::Status(id), client, deadline_ms);
         }
     }
 

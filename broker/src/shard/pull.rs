@@ -38,7 +38,9 @@ const EXPRESSION_TYPE_TAG: &str = "TAG";
 use std::sync::Arc;
 
 use ringmq_protocol::message::{CrcCheck, decode_record, java_string_hash_code};
-use ringmq_storage::store::{FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled};
+use ringmq_storage::store::{
+    FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled, RecordRead,
+};
 
 use crate::features::sql92::{EXPRESSION_TYPE_SQL92, Filter, compile, is_tag_type};
 
@@ -206,6 +208,33 @@ impl ShardHandler {
             first,
             kind,
         });
+    }
+
+    /// The record at `offset` for a request that needs it (send-back, view
+    /// by id, direct consumption), read as `read` says: the request back with
+    /// the record; or `None` when the request was parked as `kind` until the
+    /// store's background read is done, or answered SYSTEM_ERROR with the
+    /// remark `missing` gives when the record is not there.
+    pub(crate) fn record_for(
+        &mut self,
+        request: Box<Request>,
+        offset: u64,
+        read: PullRead,
+        kind: Parked,
+        missing: impl FnOnce() -> String,
+    ) -> Option<(Box<Request>, Vec<u8>)> {
+        match self.store_mut().record_at(offset, read) {
+            Ok(RecordRead::Ready(Some(record))) => Some((request, record)),
+            Ok(RecordRead::Reading(ticket)) => {
+                self.park_reading_pull(*request, ticket, false, kind);
+                None
+            }
+            Ok(RecordRead::Ready(None)) | Err(_) => {
+                let answer = response(response_code::SYSTEM_ERROR, missing());
+                self.reply(request.reply, answer);
+                None
+            }
+        }
     }
 
     /// Executes a pull whose records not in memory are read as `read` says.

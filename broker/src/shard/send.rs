@@ -42,7 +42,7 @@ use ringmq_protocol::message::{
     push_offset_msg_id,
 };
 use ringmq_storage::error::StorageError;
-use ringmq_storage::store::{AckStatus, AppendAck, AppendMessage, PullRead, RecordRead};
+use ringmq_storage::store::{AckStatus, AppendAck, AppendMessage, PullRead};
 
 use super::control::AfterPersist;
 use super::link::{ReplyTo, Request};
@@ -634,15 +634,12 @@ impl ShardHandler {
         if group.retry_queue_nums <= 0 {
             return self.reply(request.reply, super::success());
         }
-        let record = match self.store_mut().record_at(header.offset as u64, read) {
-            Ok(RecordRead::Ready(Some(record))) => record,
-            Ok(RecordRead::Reading(ticket)) => {
-                return self.park_reading_pull(*request, ticket, false, Parked::SendBack);
-            }
-            Ok(RecordRead::Ready(None)) | Err(_) => {
-                let remark = format!("look message by offset failed, {}", header.offset);
-                return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
-            }
+        let missing = || format!("look message by offset failed, {}", header.offset);
+        let offset = header.offset as u64;
+        let Some((request, record)) =
+            self.record_for(request, offset, read, Parked::SendBack, missing)
+        else {
+            return;
         };
         let view = match decode_record(&record, CrcCheck::Skip) {
             Ok(view) => view,
@@ -727,17 +724,14 @@ impl ShardHandler {
                 );
             }
         };
-        let answer = match self.store_mut().record_at(header.offset as u64, read) {
-            Ok(RecordRead::Ready(Some(record))) => super::success().with_body(Bytes::from(record)),
-            Ok(RecordRead::Reading(ticket)) => {
-                return self.park_reading_pull(*request, ticket, false, Parked::View);
-            }
-            Ok(RecordRead::Ready(None)) | Err(_) => response(
-                response_code::SYSTEM_ERROR,
-                format!("can not find message by the offset, {}", header.offset),
-            ),
-        };
-        self.reply(request.reply, answer);
+        let missing = || format!("can not find message by the offset, {}", header.offset);
+        let offset = header.offset as u64;
+        if let Some((request, record)) =
+            self.record_for(request, offset, read, Parked::View, missing)
+        {
+            let answer = super::success().with_body(Bytes::from(record));
+            self.reply(request.reply, answer);
+        }
     }
 
     fn pick_any_queue(&mut self, queue_nums: u32) -> u32 {
