@@ -12,7 +12,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{Broker, Client, commit_log_offset, fresh_store, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
@@ -246,6 +247,86 @@ fn a_second_broker_on_the_same_store_is_refused() {
         stderr.contains("another broker is already running"),
         "{stderr}"
     );
+    assert!(broker.stop().success());
+}
+
+/// Runs `ringmq ARGS`, which must exit with a failure within a minute, and
+/// returns its stderr (killed and failed if it still runs then).
+fn refused_run(args: &[String]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ringmq {args:?} still ran after a minute");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "ringmq {args:?} ran: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_broker_or_name_server_on_a_port_already_listened_on_is_refused() {
+    let store = fresh_store("roundtrip");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let other = fresh_store("roundtrip");
+    let broker_port = broker.port;
+    let namesrv_port = broker.namesrv_port;
+    // The listeners share their port through SO_REUSEPORT among shards; a
+    // second broker must not join that group and take connections.
+    for (args, port) in [
+        (
+            vec![
+                "broker".to_string(),
+                format!("--storePathRootDir={}", other.display()),
+                format!("--listenPort={broker_port}"),
+                "--namesrvListenPort=0".into(),
+            ],
+            broker_port,
+        ),
+        (
+            vec![
+                "broker".to_string(),
+                format!("--storePathRootDir={}", other.display()),
+                "--listenPort=0".into(),
+                format!("--namesrvListenPort={namesrv_port}"),
+            ],
+            namesrv_port,
+        ),
+        (
+            vec![
+                "namesrv".to_string(),
+                format!("--listen-port={namesrv_port}"),
+                format!(
+                    "--kv-config-path={}",
+                    other.join("namesrv").join("kvConfig.json").display()
+                ),
+            ],
+            namesrv_port,
+        ),
+    ] {
+        let stderr = refused_run(&args);
+        assert!(
+            stderr.contains(&format!("port {port} is already in use")),
+            "{args:?}: {stderr}"
+        );
+    }
+    let mut client = broker.connect();
+    for index in 0..8 {
+        let sent = client.send("PortTaken", index % 2, b"still ours");
+        assert_eq!(sent.queue_offset, i64::from(index / 2));
+    }
     assert!(broker.stop().success());
 }
 

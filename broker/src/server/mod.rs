@@ -249,6 +249,12 @@ pub struct ServerConfig {
     /// holds a receive and a send in the ring, beside the accept, so
     /// `2 * connections_max + 2` must stay below the ring's entries.
     pub connections_max: usize,
+    /// A listener of this process already holds the port (an earlier shard,
+    /// or the broker's placeholder for port 0) and this server joins its
+    /// SO_REUSEPORT group. When false (the default) the bind first checks
+    /// that no socket listens on the port ([`socket::check_port_free`]), so
+    /// a second broker started on a taken port fails instead of sharing it.
+    pub joins_port: bool,
 }
 
 impl ServerConfig {
@@ -260,6 +266,7 @@ impl ServerConfig {
             connection_tag: 0,
             ring_entries: RING_ENTRIES,
             connections_max: CONNECTION_COUNT_MAX,
+            joins_port: false,
         }
     }
 }
@@ -273,6 +280,17 @@ pub enum ServerError {
     /// The configuration does not fit together (the message says how).
     #[error("invalid server configuration: {0}")]
     Config(String),
+    /// Another socket (of another process, or a listener this process
+    /// did not mean to join) already listens on the port.
+    #[error(
+        "port {} is already in use by another process (another broker or name server?): \
+         stop it or listen on another port",
+        addr.port()
+    )]
+    PortInUse {
+        /// The address.
+        addr: SocketAddr,
+    },
     /// The listening socket could not be created, bound or listened on.
     #[error("listening on {addr}")]
     Listen {
@@ -395,6 +413,17 @@ impl<H: RequestHandler> Server<H> {
             addr: config.listen_addr,
             source,
         };
+        if !config.joins_port {
+            socket::check_port_free(config.listen_addr).map_err(|source| {
+                if source.kind() == io::ErrorKind::AddrInUse {
+                    ServerError::PortInUse {
+                        addr: config.listen_addr,
+                    }
+                } else {
+                    listen_error(source)
+                }
+            })?;
+        }
         let listener = socket::bind_listener(config.listen_addr).map_err(listen_error)?;
         let local_addr = socket::local_addr(listener.as_raw_fd()).map_err(listen_error)?;
         let shutdown = ShutdownHandle::new(lane.with_ring(|ring| ring.waker()));
@@ -902,6 +931,36 @@ mod tests {
         );
         send(&mut first, 105, 3);
         assert_eq!(read_response(&mut first).map(|r| r.opaque), Some(3));
+        stop.request();
+        thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_second_server_on_a_taken_port_fails_unless_it_joins_the_port() {
+        let Some((addr, stop, thread)) = spawn(Probe::default()) else {
+            return;
+        };
+        match Server::bind(ServerConfig::new(addr), Probe::default()) {
+            Err(error @ ServerError::PortInUse { .. }) => {
+                let message = error.to_string();
+                assert!(
+                    message.contains(&format!("port {} is already in use", addr.port())),
+                    "{message}"
+                );
+            }
+            other => panic!("expected PortInUse, got {:?}", other.err()),
+        }
+        // What a broker's second shard does: it joins shard 0's port.
+        let joined = Server::bind(
+            ServerConfig {
+                joins_port: true,
+                ..ServerConfig::new(addr)
+            },
+            Probe::default(),
+        )
+        .unwrap();
+        assert_eq!(joined.local_addr(), addr);
+        drop(joined);
         stop.request();
         thread.join().unwrap().unwrap();
     }

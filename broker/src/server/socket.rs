@@ -27,6 +27,36 @@ pub const LISTEN_BACKLOG: i32 = 1024;
 /// # Errors
 /// The errno of `socket`, `setsockopt`, `bind` or `listen`.
 pub fn bind_listener(addr: SocketAddr) -> io::Result<OwnedFd> {
+    let fd = bound_socket(addr, true)?;
+    // SAFETY: listen(2) takes no pointers.
+    if unsafe { libc::listen(fd.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Fails with `AddrInUse` when a socket of this or another process already
+/// listens on `addr`'s port.
+///
+/// [`bind_listener`]'s SO_REUSEPORT lets the shards of one broker share a
+/// port, but it would also let a second broker (or name server) of the same
+/// user join that group and silently take a share of the connections. A
+/// socket without SO_REUSEPORT cannot join the group, so binding one and
+/// closing it again tells whether the port is free, as the bind of Java's
+/// broker would. Port 0 is always free.
+///
+/// # Errors
+/// `AddrInUse` as above; the errno of `socket`, `setsockopt` or `bind`.
+pub fn check_port_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    bound_socket(addr, false).map(drop)
+}
+
+/// A TCP socket with SO_REUSEADDR (and SO_REUSEPORT when `reuse_port`)
+/// bound to `addr`.
+fn bound_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<OwnedFd> {
     let domain = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
@@ -39,7 +69,9 @@ pub fn bind_listener(addr: SocketAddr) -> io::Result<OwnedFd> {
     // SAFETY: `raw` is a fresh descriptor nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     set_int_option(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    set_int_option(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    if reuse_port {
+        set_int_option(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    }
     let (storage, len) = to_storage(addr);
     // SAFETY: `storage` is a live sockaddr_storage holding a sockaddr of
     // `len` bytes for the socket's family.
@@ -51,10 +83,6 @@ pub fn bind_listener(addr: SocketAddr) -> io::Result<OwnedFd> {
         )
     };
     if bound != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: listen(2) takes no pointers.
-    if unsafe { libc::listen(fd.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
@@ -215,6 +243,24 @@ mod tests {
         let addr = local_addr(first.as_raw_fd()).unwrap();
         let second = bind_listener(addr).unwrap();
         assert_eq!(local_addr(second.as_raw_fd()).unwrap(), addr);
+    }
+
+    #[test]
+    fn a_port_with_a_listener_is_not_free_and_frees_when_it_closes() {
+        let first = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = local_addr(first.as_raw_fd()).unwrap();
+        let error = check_port_free(addr).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::AddrInUse, "{error}");
+        // Any address of the port counts, as for Java's bind.
+        let any = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), addr.port());
+        let error = check_port_free(any).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::AddrInUse, "{error}");
+        drop(first);
+        check_port_free(addr).unwrap();
+        // The check holds nothing: the port can be listened on at once.
+        let again = bind_listener(addr).unwrap();
+        assert_eq!(local_addr(again.as_raw_fd()).unwrap(), addr);
+        check_port_free("127.0.0.1:0".parse().unwrap()).unwrap();
     }
 
     #[test]

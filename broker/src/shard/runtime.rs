@@ -196,6 +196,8 @@ struct ShardStart {
     config: Arc<BrokerConfig>,
     settings: Arc<ShardSettings>,
     port: u16,
+    /// The port is held already (by shard 0, or the placeholder of port 0).
+    joins_port: bool,
     topics: Arc<TopicConfigSnapshot>,
     groups: Arc<SubscriptionGroupSnapshot>,
     control: Option<ControlPlane>,
@@ -323,6 +325,7 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
     let server_config = ServerConfig {
         connection_tag: id as u8,
         connections_max: start.config.connections_per_shard_max as usize,
+        joins_port: start.joins_port,
         ..ServerConfig::new(SocketAddr::new(
             IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             start.port,
@@ -735,6 +738,7 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
             config: shared_config.clone(),
             settings: settings.clone(),
             port,
+            joins_port: id > 0 || placeholder.is_some(),
             topics: topics.clone(),
             groups: groups.clone(),
             control: if id == 0 { control.take() } else { None },
