@@ -2,8 +2,9 @@
 # The one command: what CI runs and what every commit must pass.
 # fmt, clippy with warnings denied, every Rust test, the end-to-end tests
 # with the official Java client (Maven fetches rocketmq-client from Maven
-# Central on a clean machine) and with rocketmq-client-rust (cargo fetches it
-# from crates.io), and docs with warnings denied.
+# Central on a clean machine), with rocketmq-client-rust (cargo fetches it
+# from crates.io) and with the official Go client (the Go module proxy
+# supplies it), and docs with warnings denied.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +36,9 @@ scripts/java-tests.sh
 
 step "rocketmq-client-rust tests (tests/rust-client)"
 scripts/rust-client-tests.sh
+
+step "Go client tests (official rocketmq-client-go/v2, tests/go-client)"
+scripts/go-client-tests.sh
 
 step "cargo doc (-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked

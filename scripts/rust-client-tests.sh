@@ -66,96 +66,15 @@ for tool in cargo timeout python3; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' is not installed"
 done
 
-logs="${RINGMQ_RUST_TESTS_LOG_DIR:-}"
-if [[ -z "$logs" ]]; then
-    logs="$(mktemp -d /tmp/ringmq-rust-tests.XXXXXX)"
-else
-    mkdir -p "$logs"
-fi
-
 echo "==> cargo build (tests/rust-client, rust-e2e)" >&2
 cargo build --manifest-path tests/rust-client/Cargo.toml --bin rust-e2e --locked
 e2e="${CARGO_TARGET_DIR:-$root/tests/rust-client/target}/debug/rust-e2e"
 [[ -x "$e2e" ]] || die "$e2e was not built"
 
-broker_pid=""
-store=""
-cleanup() {
-    if [[ -n "$broker_pid" ]] && kill -0 "$broker_pid" 2>/dev/null; then
-        kill -KILL "$broker_pid" 2>/dev/null || true
-    fi
-}
-trap cleanup EXIT
-
-# Prints two free loopback TCP ports of [port_min, port_max], checked by binding them, with a
-# spare port on either side of the first (RocketMQ-style brokers may use listenPort-2 and +1).
-free_ports() {
-    python3 - "$port_min" "$port_max" <<'PY'
-import random, socket, sys
-low, high = int(sys.argv[1]), int(sys.argv[2])
-def free(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-candidates = list(range(low + 2, high - 2, 4))
-random.shuffle(candidates)
-for port in candidates:
-    if all(free(p) for p in (port - 2, port - 1, port, port + 1, port + 2)):
-        print(port, port + 2)
-        sys.exit(0)
-sys.exit(1)
-PY
-}
-
-# start_broker: starts ringmq on $listen_port/$namesrv_port over $store, waits for its boot line.
-start_broker() {
-    echo "==> $bin broker on 127.0.0.1:$listen_port, name server $namesrv, store $store" >&2
-    # Only lines after this one count: after a restart the log already holds a boot line.
-    local skip
-    skip="$(wc -l <"$broker_log")"
-    "$bin" broker "--listenPort=$listen_port" "--namesrvListenPort=$namesrv_port" \
-        "--storePathRootDir=$store" --brokerIP1=127.0.0.1 --mapedFileSizeCommitLog=67108864 \
-        --transactionCheckInterval=1000 --transactionTimeOut=1000 --enablePropertyFilter=true \
-        >>"$broker_log" 2>&1 &
-    broker_pid=$!
-    for _ in $(seq 1 $((boot_timeout_s * 5))); do
-        if tail -n "+$((skip + 1))" "$broker_log" |
-            grep -m1 "boot success. serializeType=JSON and name server is" >&2; then
-            return 0
-        fi
-        kill -0 "$broker_pid" 2>/dev/null || break
-        sleep 0.2
-    done
-    tail -n 20 "$broker_log" >&2 || true
-    die "ringmq did not print its boot line within ${boot_timeout_s}s (log: $broker_log)"
-}
-
-# stop_broker: SIGTERM, then expects exit status 0 within stop_timeout_s; returns 1 otherwise.
-stop_broker() {
-    echo "==> stopping ringmq (SIGTERM)" >&2
-    kill -TERM "$broker_pid" 2>/dev/null || true
-    local broker_status=""
-    for _ in $(seq 1 $((stop_timeout_s * 5))); do
-        if ! kill -0 "$broker_pid" 2>/dev/null; then
-            broker_status=0
-            wait "$broker_pid" || broker_status=$?
-            break
-        fi
-        sleep 0.2
-    done
-    if [[ -z "$broker_status" ]]; then
-        echo "rust-client-tests.sh: ringmq did not exit within ${stop_timeout_s}s of SIGTERM" >&2
-        return 1
-    fi
-    broker_pid=""
-    if [[ "$broker_status" -ne 0 ]]; then
-        echo "rust-client-tests.sh: ringmq exited with status $broker_status after SIGTERM" >&2
-        return 1
-    fi
-}
+script_name=rust-client-tests.sh
+# shellcheck source=scripts/lib/ringmq-under-test.sh
+source "$root/scripts/lib/ringmq-under-test.sh"
+logs="$(log_dir "${RINGMQ_RUST_TESTS_LOG_DIR:-}" rust)"
 
 e2e_log="$logs/rust-e2e.out"
 client_log="$logs/rust-e2e-client.log"
@@ -183,18 +102,7 @@ if [[ -n "$external" ]]; then
     namesrv="$external"
     echo "==> against the running broker behind name server $namesrv" >&2
 else
-    if [[ -z "$bin" ]]; then
-        echo "==> cargo build -p ringmq-broker --bin ringmq" >&2
-        cargo build -p ringmq-broker --bin ringmq --locked
-        bin="${CARGO_TARGET_DIR:-$root/target}/debug/ringmq"
-    fi
-    [[ -x "$bin" ]] || die "$bin is not an executable ringmq binary"
-    read -r listen_port namesrv_port < <(free_ports) || die "no free ports in $port_min-$port_max"
-    namesrv="127.0.0.1:$namesrv_port"
-    store="$(mktemp -d /tmp/ringmq-rust-store.XXXXXX)"
-    broker_log="$logs/ringmq-broker.log"
-    : >"$broker_log"
-    start_broker
+    launch_broker_under_test rust
 fi
 
 status=0
