@@ -250,28 +250,41 @@ fn a_second_broker_on_the_same_store_is_refused() {
     assert!(broker.stop().success());
 }
 
-/// Runs `ringmq ARGS`, which must exit with a failure within a minute, and
-/// returns its stderr (killed and failed if it still runs then).
-fn refused_run(args: &[String]) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringmq"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+/// Runs `ringmq ARGS` for each of `runs` at once; each must exit with a
+/// failure within a minute. Returns their stderr, in order.
+fn refused_runs(runs: &[Vec<String>]) -> Vec<String> {
+    let mut children: Vec<_> = runs
+        .iter()
+        .map(|args| {
+            Command::new(env!("CARGO_BIN_EXE_ringmq"))
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
+    while children.iter_mut().any(|c| c.try_wait().unwrap().is_none()) {
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ringmq {args:?} still ran after a minute");
+            for child in &mut children {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            panic!("some of {runs:?} still ran after a minute");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(!output.status.success(), "ringmq {args:?} ran: {stderr}");
-    stderr
+    children
+        .into_iter()
+        .zip(runs)
+        .map(|(child, args)| {
+            let output = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            assert!(!output.status.success(), "ringmq {args:?} ran: {stderr}");
+            stderr
+        })
+        .collect()
 }
 
 #[test]
@@ -281,11 +294,12 @@ fn a_broker_or_name_server_on_a_port_already_listened_on_is_refused() {
         return;
     };
     let other = fresh_store("roundtrip");
+    let other_too = fresh_store("roundtrip");
     let broker_port = broker.port;
     let namesrv_port = broker.namesrv_port;
     // The listeners share their port through SO_REUSEPORT among shards; a
     // second broker must not join that group and take connections.
-    for (args, port) in [
+    let runs = [
         (
             vec![
                 "broker".to_string(),
@@ -298,7 +312,7 @@ fn a_broker_or_name_server_on_a_port_already_listened_on_is_refused() {
         (
             vec![
                 "broker".to_string(),
-                format!("--storePathRootDir={}", other.display()),
+                format!("--storePathRootDir={}", other_too.display()),
                 "--listenPort=0".into(),
                 format!("--namesrvListenPort={namesrv_port}"),
             ],
@@ -315,8 +329,10 @@ fn a_broker_or_name_server_on_a_port_already_listened_on_is_refused() {
             ],
             namesrv_port,
         ),
-    ] {
-        let stderr = refused_run(&args);
+    ];
+    // Each waits up to PORT_FREE_WAIT for the port before it gives up.
+    let args: Vec<Vec<String>> = runs.iter().map(|(args, _)| args.clone()).collect();
+    for ((args, port), stderr) in runs.iter().zip(refused_runs(&args)) {
         assert!(
             stderr.contains(&format!("port {port} is already in use")),
             "{args:?}: {stderr}"
@@ -328,6 +344,36 @@ fn a_broker_or_name_server_on_a_port_already_listened_on_is_refused() {
         assert_eq!(sent.queue_offset, i64::from(index / 2));
     }
     assert!(broker.stop().success());
+}
+
+#[test]
+fn a_broker_restarted_on_its_ports_right_after_a_kill_nine_boots() {
+    let store = fresh_store("roundtrip");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let (port, namesrv_port) = (broker.port, broker.namesrv_port);
+    let mut client = broker.connect();
+    client.send("KilledPorts", 0, b"before");
+    // Its io_uring rings keep both listeners for some milliseconds after the
+    // process is gone; the restart waits for them instead of failing.
+    broker.kill_nine();
+    let Some(again) = start_broker(
+        &store,
+        &[
+            "--shards=2".into(),
+            format!("--listenPort={port}"),
+            format!("--namesrvListenPort={namesrv_port}"),
+        ],
+    ) else {
+        return;
+    };
+    assert_eq!((again.port, again.namesrv_port), (port, namesrv_port));
+    let mut client = again.connect();
+    let (code, _, bodies) = client.pull("KilledPorts", 0, 0, None);
+    assert_eq!(code, response_code::SUCCESS);
+    assert_eq!(bodies, vec![b"before".to_vec()]);
+    assert!(again.stop().success());
 }
 
 #[test]

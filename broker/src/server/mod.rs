@@ -251,9 +251,9 @@ pub struct ServerConfig {
     pub connections_max: usize,
     /// A listener of this process already holds the port (an earlier shard,
     /// or the broker's placeholder for port 0) and this server joins its
-    /// SO_REUSEPORT group. When false (the default) the bind first checks
-    /// that no socket listens on the port ([`socket::check_port_free`]), so
-    /// a second broker started on a taken port fails instead of sharing it.
+    /// SO_REUSEPORT group. When false (the default) the bind first waits
+    /// (up to [`PORT_FREE_WAIT`]) until no socket listens on the port, so a
+    /// second broker started on a taken port fails instead of sharing it.
     pub joins_port: bool,
 }
 
@@ -357,6 +357,42 @@ impl<H: RequestHandler> std::fmt::Debug for Server<H> {
     }
 }
 
+/// How long a server claiming a port waits for a listener on it to go.
+///
+/// A ringmq killed with SIGKILL keeps listening for a moment after its
+/// process is reaped: its io_uring ring holds the listener until the
+/// kernel tears the ring down (8–13 ms measured here; longer with disk
+/// writes in flight), and a restart right after the kill (a supervisor's,
+/// or the kill -9 tests') must not fail on it.
+pub const PORT_FREE_WAIT: Duration = Duration::from_secs(5);
+
+/// Returns once nothing listens on `addr`'s port ([`socket::check_port_free`]),
+/// waiting up to [`PORT_FREE_WAIT`].
+fn wait_for_free_port(addr: SocketAddr) -> Result<(), ServerError> {
+    let deadline = Instant::now() + PORT_FREE_WAIT;
+    let mut said = false;
+    loop {
+        match socket::check_port_free(addr) {
+            Ok(()) => return Ok(()),
+            Err(source) if source.kind() != io::ErrorKind::AddrInUse => {
+                return Err(ServerError::Listen { addr, source });
+            }
+            Err(_) if Instant::now() >= deadline => return Err(ServerError::PortInUse { addr }),
+            Err(_) => {
+                if !said {
+                    said = true;
+                    tracing::info!(
+                        port = addr.port(),
+                        wait_s = PORT_FREE_WAIT.as_secs(),
+                        "the port is in use; waiting for it to free (a broker killed a moment ago holds it until its ring is torn down)"
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
 impl<H: RequestHandler> Server<H> {
     /// Creates the ring and the listening socket on the calling thread,
     /// which must be the one that calls [`Server::run`].
@@ -414,15 +450,7 @@ impl<H: RequestHandler> Server<H> {
             source,
         };
         if !config.joins_port {
-            socket::check_port_free(config.listen_addr).map_err(|source| {
-                if source.kind() == io::ErrorKind::AddrInUse {
-                    ServerError::PortInUse {
-                        addr: config.listen_addr,
-                    }
-                } else {
-                    listen_error(source)
-                }
-            })?;
+            wait_for_free_port(config.listen_addr)?;
         }
         let listener = socket::bind_listener(config.listen_addr).map_err(listen_error)?;
         let local_addr = socket::local_addr(listener.as_raw_fd()).map_err(listen_error)?;
