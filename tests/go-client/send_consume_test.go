@@ -1,10 +1,13 @@
 package goclient
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math/rand"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -365,6 +368,13 @@ func TestAPullConsumerReadsAQueueFromAnOffset(t *testing.T) {
 			t.Fatalf("message %d at offset %d", i, m.QueueOffset)
 		}
 	}
+	// By store time: before every message the queue's first offset, after every one its end.
+	if offset, err := pc.OffsetForTimestamp(queue, time.Now().Add(-time.Hour).UnixMilli()); err != nil || offset != 0 {
+		t.Fatalf("offset an hour ago: %d %v, want 0", offset, err)
+	}
+	if offset, err := pc.OffsetForTimestamp(queue, time.Now().Add(time.Hour).UnixMilli()); err != nil || offset != base+10 {
+		t.Fatalf("offset in an hour: %d %v, want %d", offset, err, base+10)
+	}
 	result, err = pc.PullFrom(ctx, queue, base+10, 5)
 	if err != nil {
 		t.Fatalf("pull from the end: %v", err)
@@ -473,4 +483,32 @@ func sortedCopy(in []string) []string {
 	out := append([]string(nil), in...)
 	sort.Strings(out)
 	return out
+}
+
+func TestLargeBodiesTheClientCompressesComeBackWhole(t *testing.T) {
+	topic := name(t, "topic")
+	p := startProducer(t) // compresses bodies over 4 KiB
+	compressible := []byte(strings.Repeat("ringmq compresses nothing itself; ", 2000))
+	random := make([]byte, 20000)
+	rand.New(rand.NewSource(1)).Read(random)
+	small := []byte("small")
+	for _, body := range [][]byte{compressible, random, small} {
+		sendSync(t, p, primitive.NewMessage(topic, body))
+	}
+	got := newCollector()
+	startPushConsumer(t, name(t, "cg"), topic, consumer.MessageSelector{}, got.collecting())
+	got.waitFor(t, 3, deliveryTimeout)
+	received := got.quiet(2 * time.Second)
+	if len(received) != 3 {
+		t.Fatalf("%d messages, want 3", len(received))
+	}
+	for _, want := range [][]byte{compressible, random, small} {
+		found := false
+		for _, m := range received {
+			found = found || bytes.Equal(m.Body, want)
+		}
+		if !found {
+			t.Fatalf("no message came back with the %d-byte body sent", len(want))
+		}
+	}
 }
