@@ -93,8 +93,10 @@ struct ProduceArgs {
     /// Name server address.
     #[arg(long, default_value = "127.0.0.1:9876")]
     namesrv: String,
-    /// Topic to send to.
-    #[arg(long, default_value = "BenchmarkTest")]
+    /// Topic to send to. Not `BenchmarkTest`: ringmq keeps that one with
+    /// 1,024 queues, as Java does, which spreads a run over 1,024
+    /// ConsumeQueues, and Apache RocketMQ reserves it as a system topic.
+    #[arg(long, default_value = "RingmqBench")]
     topic: String,
     /// How messages are sent.
     #[arg(long, value_enum, default_value_t = Mode::Sync)]
@@ -135,8 +137,8 @@ struct ConsumeArgs {
     /// Name server address.
     #[arg(long, default_value = "127.0.0.1:9876")]
     namesrv: String,
-    /// Topic to consume.
-    #[arg(long, default_value = "BenchmarkTest")]
+    /// Topic to consume (the default is `produce`'s).
+    #[arg(long, default_value = "RingmqBench")]
     topic: String,
     /// Consumer group.
     #[arg(long, default_value = "ringmq_loadgen_consumer")]
