@@ -99,15 +99,5 @@ if [[ $status -eq 124 || $status -eq 137 ]]; then
     echo "go-client-tests.sh: go test timed out after ${limit}s" >&2
 fi
 
-if [[ -n "$broker_pid" ]]; then
-    stop_broker || status=1
-fi
-
-if [[ $status -ne 0 ]]; then
-    echo "go-client-tests.sh: FAILED (status $status); logs in $logs" \
-        "(go-test.out: the tests' output${store:+, ringmq-broker.log: broker log; store $store})" >&2
-    exit "$status"
-fi
-[[ -z "$store" ]] || rm -rf "$store"
-[[ -n "${RINGMQ_GO_TESTS_LOG_DIR:-}" ]] || rm -rf "$logs"
-echo "go-client-tests.sh: all Go client tests passed" >&2
+finish_broker_under_test "$status" "${RINGMQ_GO_TESTS_LOG_DIR:-}" \
+    "go-test.out: the tests' output" "all Go client tests passed"

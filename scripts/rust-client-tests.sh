@@ -125,15 +125,5 @@ else
     run_e2e broker-restart-2 || status=$?
 fi
 
-if [[ -n "$broker_pid" ]]; then
-    stop_broker || status=1
-fi
-
-if [[ $status -ne 0 ]]; then
-    echo "rust-client-tests.sh: FAILED (status $status); logs in $logs" \
-        "(rust-e2e.out: scenario results, rust-e2e-client.log: client log${store:+, ringmq-broker.log: broker log; store $store})" >&2
-    exit "$status"
-fi
-[[ -z "$store" ]] || rm -rf "$store"
-[[ -n "${RINGMQ_RUST_TESTS_LOG_DIR:-}" ]] || rm -rf "$logs"
-echo "rust-client-tests.sh: all rust-e2e scenarios passed" >&2
+finish_broker_under_test "$status" "${RINGMQ_RUST_TESTS_LOG_DIR:-}" \
+    "rust-e2e.out: scenario results, rust-e2e-client.log: client log" "all rust-e2e scenarios passed"

@@ -88,6 +88,9 @@ struct OutputArgs {
     name: Option<String>,
 }
 
+/// Topic of `produce`, `consume` and `e2e` (scripts/bench.sh's too).
+const DEFAULT_TOPIC: &str = "RingmqBench";
+
 #[derive(Args, Clone, Debug)]
 struct ProduceArgs {
     /// Name server address.
@@ -96,7 +99,7 @@ struct ProduceArgs {
     /// Topic to send to. Not `BenchmarkTest`: ringmq keeps that one with
     /// 1,024 queues, as Java does, which spreads a run over 1,024
     /// ConsumeQueues, and Apache RocketMQ reserves it as a system topic.
-    #[arg(long, default_value = "RingmqBench")]
+    #[arg(long, default_value = DEFAULT_TOPIC)]
     topic: String,
     /// How messages are sent.
     #[arg(long, value_enum, default_value_t = Mode::Sync)]
@@ -138,7 +141,7 @@ struct ConsumeArgs {
     #[arg(long, default_value = "127.0.0.1:9876")]
     namesrv: String,
     /// Topic to consume (the default is `produce`'s).
-    #[arg(long, default_value = "RingmqBench")]
+    #[arg(long, default_value = DEFAULT_TOPIC)]
     topic: String,
     /// Consumer group.
     #[arg(long, default_value = "ringmq_loadgen_consumer")]

@@ -4,7 +4,8 @@
 # The sourcing script sets before calling these: root, script_name (for messages), port_min and
 # port_max (its own port range), boot_timeout_s, stop_timeout_s, logs, and bin (empty: the
 # debug binary is built). launch_broker_under_test sets listen_port, namesrv_port, namesrv,
-# broker_address, store, broker_log and broker_pid; stop_broker clears broker_pid. An EXIT trap kills a broker still running. The broker runs with 64 MiB segments,
+# broker_address, store, broker_log and broker_pid; stop_broker clears broker_pid;
+# finish_broker_under_test ends the script. An EXIT trap kills a broker still running. The broker runs with 64 MiB segments,
 # --transactionCheckInterval=1000 --transactionTimeOut=1000 (check-backs within seconds) and
 # --enablePropertyFilter=true (SQL92 selectors).
 
@@ -114,4 +115,23 @@ launch_broker_under_test() {
     broker_log="$logs/ringmq-broker.log"
     : >"$broker_log"
     start_broker
+}
+
+# finish_broker_under_test STATUS KEEP_LOGS LOG_FILES PASSED: stops the broker if it still runs (a
+# failed stop fails the run). On failure names the logs (LOG_FILES says what the script's own
+# files hold) and exits with the status; otherwise removes the store, and the logs unless
+# KEEP_LOGS is non-empty, and prints PASSED.
+finish_broker_under_test() {
+    local status=$1
+    if [[ -n "$broker_pid" ]]; then
+        stop_broker || status=1
+    fi
+    if [[ $status -ne 0 ]]; then
+        echo "$script_name: FAILED (status $status); logs in $logs" \
+            "($3${store:+, ringmq-broker.log: broker log; store $store})" >&2
+        exit "$status"
+    fi
+    [[ -z "$store" ]] || rm -rf "$store"
+    [[ -n "$2" ]] || rm -rf "$logs"
+    echo "$script_name: $4" >&2
 }

@@ -124,12 +124,7 @@ func (c *collector) snapshot() []*primitive.MessageExt {
 
 // bodies are the bodies received so far, sorted.
 func (c *collector) bodies() []string {
-	var out []string
-	for _, m := range c.snapshot() {
-		out = append(out, string(m.Body))
-	}
-	sort.Strings(out)
-	return out
+	return bodiesOf(c.snapshot())
 }
 
 // waitFor waits until at least n messages arrived and returns them.
