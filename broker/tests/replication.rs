@@ -97,7 +97,11 @@ impl Client {
                 request_code::PULL_MESSAGE,
                 header.to_ext_fields(),
             ));
-            if answer.code == response_code::PULL_NOT_FOUND {
+            // The end of the queue: a slave whose master is online sends the
+            // consumer back to it at once (PULL_RETRY_IMMEDIATELY, as Java's).
+            if answer.code == response_code::PULL_NOT_FOUND
+                || answer.code == response_code::PULL_RETRY_IMMEDIATELY
+            {
                 return records;
             }
             assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);

@@ -170,6 +170,7 @@ pub fn pick_broker_ip1(interface_addrs: &[IpAddr]) -> IpAddr {
 
 /// Every configuration key, in its canonical spelling, sorted.
 pub const KEYS: &[&str] = &[
+    "accessMessageInMemoryMaxRatio",
     "autoCreateSubscriptionGroup",
     "autoCreateTopicEnable",
     "brokerClusterName",
@@ -199,10 +200,12 @@ pub const KEYS: &[&str] = &[
     "messageDelayLevel",
     "namesrvAddr",
     "namesrvListenPort",
+    "offsetCheckInSlave",
     "registerNameServerPeriod",
     "ringEntries",
     "shardCpuPinning",
     "shards",
+    "slaveReadEnable",
     "storePathRootDir",
     "syncFlushTimeout",
     "tailCacheSize",
@@ -313,6 +316,19 @@ pub struct BrokerConfig {
     pub transaction_check_max: u32,
     /// `enablePropertyFilter`: whether SQL92 subscriptions are accepted.
     pub enable_property_filter: bool,
+    /// `slaveReadEnable`: a master suggests its slave to consumers that
+    /// fell behind, and a slave keeps serving the consumers it was
+    /// suggested to (docs/architecture.md, "Pulls from a slave").
+    pub slave_read_enable: bool,
+    /// `accessMessageInMemoryMaxRatio` (percent of the machine's memory): a
+    /// consumer is "behind" when the broker's logs hold more than this share
+    /// of memory after the last message it pulled.
+    pub access_message_in_memory_max_ratio_percent: u32,
+    /// `offsetCheckInSlave`: a slave moves a consumer whose offset is out of
+    /// its queue's range, as a master does; by default it answers
+    /// PULL_OFFSET_MOVED with the consumer's own offset (its queues may
+    /// trail the master's).
+    pub offset_check_in_slave: bool,
 }
 
 impl BrokerConfig {
@@ -359,6 +375,9 @@ impl BrokerConfig {
             transaction_check_interval_ms: 60_000,
             transaction_check_max: 15,
             enable_property_filter: false,
+            slave_read_enable: false,
+            access_message_in_memory_max_ratio_percent: 40,
+            offset_check_in_slave: false,
         }
     }
 
@@ -513,6 +532,11 @@ impl BrokerConfig {
                 self.transaction_check_max = v.int(0, i64::from(i32::MAX))? as u32
             }
             "enablePropertyFilter" => self.enable_property_filter = v.bool()?,
+            "slaveReadEnable" => self.slave_read_enable = v.bool()?,
+            "offsetCheckInSlave" => self.offset_check_in_slave = v.bool()?,
+            "accessMessageInMemoryMaxRatio" => {
+                self.access_message_in_memory_max_ratio_percent = v.int(0, 100)? as u32
+            }
             other => unreachable!("key {other} is in KEYS but has no setter"),
         }
         Ok(())
@@ -651,7 +675,11 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 39] = [
+        let entries: [(&'static str, String); 42] = [
+            (
+                "accessMessageInMemoryMaxRatio",
+                self.access_message_in_memory_max_ratio_percent.to_string(),
+            ),
             (
                 "autoCreateSubscriptionGroup",
                 self.auto_create_subscription_group.to_string(),
@@ -735,6 +763,7 @@ impl BrokerConfig {
                     .unwrap_or_default(),
             ),
             ("namesrvListenPort", self.namesrv_listen_port.to_string()),
+            ("offsetCheckInSlave", self.offset_check_in_slave.to_string()),
             (
                 "registerNameServerPeriod",
                 self.register_name_server_period_ms.to_string(),
@@ -742,6 +771,7 @@ impl BrokerConfig {
             ("ringEntries", self.ring_entries.to_string()),
             ("shardCpuPinning", self.shard_cpu_pinning.to_string()),
             ("shards", self.shard_count.to_string()),
+            ("slaveReadEnable", self.slave_read_enable.to_string()),
             (
                 "storePathRootDir",
                 self.store_path_root_dir.display().to_string(),
@@ -1310,7 +1340,8 @@ mod tests {
         assert!(printed.contains("\nmapedFileSizeCommitLog=1073741824\n"));
         assert!(printed.contains("\nnamesrvAddr=\n"));
         assert!(printed.contains("\nstorePathRootDir=/home/mq/store\n"));
-        assert!(printed.starts_with("autoCreateSubscriptionGroup=true\nautoCreateTopicEnable=true\nbrokerClusterName=DefaultCluster\n"));
+        assert!(printed.starts_with("accessMessageInMemoryMaxRatio=40\nautoCreateSubscriptionGroup=true\nautoCreateTopicEnable=true\n"));
+        assert!(printed.contains("\nslaveReadEnable=false\n"));
         assert!(printed.ends_with(
             "syncFlushTimeout=5000\ntailCacheSize=67108864\ntransactionCheckInterval=60000\n\
              transactionCheckMax=15\ntransactionTimeOut=6000\n"

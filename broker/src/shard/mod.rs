@@ -109,6 +109,9 @@ pub struct ShardSettings {
     pub max_message_size: usize,
     /// Master role (commits piggybacked on pulls are stored).
     pub is_master: bool,
+    /// A pull whose last record lies further than this behind its shard's
+    /// log end marks its consumer as slow (`accessMessageInMemoryMaxRatio`).
+    pub slow_pull_lag_bytes: u64,
     /// The whole configuration (GET_BROKER_RUNTIME_INFO reports from it).
     pub broker_config: Arc<crate::config::BrokerConfig>,
 }

@@ -5,7 +5,11 @@
 //! on each record's properties (compiled in the snapshot, or from the header;
 //! needs `enablePropertyFilter`; records that do not match are skipped and
 //! stay consumed, as in Java's `getMessage` with a `MessageFilter`), the commit offset
-//! piggybacked on the first processing, and long polling.
+//! piggybacked on the first processing, and long polling. Each answer
+//! suggests the broker to pull from next ([`pull_route`]: `slaveReadEnable`,
+//! a consumer that fell behind, a slave sending a consumer back to its
+//! online master), and a slave leaves an out-of-range offset where it is
+//! (`offsetCheckInSlave`).
 //!
 //! A pull that finds nothing new and may be suspended is held, keyed by
 //! (topic, queue), until an append to that queue is acknowledged or its
@@ -488,6 +492,36 @@ impl ShardHandler {
                 )),
             ),
         };
+        // Java's `nextOffsetCorrection`: a slave's queues may trail its
+        // master's, so it does not move a consumer's offset unless
+        // `offsetCheckInSlave` says so.
+        let next_begin_offset = if code == response_code::PULL_OFFSET_MOVED
+            && !self.settings.is_master
+            && !self.settings.broker_config.offset_check_in_slave
+        {
+            header.queue_offset
+        } else {
+            result.next_begin_offset as i64
+        };
+        let slow = result.records.last().is_some_and(|last| {
+            let end = self.store().commit_log_max_offset();
+            end.saturating_sub(last.commit_log_offset) > self.settings.slow_pull_lag_bytes
+        });
+        let group = self.groups.get(&header.consumer_group);
+        let route = pull_route(PullRouteInputs {
+            slave_read_enable: self.settings.broker_config.slave_read_enable,
+            slow,
+            group_broker_id: group.map_or(MASTER_ID, |group| group.broker_id),
+            group_slow_broker_id: group.map_or(1, |group| group.which_broker_when_consume_slowly),
+            on_slave: self.settings.broker_id != MASTER_ID,
+            master_online: self.master_online(now_ms),
+        });
+        let (code, remark) = if route.redirect && code != response_code::SUCCESS {
+            let remark = "the master is online: pull from it".to_owned();
+            (response_code::PULL_RETRY_IMMEDIATELY, Some(remark))
+        } else {
+            (code, remark)
+        };
         if first && flags.has_commit_offset() && self.settings.is_master && reset.is_none() {
             self.offsets.commit_from_pull(
                 &header.consumer_group,
@@ -509,12 +543,13 @@ impl ShardHandler {
             });
             return;
         }
-        let response_header = offsets_header(
-            result.next_begin_offset as i64,
+        let mut response_header = offsets_header(
+            next_begin_offset,
             result.min_offset,
             result.max_offset,
             (topic_sys_flag, group_sys_flag),
         );
+        response_header.suggest_which_broker_id = route.suggest;
         let mut answer =
             RemotingCommand::new_response(code, 0, remark).with_custom_header(&response_header);
         if code == response_code::SUCCESS {
@@ -600,6 +635,60 @@ impl ShardHandler {
     }
 }
 
+/// `MixAll.MASTER_ID`.
+const MASTER_ID: i64 = 0;
+
+/// What decides where a consumer pulls next (Java's `PullMessageProcessor`).
+#[derive(Clone, Copy, Debug)]
+struct PullRouteInputs {
+    /// `slaveReadEnable` of this broker.
+    slave_read_enable: bool,
+    /// The pull's last record lies more than `accessMessageInMemoryMaxRatio`
+    /// allows behind the log end (Java's `suggestPullingFromSlave`).
+    slow: bool,
+    /// The group's `brokerId`.
+    group_broker_id: i64,
+    /// The group's `whichBrokerWhenConsumeSlowly`.
+    group_slow_broker_id: i64,
+    /// This broker is a slave (`brokerId` ≠ 0).
+    on_slave: bool,
+    /// A slave's master is online ([`ShardHandler::master_online`]).
+    master_online: bool,
+}
+
+/// Where a consumer pulls next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PullRoute {
+    /// `suggestWhichBrokerId` of the answer.
+    suggest: i64,
+    /// A slave sends the consumer back to its online master: an answer
+    /// without messages becomes PULL_RETRY_IMMEDIATELY (not held), so the
+    /// consumer's next pull goes there at once.
+    redirect: bool,
+}
+
+/// Java's rule: with `slaveReadEnable`, a slow consumer is sent to the
+/// group's `whichBrokerWhenConsumeSlowly` and one keeping up to the
+/// group's `brokerId`; without it, to the master. A slave whose master is
+/// online sends a consumer that keeps up back to the master.
+fn pull_route(inputs: PullRouteInputs) -> PullRoute {
+    if inputs.on_slave && !inputs.slow && inputs.master_online {
+        return PullRoute {
+            suggest: MASTER_ID,
+            redirect: true,
+        };
+    }
+    let suggest = match (inputs.slave_read_enable, inputs.slow) {
+        (false, _) => MASTER_ID,
+        (true, true) => inputs.group_slow_broker_id,
+        (true, false) => inputs.group_broker_id,
+    };
+    PullRoute {
+        suggest,
+        redirect: false,
+    }
+}
+
 /// Internal ext field: when a pull started waiting for its subscription.
 const WAIT_SINCE: &str = "ringmqWaitSince";
 
@@ -660,6 +749,81 @@ mod tests {
 
     fn record(a: &str) -> Vec<u8> {
         crate::features::test_support::record_bytes("T", 0, &[("a", a)], 0)
+    }
+
+    fn route(
+        slave_read_enable: bool,
+        slow: bool,
+        on_slave: bool,
+        master_online: bool,
+    ) -> PullRoute {
+        pull_route(PullRouteInputs {
+            slave_read_enable,
+            slow,
+            group_broker_id: 0,
+            group_slow_broker_id: 3,
+            on_slave,
+            master_online,
+        })
+    }
+
+    #[test]
+    fn a_master_suggests_the_slow_brokers_id_only_with_slave_read_enabled() {
+        let keep = PullRoute {
+            suggest: MASTER_ID,
+            redirect: false,
+        };
+        assert_eq!(route(false, false, false, false), keep);
+        assert_eq!(route(false, true, false, false), keep);
+        assert_eq!(route(true, false, false, false), keep);
+        let slow = PullRoute {
+            suggest: 3,
+            redirect: false,
+        };
+        assert_eq!(route(true, true, false, false), slow);
+        let group_broker = pull_route(PullRouteInputs {
+            slave_read_enable: true,
+            slow: false,
+            group_broker_id: 2,
+            group_slow_broker_id: 3,
+            on_slave: false,
+            master_online: false,
+        });
+        assert_eq!(
+            group_broker.suggest, 2,
+            "a consumer keeping up goes to the group's brokerId"
+        );
+    }
+
+    #[test]
+    fn a_slave_sends_a_consumer_that_keeps_up_back_to_its_online_master() {
+        let back = PullRoute {
+            suggest: MASTER_ID,
+            redirect: true,
+        };
+        assert_eq!(route(true, false, true, true), back);
+        assert_eq!(route(false, false, true, true), back);
+        // A slow consumer stays where the rule puts it.
+        assert_eq!(route(true, true, true, true).suggest, 3);
+        assert!(!route(true, true, true, true).redirect);
+        assert_eq!(route(false, true, true, true).suggest, MASTER_ID);
+        assert!(!route(false, true, true, true).redirect);
+        // Without its master the slave serves everyone.
+        assert!(!route(true, false, true, false).redirect);
+        assert!(!route(false, false, true, false).redirect);
+    }
+
+    #[test]
+    fn the_slow_lag_is_the_memory_share_split_over_the_shards() {
+        use crate::shard::runtime::slow_pull_lag_bytes;
+        let gib = 1u64 << 30;
+        assert_eq!(slow_pull_lag_bytes(24 * gib, 40, 1), 24 * gib * 40 / 100);
+        assert_eq!(
+            slow_pull_lag_bytes(24 * gib, 40, 2),
+            24 * gib * 40 / 100 / 2
+        );
+        assert_eq!(slow_pull_lag_bytes(24 * gib, 0, 2), 0);
+        assert_eq!(slow_pull_lag_bytes(24 * gib, 100, 0), 24 * gib);
     }
 
     #[test]

@@ -303,6 +303,18 @@ enum Served {
 type PeerKey = (u16, ConnectionId);
 
 impl ShardHandler {
+    /// Slave: whether its master counts as online, for a pull's redirect
+    /// (Java's `minBrokerIdInGroup == 0`): this shard's replicator thread
+    /// is connected and the master answered it within
+    /// [`REPLICA_PEER_ALIVE_MS`] (a caught-up slave's pull is answered at
+    /// least every [`REPLICA_SUSPEND_MS_MAX`]). False on a master.
+    pub(crate) fn master_online(&self, now_ms: i64) -> bool {
+        self.replica.status.as_ref().is_some_and(|status| {
+            let seen = status.snapshot();
+            seen.connected && now_ms - seen.last_read_ms <= REPLICA_PEER_ALIVE_MS
+        })
+    }
+
     /// Executes RINGMQ_REPLICA_PULL on the shard it names; `first` is
     /// false when a held pull is executed again (it is answered, not held).
     pub(crate) fn replica_pull(&mut self, request: Request, now_ms: i64, first: bool) {

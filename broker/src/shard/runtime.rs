@@ -890,6 +890,34 @@ fn shard_settings(config: &BrokerConfig, shard_count: u16, port: u16) -> ShardSe
         store_host: SocketAddr::new(config.broker_ip1, port),
         max_message_size: config.message_size_max_bytes as usize,
         is_master: config.broker_role.is_master(),
+        slow_pull_lag_bytes: slow_pull_lag_bytes(
+            physical_memory_bytes(),
+            config.access_message_in_memory_max_ratio_percent,
+            shard_count,
+        ),
         broker_config: Arc::new(config.clone()),
     }
+}
+
+/// The machine's memory (`sysconf`), 0 when it cannot be told.
+fn physical_memory_bytes() -> u64 {
+    // SAFETY: sysconf reads system values and touches no memory of ours.
+    let (pages, page_size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    u64::try_from(pages)
+        .unwrap_or(0)
+        .saturating_mul(u64::try_from(page_size).unwrap_or(0))
+}
+
+/// How far behind its shard's log end a pull's last record may be before
+/// the consumer counts as slow: Java's `accessMessageInMemoryMaxRatio` share
+/// of `memory`, split over the shards, since each shard's log holds about
+/// its share of what the broker wrote after that record.
+pub(crate) fn slow_pull_lag_bytes(memory: u64, ratio_percent: u32, shard_count: u16) -> u64 {
+    let share = u128::from(memory) * u128::from(ratio_percent) / 100;
+    u64::try_from(share / u128::from(shard_count.max(1))).unwrap_or(u64::MAX)
 }

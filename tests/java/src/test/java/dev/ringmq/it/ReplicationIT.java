@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
 import java.util.Deque;
 import java.util.LinkedHashMap;
@@ -20,21 +21,26 @@ import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 
+import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.CommunicationMode;
 import org.apache.rocketmq.client.impl.MQClientAPIImpl;
+import org.apache.rocketmq.client.impl.consumer.PullResultExt;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.MixAll;
+import org.apache.rocketmq.common.filter.ExpressionType;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.common.sysflag.PullSysFlag;
 import org.apache.rocketmq.common.topic.TopicValidator;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
 import org.apache.rocketmq.remoting.protocol.body.HARuntimeInfo;
+import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.SendMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
@@ -132,6 +138,12 @@ class ReplicationIT {
     /** {@link #startPair(int, String, String, String...)}, running {@code beforeSlave} before the slave starts. */
     Pair startPair(int n, String label, String topic, BeforeSlave beforeSlave, String... masterArgs)
             throws Exception {
+        return startPair(n, label, topic, beforeSlave, new String[0], masterArgs);
+    }
+
+    /** {@link #startPair(int, String, String, BeforeSlave, String...)}, the slave started with {@code slaveArgs} added. */
+    Pair startPair(int n, String label, String topic, BeforeSlave beforeSlave, String[] slaveArgs,
+            String... masterArgs) throws Exception {
         int base = PORT + 20 * n;
         String brokerName = "java-" + label;
         NameServerUnderTest namesrv = keep(NameServerUnderTest.start(label + "-namesrv", base + 6));
@@ -143,8 +155,13 @@ class ReplicationIT {
         DefaultMQAdminExt admin = clients.startAdmin();
         List<MessageQueue> queues = clients.createTopic(admin, topic, QUEUES);
         beforeSlave.run(master, queues);
+        String[] allSlaveArgs = new String[slaveArgs.length + 3];
+        allSlaveArgs[0] = SHARDS;
+        allSlaveArgs[1] = "--brokerRole=SLAVE";
+        allSlaveArgs[2] = "--brokerId=1";
+        System.arraycopy(slaveArgs, 0, allSlaveArgs, 3, slaveArgs.length);
         BrokerUnderTest slave = keep(BrokerUnderTest.start(label + "-slave", brokerName, namesrv, base + 10,
-                SHARDS, "--brokerRole=SLAVE", "--brokerId=1"));
+                allSlaveArgs));
         await("master and slave of " + brokerName + " registered with " + namesrv.addr(), () -> {
             Map<Long, String> addrs = brokerAddrs(admin, brokerName);
             return master.addr().equals(addrs.get(MixAll.MASTER_ID)) && slave.addr().equals(addrs.get(1L));
@@ -183,6 +200,24 @@ class ReplicationIT {
             }
         }
         return text.toString();
+    }
+
+    /**
+     * Waits until the slave's queues end where the master's do and hold {@code count} messages in
+     * all (an ASYNC_MASTER answers before its slave has a message).
+     */
+    static void awaitSlaveHolds(Pair pair, long count) throws Exception {
+        await("the slave's queues as long as the master's", () -> {
+            long total = 0;
+            for (MessageQueue queue : pair.queues()) {
+                long master = maxOffsetAt(pair.admin(), pair.master().addr(), queue);
+                if (maxOffsetAt(pair.admin(), pair.slave().addr(), queue) != master) {
+                    return false;
+                }
+                total += master;
+            }
+            return total == count;
+        }, () -> maxOffsets(pair));
     }
 
     /** Waits until the name server lists only the slave under the broker name (the master was killed). */
@@ -248,19 +283,7 @@ class ReplicationIT {
             acked.put(message.getKeys(), ItSupport.sendOk(producer, message, "send " + i));
             sent.put(message.getKeys(), message);
         }
-        // An ASYNC_MASTER answers before its slave has a message: wait until the slave's queues end
-        // where the master's do.
-        await("the slave's queues as long as the master's", () -> {
-            long total = 0;
-            for (MessageQueue queue : pair.queues()) {
-                long master = maxOffsetAt(pair.admin(), pair.master().addr(), queue);
-                if (maxOffsetAt(pair.admin(), pair.slave().addr(), queue) != master) {
-                    return false;
-                }
-                total += master;
-            }
-            return total == COUNT;
-        }, () -> maxOffsets(pair));
+        awaitSlaveHolds(pair, COUNT);
         assertHaStatus(pair);
 
         pair.master().kill9();
@@ -349,5 +372,122 @@ class ReplicationIT {
         assertEquals(ResponseCode.SYSTEM_ERROR, notOnASlave.getResponseCode(), notOnASlave.getMessage());
         assertTrue(pair.admin().cleanUnusedTopicByAddr(pair.master().addr()), "the master cleans");
         assertEquals(1, maxOffsetAt(pair.admin(), pair.master().addr(), queue), "the configured topic's message");
+    }
+
+    /**
+     * PULL_MESSAGE of one message of {@code queue} at {@code offset} by {@code group}, asked of the
+     * broker at {@code addr} without long polling.
+     */
+    static PullResultExt pullAt(Pair pair, String addr, MessageQueue queue, String group, long offset)
+            throws Exception {
+        PullMessageRequestHeader header = new PullMessageRequestHeader();
+        header.setConsumerGroup(group);
+        header.setTopic(queue.getTopic());
+        header.setQueueId(queue.getQueueId());
+        header.setQueueOffset(offset);
+        header.setMaxMsgNums(1);
+        header.setSysFlag(PullSysFlag.buildSysFlag(false, false, true, false));
+        header.setCommitOffset(0L);
+        header.setSuspendTimeoutMillis(0L);
+        header.setSubscription("*");
+        header.setSubVersion(0L);
+        header.setExpressionType(ExpressionType.TAG);
+        return (PullResultExt) api(pair.admin()).pullMessage(addr, header, ItSupport.ADMIN_TIMEOUT_MS,
+                CommunicationMode.SYNC, null);
+    }
+
+    /** The first message of a raw pull answer (the client decodes them later, in PullAPIWrapper). */
+    static MessageExt firstMessage(PullResultExt result) {
+        List<MessageExt> messages = MessageDecoder.decodes(ByteBuffer.wrap(result.getMessageBinary()));
+        assertFalse(messages.isEmpty(), () -> "no message in " + result);
+        return messages.get(0);
+    }
+
+    /**
+     * slaveReadEnable: with {@code accessMessageInMemoryMaxRatio=0} every consumer that has not
+     * read the last message counts as having fallen behind, so the master suggests its slave
+     * (the group's whichBrokerWhenConsumeSlowly, 1), and the slave keeps it until it has caught up,
+     * when it sends it back to its online master at once (PULL_RETRY_IMMEDIATELY, not a held pull).
+     * A push consumer follows the suggestions: part of what it reads comes from the slave.
+     */
+    @Test
+    void aMasterWithSlaveReadEnabledSendsAConsumerThatFellBehindToItsSlave() throws Exception {
+        String topic = unique("repl-read");
+        String[] readArgs = {"--slaveReadEnable=true", "--accessMessageInMemoryMaxRatio=0"};
+        Pair pair = startPair(3, "repl-read", topic, (master, queues) -> {
+        }, readArgs, readArgs);
+        DefaultMQProducer producer = keep(new Clients(pair::master)).startProducer(unique("repl-read-producer"));
+        Map<String, Message> sent = new LinkedHashMap<>();
+        for (int i = 0; i < COUNT; i++) {
+            Message message = message(topic, "TagRead", topic + "-key-" + i, "read from either " + i);
+            ItSupport.sendOk(producer, message, "send " + i);
+            sent.put(message.getKeys(), message);
+        }
+        awaitSlaveHolds(pair, COUNT);
+
+        MessageQueue queue = pair.queues().get(0);
+        long end = maxOffsetAt(pair.admin(), pair.master().addr(), queue);
+        assertTrue(end >= 2, () -> "messages in " + queue + ": " + end);
+        String group = unique("repl-read-low");
+        String master = pair.master().addr();
+        String slave = pair.slave().addr();
+        PullResultExt behindOnMaster = pullAt(pair, master, queue, group, 0);
+        assertEquals(PullStatus.FOUND, behindOnMaster.getPullStatus(), behindOnMaster::toString);
+        assertEquals(1L, behindOnMaster.getSuggestWhichBrokerId(), "the master sends a consumer behind to its slave");
+        PullResultExt behindOnSlave = pullAt(pair, slave, queue, group, 0);
+        assertEquals(PullStatus.FOUND, behindOnSlave.getPullStatus(), behindOnSlave::toString);
+        assertEquals(firstMessage(behindOnMaster).getMsgId(), firstMessage(behindOnSlave).getMsgId(),
+                "the same first message on both");
+        assertEquals(1L, behindOnSlave.getSuggestWhichBrokerId(), "the slave keeps a consumer behind");
+        PullResultExt caughtUpOnSlave = pullAt(pair, slave, queue, group, end);
+        assertEquals(PullStatus.NO_MATCHED_MSG, caughtUpOnSlave.getPullStatus(),
+                "PULL_RETRY_IMMEDIATELY: " + caughtUpOnSlave);
+        assertEquals(MixAll.MASTER_ID, caughtUpOnSlave.getSuggestWhichBrokerId(), "back to the master");
+        assertEquals(end, caughtUpOnSlave.getNextBeginOffset());
+        PullResultExt caughtUpOnMaster = pullAt(pair, master, queue, group, end);
+        assertEquals(PullStatus.NO_NEW_MSG, caughtUpOnMaster.getPullStatus(), caughtUpOnMaster::toString);
+        assertEquals(MixAll.MASTER_ID, caughtUpOnMaster.getSuggestWhichBrokerId());
+
+        String pushGroup = unique("repl-read-push");
+        ConcurrentLinkedQueue<MessageExt> received = new ConcurrentLinkedQueue<>();
+        keep(new Clients(pair::master)).startPushConsumer(pushGroup, "repl-read-consumer", topic,
+                ItSupport.collectInto(received));
+        ItSupport.awaitKeys("every message through master and slave", ItSupport.WAIT_MS, received, sent.keySet());
+        assertEquals(sent.keySet(), ItSupport.keys(received), "keys received");
+        String groupKey = topic + "@" + pushGroup;
+        await("the slave's count of messages it gave the push consumer",
+                () -> pair.admin().viewBrokerStatsData(slave, "GROUP_GET_NUMS", groupKey).getStatsMinute().getSum() > 0,
+                () -> "GROUP_GET_NUMS " + groupKey + " on the slave: none");
+    }
+
+    /**
+     * A slave does not move a consumer whose offset is past its queue's end (its queues may trail
+     * the master's, Java's nextOffsetCorrection); the master moves it.
+     */
+    @Test
+    void aSlaveLeavesAnOffsetPastItsQueueWhereItIs() throws Exception {
+        String topic = unique("repl-offset");
+        Pair pair = startPair(4, "repl-offset", topic);
+        DefaultMQProducer producer = keep(new Clients(pair::master)).startProducer(unique("repl-offset-producer"));
+        MessageQueue queue = ItSupport.sendOk(producer, message(topic, "TagOffset", topic + "-key-0", "one"),
+                "send").getMessageQueue();
+        await("the message on the slave", () -> maxOffsetAt(pair.admin(), pair.slave().addr(), queue) == 1,
+                () -> maxOffsets(pair));
+        String group = unique("repl-offset-group");
+        PullResultExt onMaster = pullAt(pair, pair.master().addr(), queue, group, 5);
+        assertEquals(PullStatus.OFFSET_ILLEGAL, onMaster.getPullStatus(), onMaster::toString);
+        assertEquals(0, onMaster.getNextBeginOffset(), "the master moves it to its queue's start");
+        // The master is online and the slave has no message there: it also sends the consumer back
+        // (PULL_RETRY_IMMEDIATELY), without moving it.
+        PullResultExt onSlave = pullAt(pair, pair.slave().addr(), queue, group, 5);
+        assertEquals(PullStatus.NO_MATCHED_MSG, onSlave.getPullStatus(), onSlave::toString);
+        assertEquals(5, onSlave.getNextBeginOffset(), "the slave leaves the offset");
+        assertEquals(MixAll.MASTER_ID, onSlave.getSuggestWhichBrokerId());
+        // Without its master the slave answers PULL_OFFSET_MOVED, still with the consumer's offset.
+        pair.master().kill9();
+        awaitOnlyTheSlave(pair);
+        await("the slave seeing its master gone", () -> pullAt(pair, pair.slave().addr(), queue, group, 5)
+                .getPullStatus() == PullStatus.OFFSET_ILLEGAL, () -> "pulls still redirected");
+        assertEquals(5, pullAt(pair, pair.slave().addr(), queue, group, 5).getNextBeginOffset());
     }
 }
