@@ -108,17 +108,22 @@ pub enum ConfigFile {
     /// name server's own persister into the directory of its
     /// `kvConfigPath`, not into a store's `config/`.
     KvConfig,
+    /// `brokerConfigUpdates.properties` (ringmq): the keys UPDATE_BROKER_CONFIG
+    /// changed, applied over the configuration file and the command line at
+    /// the next start (Java rewrites its configuration file instead).
+    BrokerConfigUpdates,
 }
 
 impl ConfigFile {
     /// Every config file, in slot order.
-    pub const ALL: [ConfigFile; 6] = [
+    pub const ALL: [ConfigFile; 7] = [
         ConfigFile::Topics,
         ConfigFile::SubscriptionGroups,
         ConfigFile::ConsumerOffsets,
         ConfigFile::DelayOffsets,
         ConfigFile::TimerProgress,
         ConfigFile::KvConfig,
+        ConfigFile::BrokerConfigUpdates,
     ];
 
     /// The file's name as RocketMQ spells it.
@@ -130,6 +135,7 @@ impl ConfigFile {
             ConfigFile::DelayOffsets => "delayOffset.json",
             ConfigFile::TimerProgress => "timerProgress.json",
             ConfigFile::KvConfig => "kvConfig.json",
+            ConfigFile::BrokerConfigUpdates => "brokerConfigUpdates.properties",
         }
     }
 
@@ -141,6 +147,7 @@ impl ConfigFile {
             ConfigFile::DelayOffsets => 3,
             ConfigFile::TimerProgress => 4,
             ConfigFile::KvConfig => 5,
+            ConfigFile::BrokerConfigUpdates => 6,
         }
     }
 }
@@ -900,7 +907,7 @@ mod tests {
     }
 
     #[test]
-    fn file_names_are_rocketmqs_plus_the_timer_progress() {
+    fn file_names_are_rocketmqs_plus_the_timer_progress_and_config_updates() {
         let names: Vec<_> = ConfigFile::ALL.iter().map(|f| f.file_name()).collect();
         assert_eq!(
             names,
@@ -910,7 +917,8 @@ mod tests {
                 "consumerOffset.json",
                 "delayOffset.json",
                 "timerProgress.json",
-                "kvConfig.json"
+                "kvConfig.json",
+                "brokerConfigUpdates.properties"
             ]
         );
         for (index, file) in ConfigFile::ALL.iter().enumerate() {

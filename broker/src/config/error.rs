@@ -25,6 +25,8 @@ pub enum ConfigSource {
     Override,
     /// The `-n ADDR` flag.
     NamesrvFlag,
+    /// An UPDATE_BROKER_CONFIG request (`mqadmin updateBrokerConfig`).
+    Update,
 }
 
 impl fmt::Display for ConfigSource {
@@ -33,6 +35,7 @@ impl fmt::Display for ConfigSource {
             ConfigSource::File { path, line } => write!(f, "{path}:{line}"),
             ConfigSource::Override => f.write_str("command-line override"),
             ConfigSource::NamesrvFlag => f.write_str("-n"),
+            ConfigSource::Update => f.write_str("UPDATE_BROKER_CONFIG"),
         }
     }
 }
@@ -74,6 +77,16 @@ pub enum ConfigError {
     Inconsistent {
         /// The keys, their values and the rule they break.
         message: String,
+    },
+    /// A key UPDATE_BROKER_CONFIG may not change while the broker runs.
+    #[error(
+        "{key} cannot be changed while the broker runs (these can: {changeable}); set it in the configuration file or as --{key}=VALUE and restart the broker"
+    )]
+    NotChangeableAtRuntime {
+        /// The canonical key.
+        key: &'static str,
+        /// The keys that can be, comma-separated.
+        changeable: String,
     },
     /// A command-line argument that is not `--KEY=VALUE`.
     #[error("`{argument}` is not a configuration override: expected --KEY=VALUE")]

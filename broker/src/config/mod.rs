@@ -178,6 +178,7 @@ pub const KEYS: &[&str] = &[
     "brokerIP2",
     "brokerId",
     "brokerName",
+    "brokerPermission",
     "brokerRole",
     "commitLogRecycleSegments",
     "commitLogRemoveStepBytes",
@@ -214,6 +215,24 @@ pub const KEYS: &[&str] = &[
     "transactionTimeOut",
 ];
 
+/// The keys UPDATE_BROKER_CONFIG may change while the broker runs, sorted;
+/// every other key needs a restart.
+pub const RUNTIME_KEYS: &[&str] = &[
+    "accessMessageInMemoryMaxRatio",
+    "brokerPermission",
+    "deleteCommitLogFilesInterval",
+    "deleteWhen",
+    "diskMaxUsedSpaceRatio",
+    "fileReservedTime",
+    "offsetCheckInSlave",
+    "slaveReadEnable",
+];
+
+/// `PermName.PERM_READ`.
+pub const PERM_READ: u32 = 4;
+/// `PermName.PERM_WRITE`.
+pub const PERM_WRITE: u32 = 2;
+
 /// Other spellings accepted for a key: (alias, canonical key).
 pub const KEY_ALIASES: &[(&str, &str)] = &[("mappedFileSizeCommitLog", "mapedFileSizeCommitLog")];
 
@@ -226,6 +245,12 @@ pub struct BrokerConfig {
     pub broker_name: String,
     /// `brokerId`: 0 = master, > 0 = slave.
     pub broker_id: i64,
+    /// `brokerPermission` (6: read and write): a broker without
+    /// [`PERM_WRITE`] registers its topics without it, so producers move
+    /// to other brokers (Java's way to drain a broker), and refuses
+    /// send-backs and sends to order topics; one without [`PERM_READ`]
+    /// refuses pulls.
+    pub broker_permission: u32,
     /// `brokerIP1`: the address advertised to clients and stored in records.
     pub broker_ip1: IpAddr,
     /// `brokerIP2`: the address of the HA service; `None` = `brokerIP1`.
@@ -338,6 +363,7 @@ impl BrokerConfig {
             broker_cluster_name: "DefaultCluster".to_owned(),
             broker_name: "broker-a".to_owned(),
             broker_id: 0,
+            broker_permission: PERM_READ | PERM_WRITE,
             broker_ip1: env.broker_ip1,
             broker_ip2: None,
             listen_port: LISTEN_PORT_DEFAULT,
@@ -437,6 +463,7 @@ impl BrokerConfig {
             "brokerClusterName" => self.broker_cluster_name = v.name()?,
             "brokerName" => self.broker_name = v.name()?,
             "brokerId" => self.broker_id = v.int(0, i64::from(i32::MAX))?,
+            "brokerPermission" => self.broker_permission = v.int(0, 7)? as u32,
             "brokerIP1" => self.broker_ip1 = v.ip()?,
             "brokerIP2" => self.broker_ip2 = (!value.is_empty()).then(|| v.ip()).transpose()?,
             // 0: the kernel picks the port (tests); the boot line says which.
@@ -540,6 +567,43 @@ impl BrokerConfig {
             other => unreachable!("key {other} is in KEYS but has no setter"),
         }
         Ok(())
+    }
+
+    /// This configuration with UPDATE_BROKER_CONFIG's `text` (properties)
+    /// applied, and the keys it set with their values as printed; only
+    /// [`RUNTIME_KEYS`] may be set.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NotChangeableAtRuntime`] for any other key, and the
+    /// errors of [`BrokerConfig::set`] and [`BrokerConfig::validate`];
+    /// nothing is applied then.
+    pub fn updated(
+        &self,
+        text: &str,
+    ) -> Result<(BrokerConfig, BTreeMap<&'static str, String>), ConfigError> {
+        let mut config = self.clone();
+        let mut keys = Vec::new();
+        for property in parse_properties(text)? {
+            let origin = ConfigSource::Update;
+            let key = canonical_key(&property.key)
+                .ok_or_else(|| unknown_key(&property.key, &property.value, &origin))?;
+            if !RUNTIME_KEYS.contains(&key) {
+                return Err(ConfigError::NotChangeableAtRuntime {
+                    key,
+                    changeable: RUNTIME_KEYS.join(", "),
+                });
+            }
+            config.set(key, &property.value, &origin)?;
+            keys.push(key);
+        }
+        config.validate()?;
+        let entries = config.entries();
+        let applied = keys
+            .into_iter()
+            .map(|key| (key, entries[key].clone()))
+            .collect();
+        Ok((config, applied))
     }
 
     /// Checks the relations between values.
@@ -675,7 +739,7 @@ impl BrokerConfig {
             .map(|hour| format!("{hour:02}"))
             .collect::<Vec<_>>()
             .join(";");
-        let entries: [(&'static str, String); 42] = [
+        let entries: [(&'static str, String); 43] = [
             (
                 "accessMessageInMemoryMaxRatio",
                 self.access_message_in_memory_max_ratio_percent.to_string(),
@@ -696,6 +760,7 @@ impl BrokerConfig {
             ),
             ("brokerId", self.broker_id.to_string()),
             ("brokerName", self.broker_name.clone()),
+            ("brokerPermission", self.broker_permission.to_string()),
             ("brokerRole", self.broker_role.name().to_owned()),
             (
                 "commitLogRecycleSegments",
@@ -1006,6 +1071,70 @@ mod tests {
 
     fn load(file: &str) -> Result<BrokerConfig, ConfigError> {
         BrokerConfig::load(&env(), Some(("broker.conf", file)), &[], None)
+    }
+
+    #[test]
+    fn an_update_sets_only_runtime_keys_and_reports_them_as_printed() {
+        let config = load("").unwrap();
+        let (updated, applied) = config
+            .updated("brokerPermission=4\nslaveReadEnable = TRUE\n")
+            .unwrap();
+        assert_eq!(updated.broker_permission, PERM_READ);
+        assert!(updated.slave_read_enable);
+        let applied: Vec<(&str, &str)> = applied.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            applied,
+            [("brokerPermission", "4"), ("slaveReadEnable", "true")]
+        );
+        assert_eq!(
+            updated,
+            BrokerConfig {
+                broker_permission: PERM_READ,
+                slave_read_enable: true,
+                ..config.clone()
+            },
+            "nothing else changes"
+        );
+        let (same, none) = config.updated("").unwrap();
+        assert_eq!((same, none.len()), (config.clone(), 0));
+    }
+
+    #[test]
+    fn an_update_with_a_key_that_needs_a_restart_or_a_bad_value_is_refused_whole() {
+        let config = load("").unwrap();
+        let error = config
+            .updated("slaveReadEnable=true\nflushDiskType=SYNC_FLUSH")
+            .unwrap_err();
+        assert_eq!(
+            error,
+            ConfigError::NotChangeableAtRuntime {
+                key: "flushDiskType",
+                changeable: RUNTIME_KEYS.join(", "),
+            }
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("flushDiskType cannot be changed while the broker runs")
+        );
+        let error = config.updated("brokerPermission=8").unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ConfigError::InvalidValue {
+                    key: "brokerPermission",
+                    origin: ConfigSource::Update,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        let error = config.updated("nope=1").unwrap_err();
+        assert!(matches!(error, ConfigError::UnknownKey { .. }), "{error}");
+        for key in RUNTIME_KEYS {
+            assert!(KEYS.contains(key), "{key} is a key");
+        }
+        assert!(RUNTIME_KEYS.is_sorted());
     }
 
     fn overrides(args: &[&str]) -> Vec<(String, String)> {

@@ -34,7 +34,7 @@
 //! - A subscription snapshot is published only when it differs from the
 //!   last one published.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
@@ -48,6 +48,7 @@ use ringmq_protocol::header::{
 use ringmq_protocol::json::{DataVersion, JsonStyle, QuerySubscriptionResponseBody, TopicList};
 
 use super::link::{Request, ShardMsg};
+use super::runtime::RegistrarMsg;
 use super::subs::SubscriptionSnapshot;
 use super::{ShardHandler, json_success, response, success};
 use crate::client_registry::{
@@ -106,7 +107,10 @@ pub struct ControlPlane {
     pub clients: ClientRegistry,
     /// Orderly consumers' queue locks.
     pub locks: QueueLockTable,
-    registrar: Option<Sender<Arc<TopicConfigSnapshot>>>,
+    registrar: Option<Sender<RegistrarMsg>>,
+    /// The keys UPDATE_BROKER_CONFIG changed (since the store was created),
+    /// as `brokerConfigUpdates.properties` keeps them.
+    config_updates: BTreeMap<String, String>,
     /// Transaction check-back state, created on first use.
     pub(crate) txn: Option<super::transaction::TxnState>,
     last_client_scan_ms: i64,
@@ -121,12 +125,15 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// The control plane over loaded tables; `registrar` receives every new
-    /// topic snapshot (to register with the name servers at once).
+    /// topic snapshot and `brokerPermission` change (to register with the
+    /// name servers at once); `config_updates` are the keys
+    /// UPDATE_BROKER_CONFIG changed before this start.
     pub fn new(
         topics: TopicConfigTable,
         groups: SubscriptionGroupTable,
         clients: ClientRegistry,
-        registrar: Option<Sender<Arc<TopicConfigSnapshot>>>,
+        registrar: Option<Sender<RegistrarMsg>>,
+        config_updates: BTreeMap<String, String>,
         now_ms: i64,
     ) -> Self {
         ControlPlane {
@@ -135,6 +142,7 @@ impl ControlPlane {
             clients,
             locks: QueueLockTable::new(),
             registrar,
+            config_updates,
             txn: None,
             last_client_scan_ms: now_ms,
             last_lock_scan_ms: now_ms,
@@ -241,7 +249,78 @@ impl ShardHandler {
             }
         }
         if let Some(registrar) = &self.control().registrar {
-            let _ = registrar.send(snapshot);
+            let _ = registrar.send(RegistrarMsg::Topics(snapshot));
+        }
+    }
+
+    /// Takes settings changed by UPDATE_BROKER_CONFIG: requests read them
+    /// from here on; the store's retention rules follow them at once.
+    pub(crate) fn apply_settings(&mut self, settings: Arc<super::ShardSettings>) {
+        if let Some(store) = &mut self.store {
+            let mut retention = store.retention().clone();
+            super::runtime::apply_retention(&settings.broker_config, &mut retention);
+            store.set_retention(retention);
+        }
+        self.settings = settings;
+    }
+
+    /// UPDATE_BROKER_CONFIG: applies the body's keys ([`RUNTIME_KEYS`]
+    /// only) to this shard's settings and sends them to the others, writes
+    /// `brokerConfigUpdates.properties` (answered once it is durable) and,
+    /// when `brokerPermission` changed, registers with the name servers at
+    /// once. A key that cannot change while the broker runs, or a bad
+    /// value, refuses the whole request and changes nothing.
+    ///
+    /// [`RUNTIME_KEYS`]: crate::config::RUNTIME_KEYS
+    fn update_broker_config(&mut self, request: Box<Request>) {
+        let text = String::from_utf8_lossy(request.cmd.body_bytes()).into_owned();
+        let (config, applied) = match self.settings.broker_config.updated(&text) {
+            Ok(updated) => updated,
+            Err(error) => {
+                let answer = response(response_code::INVALID_PARAMETER, error.to_string());
+                return self.reply(request.reply, answer);
+            }
+        };
+        if applied.is_empty() {
+            return self.reply(request.reply, success());
+        }
+        let permission_before = self.settings.broker_config.broker_permission;
+        tracing::info!(keys = ?applied, "UPDATE_BROKER_CONFIG");
+        let settings = Arc::new(super::runtime::shard_settings(
+            &config,
+            self.settings.shard_count,
+            self.settings.store_host.port(),
+        ));
+        self.apply_settings(settings.clone());
+        if let Some(links) = &mut self.links {
+            links.broadcast(|| ShardMsg::Settings(settings.clone()));
+        }
+        let control = self.control.as_mut().expect("shard 0");
+        for (key, value) in applied {
+            control.config_updates.insert(key.to_owned(), value);
+        }
+        let content: String = control
+            .config_updates
+            .iter()
+            .map(|(key, value)| format!("{key}={value}\n"))
+            .collect();
+        if config.broker_permission != permission_before
+            && let Some(registrar) = &control.registrar
+        {
+            let _ = registrar.send(RegistrarMsg::Permission(config.broker_permission));
+        }
+        let ticket = self.persister.as_ref().map(|persister| {
+            persister.write(ConfigFile::BrokerConfigUpdates, content.into_bytes())
+        });
+        match ticket {
+            Some(ticket) => self.await_persist(
+                vec![ticket],
+                AfterPersist::Answer {
+                    reply: request.reply,
+                    answer: success(),
+                },
+            ),
+            None => self.reply(request.reply, success()),
         }
     }
 
@@ -405,11 +484,7 @@ impl ShardHandler {
             request_code::INVOKE_BROKER_TO_GET_CONSUMER_STATUS => {
                 return self.consumer_status(request, now_ms);
             }
-            request_code::UPDATE_BROKER_CONFIG => response(
-                response_code::REQUEST_CODE_NOT_SUPPORTED,
-                "ringmq does not change its configuration while it runs: set the keys in \
-                 broker.conf (or as --KEY=VALUE) and restart the broker",
-            ),
+            request_code::UPDATE_BROKER_CONFIG => return self.update_broker_config(request),
             request_code::GET_SYSTEM_TOPIC_LIST_FROM_BROKER => {
                 let topics = &self.control().topics;
                 let list = TopicList {

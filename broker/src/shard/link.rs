@@ -106,6 +106,8 @@ pub enum ShardMsg {
     /// CONSUME_MESSAGE_DIRECTLY with its record, for shard 0 to forward to
     /// the consumer.
     CallConsumer(Box<Request>),
+    /// New settings (UPDATE_BROKER_CONFIG, from shard 0).
+    Settings(Arc<super::ShardSettings>),
     /// A slave's replicator thread's status, for GET_BROKER_HA_STATUS.
     ReplicaStatus(std::sync::Arc<crate::replication::ReplicaStatus>),
 }

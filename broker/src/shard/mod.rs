@@ -624,6 +624,7 @@ impl ShardHandler {
                     self.retry_held_after_snapshot(now_ms);
                 }
                 ShardMsg::Groups(groups) => self.groups = groups,
+                ShardMsg::Settings(settings) => self.apply_settings(settings),
                 ShardMsg::Subscriptions(subs) => {
                     self.subs = subs;
                     self.retry_held_after_snapshot(now_ms);

@@ -252,6 +252,16 @@ impl ShardHandler {
                 );
             }
         };
+        if !perm::is_readable(self.settings.broker_config.broker_permission as i32) {
+            let remark = format!(
+                "the broker[{}] pulling message is forbidden",
+                self.settings.broker_config.broker_ip1
+            );
+            return self.reply(
+                request.reply,
+                response(response_code::NO_PERMISSION, remark),
+            );
+        }
         if !self.topics.contains(&header.topic) {
             self.refresh_snapshots(now_ms);
         }

@@ -20,6 +20,7 @@
 //! - Shard `i` runs on the `i`-th CPU of the process's affinity mask
 //!   (modulo its size).
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
@@ -44,7 +45,7 @@ use super::control::ControlPlane;
 use super::link::{INBOX_CAPACITY, Links, ShardMsg};
 use super::{ShardHandler, ShardSettings};
 use crate::client_registry::ClientRegistry;
-use crate::config::{BrokerConfig, FlushDiskType};
+use crate::config::{BrokerConfig, FlushDiskType, PERM_READ, PERM_WRITE};
 use crate::consumer_offset::ConsumerOffsetTable;
 use crate::namesrv::register::{
     BrokerIdentity, register_broker_request, unregister_broker_request,
@@ -235,15 +236,21 @@ fn store_config(config: &BrokerConfig, shard: u16, store_host: SocketAddr) -> St
     // A slave's log ends where its master's stream goes on (no fence at
     // recovery).
     store.replica = !config.broker_role.is_master();
-    // Expired-file deletion (fileReservedTime at deleteWhen, or early above
-    // diskMaxUsedSpaceRatio); the refusal of writes stays at the store's
-    // diskSpaceWarningLevelRatio default.
-    store.retention.file_reserved_time_hours = config.file_reserved_time_hours;
-    store.retention.delete_when_hours = config.delete_when_hours.clone();
-    store.retention.disk_max_used_space_ratio = config.disk_max_used_space_ratio_percent as u8;
-    store.retention.delete_commit_log_files_interval_ms =
-        config.delete_commit_log_files_interval_ms;
+    apply_retention(config, &mut store.retention);
     store
+}
+
+/// Expired-file deletion (fileReservedTime at deleteWhen, or early above
+/// diskMaxUsedSpaceRatio) as `config` says; the refusal of writes stays at
+/// the store's diskSpaceWarningLevelRatio default.
+pub(crate) fn apply_retention(
+    config: &BrokerConfig,
+    retention: &mut ringmq_storage::retention::RetentionConfig,
+) {
+    retention.file_reserved_time_hours = config.file_reserved_time_hours;
+    retention.delete_when_hours = config.delete_when_hours.clone();
+    retention.disk_max_used_space_ratio = config.disk_max_used_space_ratio_percent as u8;
+    retention.delete_commit_log_files_interval_ms = config.delete_commit_log_files_interval_ms;
 }
 
 /// Most write buffers a shard registers with its ring (8 MiB each): enough
@@ -434,6 +441,15 @@ pub(crate) fn connect(
     Ok(stream)
 }
 
+/// What shard 0 tells the registrar thread.
+#[derive(Debug)]
+pub enum RegistrarMsg {
+    /// A new topic table: register it.
+    Topics(Arc<TopicConfigSnapshot>),
+    /// `brokerPermission` changed (UPDATE_BROKER_CONFIG): register again.
+    Permission(u32),
+}
+
 /// The broker's connections to its name servers. They stay open between
 /// registrations: a name server drops a broker's routes when the
 /// connection it registered on closes (Java's `BrokerHousekeepingService`).
@@ -444,10 +460,22 @@ struct Registrar {
     opaque: i32,
     /// A slave's: where the name servers say its master is.
     master: Option<MasterAddress>,
+    /// `brokerPermission`: without read or write, every topic is
+    /// registered with only what both allow (Java's `registerBrokerAll`).
+    permission: u32,
+    /// Changes of `permission` so far, added to the registered data
+    /// version's counter: a name server takes a broker's topics again only
+    /// when their data version changed.
+    permission_changes: i64,
 }
 
 impl Registrar {
-    fn new(identity: BrokerIdentity, namesrvs: Vec<String>, master: Option<MasterAddress>) -> Self {
+    fn new(
+        identity: BrokerIdentity,
+        namesrvs: Vec<String>,
+        master: Option<MasterAddress>,
+        permission: u32,
+    ) -> Self {
         let streams = namesrvs.iter().map(|_| None).collect();
         Registrar {
             identity,
@@ -455,6 +483,15 @@ impl Registrar {
             streams,
             opaque: 0,
             master,
+            permission,
+            permission_changes: 0,
+        }
+    }
+
+    fn set_permission(&mut self, permission: u32) {
+        if permission != self.permission {
+            self.permission = permission;
+            self.permission_changes += 1;
         }
     }
 
@@ -482,14 +519,24 @@ impl Registrar {
 
     /// Registers with every name server; returns how many accepted.
     fn register_all(&mut self, topics: &TopicConfigSnapshot) -> usize {
+        let full = PERM_READ | PERM_WRITE;
+        let mask = (self.permission & full != full).then_some(self.permission as i32);
         let table = topics
             .iter()
-            .map(|(name, config)| (name.to_owned(), config.clone()))
+            .map(|(name, config)| {
+                let mut config = config.clone();
+                if let Some(mask) = mask {
+                    config.perm &= mask;
+                }
+                (name.to_owned(), config)
+            })
             .collect();
+        let mut version = topics.data_version();
+        version.counter += self.permission_changes;
         let mut accepted = 0;
         let mut master = None;
         for index in 0..self.namesrvs.len() {
-            let request = register_broker_request(&self.identity, topics.data_version(), &table);
+            let request = register_broker_request(&self.identity, version, &table);
             let addr = self.namesrvs[index].clone();
             match self.call(index, request) {
                 Ok(answer) if answer.code == 0 => {
@@ -530,16 +577,21 @@ impl Registrar {
 fn run_registrar(
     mut registrar: Registrar,
     mut topics: Arc<TopicConfigSnapshot>,
-    updates: Receiver<Arc<TopicConfigSnapshot>>,
+    updates: Receiver<RegistrarMsg>,
     period: Duration,
 ) {
     loop {
         match updates.recv_timeout(period) {
-            Ok(snapshot) => {
-                topics = snapshot;
+            Ok(first) => {
                 // Coalesce a burst of changes into one registration.
-                while let Ok(newer) = updates.try_recv() {
-                    topics = newer;
+                let mut next = Some(first);
+                while let Some(message) = next.take().or_else(|| updates.try_recv().ok()) {
+                    match message {
+                        RegistrarMsg::Topics(snapshot) => topics = snapshot,
+                        RegistrarMsg::Permission(permission) => {
+                            registrar.set_permission(permission)
+                        }
+                    }
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -619,6 +671,7 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
     let _lock = lock_store(&root)?;
     let now = wall_clock_ms();
     let dir = ConfigDir::under_store_root(&root);
+    let (config, config_updates) = apply_config_updates(config, &dir)?;
     let mut topic_table = TopicConfigTable::new(
         TopicConfigSettings {
             broker_cluster_name: config.broker_cluster_name.clone(),
@@ -716,6 +769,7 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
         group_table,
         ClientRegistry::new(true),
         Some(registrar_tx),
+        config_updates,
         now,
     ));
     let mut inboxes = Vec::new();
@@ -780,6 +834,7 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
         BrokerIdentity::from_config(&config),
         namesrvs.clone(),
         master.clone(),
+        config.broker_permission,
     );
     if registrar.register_all(&topics) == 0 {
         tracing::warn!("no name server accepted the registration; retrying in the background");
@@ -881,7 +936,7 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
     }
 }
 
-fn shard_settings(config: &BrokerConfig, shard_count: u16, port: u16) -> ShardSettings {
+pub(crate) fn shard_settings(config: &BrokerConfig, shard_count: u16, port: u16) -> ShardSettings {
     ShardSettings {
         shard_count,
         cluster_name: config.broker_cluster_name.clone(),
@@ -897,6 +952,35 @@ fn shard_settings(config: &BrokerConfig, shard_count: u16, port: u16) -> ShardSe
         ),
         broker_config: Arc::new(config.clone()),
     }
+}
+
+/// `config` with what UPDATE_BROKER_CONFIG changed before this start
+/// (`brokerConfigUpdates.properties`) applied over it, and those keys with
+/// their values.
+fn apply_config_updates(
+    config: BrokerConfig,
+    dir: &ConfigDir,
+) -> Result<(BrokerConfig, BTreeMap<String, String>), BrokerError> {
+    let file = ConfigFile::BrokerConfigUpdates;
+    let Some(content) = load_file(dir, file)? else {
+        return Ok((config, BTreeMap::new()));
+    };
+    let invalid = |reason: String| BrokerError::ConfigFile {
+        file: file.file_name(),
+        reason: format!(
+            "{reason} (written by UPDATE_BROKER_CONFIG; remove the file to start without its changes)"
+        ),
+    };
+    let text = String::from_utf8(content).map_err(|error| invalid(error.to_string()))?;
+    let (config, applied) = config
+        .updated(&text)
+        .map_err(|error| invalid(error.to_string()))?;
+    tracing::info!(file = file.file_name(), keys = ?applied, "applied the keys UPDATE_BROKER_CONFIG changed");
+    let applied = applied
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .collect();
+    Ok((config, applied))
 }
 
 /// The machine's memory (`sysconf`), 0 when it cannot be told.

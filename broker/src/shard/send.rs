@@ -166,6 +166,19 @@ fn slave_refuses_writes() -> RemotingCommand {
 }
 
 impl ShardHandler {
+    /// NO_PERMISSION when `brokerPermission` lacks write (Java's answer to
+    /// a send-back, or a send to an order topic, on such a broker).
+    fn broker_refuses_writes(&self) -> Option<RemotingCommand> {
+        let config = &self.settings.broker_config;
+        (!perm::is_writeable(config.broker_permission as i32)).then(|| {
+            let remark = format!(
+                "the broker[{}] sending message is forbidden",
+                config.broker_ip1
+            );
+            response(response_code::NO_PERMISSION, remark)
+        })
+    }
+
     pub(crate) fn send(&mut self, request: Box<Request>, now_ms: i64) {
         if !self.settings.is_master {
             return self.reply(request.reply, slave_refuses_writes());
@@ -209,6 +222,14 @@ impl ShardHandler {
             // Shard 0: the topic's snapshot waits for topics.json (see
             // control.rs); so does its send.
             return self.await_persist(vec![ticket], AfterPersist::Dispatch(request));
+        }
+        // Java refuses only order topics here: producers of the others stop
+        // choosing this broker once the name server routes it without write
+        // permission, and the sends already on their way still land.
+        if config.order
+            && let Some(refused) = self.broker_refuses_writes()
+        {
+            return self.reply(request.reply, refused);
         }
         if !perm::is_writeable(config.perm) {
             let remark = format!("the topic[{}] sending message is forbidden", header.topic);
@@ -631,6 +652,9 @@ impl ShardHandler {
                 );
             }
         };
+        if let Some(refused) = self.broker_refuses_writes() {
+            return self.reply(request.reply, refused);
+        }
         if group.retry_queue_nums <= 0 {
             return self.reply(request.reply, super::success());
         }

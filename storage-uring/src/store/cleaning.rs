@@ -10,6 +10,7 @@ use crate::commit_log::SegmentRemoval;
 use crate::disk::{Disk, DiskCompletion, DiskOp, FileId, OpId, OpTag, Wait};
 use crate::error::StorageError;
 use crate::limits::{RETENTION_CQ_FILES_PER_TURN_MAX, RETENTION_QUEUES_PER_TURN_MAX};
+use crate::retention::RetentionConfig;
 
 impl<D: Disk> Store<D> {
     pub(super) fn check_space(&mut self) {
@@ -50,6 +51,18 @@ impl<D: Disk> Store<D> {
     /// Unexpired segments stay, as at deleteWhen.
     pub fn delete_expired_now(&mut self) {
         self.manual_retention = true;
+    }
+
+    /// The retention rules in force.
+    pub fn retention(&self) -> &RetentionConfig {
+        &self.config.retention
+    }
+
+    /// Replaces the retention rules (fileReservedTime, deleteWhen, ...)
+    /// while the store runs; the next retention run plans by them. A plan
+    /// already being carried out goes on.
+    pub fn set_retention(&mut self, retention: RetentionConfig) {
+        self.config.retention = retention;
     }
 
     /// Decides which CommitLog segments go now ([`RetentionConfig::plan`],

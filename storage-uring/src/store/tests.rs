@@ -465,6 +465,36 @@ fn turns(store: &mut Store<SimDisk>, now_ms: u64, turns: usize) {
 }
 
 #[test]
+fn retention_set_while_the_store_runs_plans_the_next_run() {
+    let mut config = retention_config();
+    // Nothing expires within these tests' hours, and never at this hour.
+    config.retention.file_reserved_time_hours = 1_000;
+    config.retention.delete_when_hours = vec![23];
+    let (mut store, _) = Store::open(SimDisk::new(SimConfig::new(23)), config, T0).unwrap();
+    fill_segments(&mut store, 5, T0);
+    let later = T0 + 3 * HOUR_MS;
+    turns(&mut store, later, 50);
+    assert_eq!(
+        store.retention_stats().segments_removed,
+        0,
+        "kept for 1,000 h"
+    );
+    let mut retention = store.retention().clone();
+    retention.file_reserved_time_hours = 1;
+    retention.delete_when_hours = vec![4];
+    store.set_retention(retention);
+    assert_eq!(store.retention().file_reserved_time_hours, 1);
+    for step in 0..50 {
+        turns(&mut store, later + 1_000 + step * 100, 4);
+    }
+    let removed = store.retention_stats().segments_removed;
+    assert!(
+        removed >= 3,
+        "only {removed} expired segments went at 04:00"
+    );
+}
+
+#[test]
 fn a_plan_removes_its_segments_one_at_a_time_spaced_by_the_interval() {
     let mut config = retention_config();
     config.retention.delete_commit_log_files_interval_ms = 100;

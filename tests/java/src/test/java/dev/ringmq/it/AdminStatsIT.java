@@ -289,16 +289,6 @@ class AdminStatsIT {
         assertEquals("ASYNC_FLUSH", config.getProperty("flushDiskType"));
     }
 
-    /** ringmq's limit (Apache RocketMQ applies such a change): the configuration is fixed while it runs. */
-    @Test
-    void updatingTheBrokerConfigIsRefused() throws Exception {
-        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
-        Properties change = new Properties();
-        change.setProperty("fileReservedTime", "48");
-        MQBrokerException refused = assertThrows(MQBrokerException.class, () -> admin.updateBrokerConfig(addr, change));
-        assertEquals(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, refused.getResponseCode(), refused.getMessage());
-    }
-
     @Test
     void theOnlineGroupsSubscriptionAndTheUserTopicsAreListed() throws Exception {
         SubscriptionData subscription = admin.querySubscription(group, topic);

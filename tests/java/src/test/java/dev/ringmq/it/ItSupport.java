@@ -24,7 +24,10 @@ import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.impl.CommunicationMode;
+import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
+import org.apache.rocketmq.client.impl.consumer.PullResultExt;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -33,11 +36,14 @@ import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.filter.ExpressionType;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.common.sysflag.PullSysFlag;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.QueryConsumerOffsetRequestHeader;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.remoting.protocol.route.QueueData;
@@ -183,6 +189,33 @@ final class ItSupport {
         admin.setAdminExtGroup(unique("admin"));
         admin.start();
         return admin;
+    }
+
+    /** The admin client's remoting API, for requests its public methods do not make. */
+    static MQClientAPIImpl api(DefaultMQAdminExt admin) {
+        return admin.getDefaultMQAdminExtImpl().getMqClientInstance().getMQClientAPIImpl();
+    }
+
+    /**
+     * PULL_MESSAGE of one message of {@code queue} at {@code offset} by {@code group}, subscribed to
+     * every tag, asked of the broker at {@code addr} without long polling. The answer's messages
+     * are left undecoded ({@link PullResultExt#getMessageBinary}).
+     */
+    static PullResultExt pullOne(DefaultMQAdminExt admin, String addr, MessageQueue queue, String group,
+            long offset) throws Exception {
+        PullMessageRequestHeader header = new PullMessageRequestHeader();
+        header.setConsumerGroup(group);
+        header.setTopic(queue.getTopic());
+        header.setQueueId(queue.getQueueId());
+        header.setQueueOffset(offset);
+        header.setMaxMsgNums(1);
+        header.setSysFlag(PullSysFlag.buildSysFlag(false, false, true, false));
+        header.setCommitOffset(0L);
+        header.setSuspendTimeoutMillis(0L);
+        header.setSubscription("*");
+        header.setSubVersion(0L);
+        header.setExpressionType(ExpressionType.TAG);
+        return (PullResultExt) api(admin).pullMessage(addr, header, ADMIN_TIMEOUT_MS, CommunicationMode.SYNC, null);
     }
 
     /** Master addresses of every broker the name server knows, waiting for at least one. */

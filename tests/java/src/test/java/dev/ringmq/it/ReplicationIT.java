@@ -31,16 +31,13 @@ import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.MixAll;
-import org.apache.rocketmq.common.filter.ExpressionType;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
-import org.apache.rocketmq.common.sysflag.PullSysFlag;
 import org.apache.rocketmq.common.topic.TopicValidator;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
 import org.apache.rocketmq.remoting.protocol.body.HARuntimeInfo;
-import org.apache.rocketmq.remoting.protocol.header.PullMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.header.SendMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
@@ -178,11 +175,7 @@ class ReplicationIT {
 
     /** GET_MAX_OFFSET of {@code queue} asked of the broker at {@code addr}. */
     static long maxOffsetAt(DefaultMQAdminExt admin, String addr, MessageQueue queue) throws Exception {
-        return api(admin).getMaxOffset(addr, queue, ItSupport.ADMIN_TIMEOUT_MS);
-    }
-
-    static MQClientAPIImpl api(DefaultMQAdminExt admin) {
-        return admin.getDefaultMQAdminExtImpl().getMqClientInstance().getMQClientAPIImpl();
+        return ItSupport.api(admin).getMaxOffset(addr, queue, ItSupport.ADMIN_TIMEOUT_MS);
     }
 
     /** Queue id: master's max offset / slave's max offset, for failure messages. */
@@ -374,28 +367,6 @@ class ReplicationIT {
         assertEquals(1, maxOffsetAt(pair.admin(), pair.master().addr(), queue), "the configured topic's message");
     }
 
-    /**
-     * PULL_MESSAGE of one message of {@code queue} at {@code offset} by {@code group}, asked of the
-     * broker at {@code addr} without long polling.
-     */
-    static PullResultExt pullAt(Pair pair, String addr, MessageQueue queue, String group, long offset)
-            throws Exception {
-        PullMessageRequestHeader header = new PullMessageRequestHeader();
-        header.setConsumerGroup(group);
-        header.setTopic(queue.getTopic());
-        header.setQueueId(queue.getQueueId());
-        header.setQueueOffset(offset);
-        header.setMaxMsgNums(1);
-        header.setSysFlag(PullSysFlag.buildSysFlag(false, false, true, false));
-        header.setCommitOffset(0L);
-        header.setSuspendTimeoutMillis(0L);
-        header.setSubscription("*");
-        header.setSubVersion(0L);
-        header.setExpressionType(ExpressionType.TAG);
-        return (PullResultExt) api(pair.admin()).pullMessage(addr, header, ItSupport.ADMIN_TIMEOUT_MS,
-                CommunicationMode.SYNC, null);
-    }
-
     /** The first message of a raw pull answer (the client decodes them later, in PullAPIWrapper). */
     static MessageExt firstMessage(PullResultExt result) {
         List<MessageExt> messages = MessageDecoder.decodes(ByteBuffer.wrap(result.getMessageBinary()));
@@ -431,20 +402,20 @@ class ReplicationIT {
         String group = unique("repl-read-low");
         String master = pair.master().addr();
         String slave = pair.slave().addr();
-        PullResultExt behindOnMaster = pullAt(pair, master, queue, group, 0);
+        PullResultExt behindOnMaster = ItSupport.pullOne(pair.admin(), master, queue, group, 0);
         assertEquals(PullStatus.FOUND, behindOnMaster.getPullStatus(), behindOnMaster::toString);
         assertEquals(1L, behindOnMaster.getSuggestWhichBrokerId(), "the master sends a consumer behind to its slave");
-        PullResultExt behindOnSlave = pullAt(pair, slave, queue, group, 0);
+        PullResultExt behindOnSlave = ItSupport.pullOne(pair.admin(), slave, queue, group, 0);
         assertEquals(PullStatus.FOUND, behindOnSlave.getPullStatus(), behindOnSlave::toString);
         assertEquals(firstMessage(behindOnMaster).getMsgId(), firstMessage(behindOnSlave).getMsgId(),
                 "the same first message on both");
         assertEquals(1L, behindOnSlave.getSuggestWhichBrokerId(), "the slave keeps a consumer behind");
-        PullResultExt caughtUpOnSlave = pullAt(pair, slave, queue, group, end);
+        PullResultExt caughtUpOnSlave = ItSupport.pullOne(pair.admin(), slave, queue, group, end);
         assertEquals(PullStatus.NO_MATCHED_MSG, caughtUpOnSlave.getPullStatus(),
                 "PULL_RETRY_IMMEDIATELY: " + caughtUpOnSlave);
         assertEquals(MixAll.MASTER_ID, caughtUpOnSlave.getSuggestWhichBrokerId(), "back to the master");
         assertEquals(end, caughtUpOnSlave.getNextBeginOffset());
-        PullResultExt caughtUpOnMaster = pullAt(pair, master, queue, group, end);
+        PullResultExt caughtUpOnMaster = ItSupport.pullOne(pair.admin(), master, queue, group, end);
         assertEquals(PullStatus.NO_NEW_MSG, caughtUpOnMaster.getPullStatus(), caughtUpOnMaster::toString);
         assertEquals(MixAll.MASTER_ID, caughtUpOnMaster.getSuggestWhichBrokerId());
 
@@ -474,20 +445,20 @@ class ReplicationIT {
         await("the message on the slave", () -> maxOffsetAt(pair.admin(), pair.slave().addr(), queue) == 1,
                 () -> maxOffsets(pair));
         String group = unique("repl-offset-group");
-        PullResultExt onMaster = pullAt(pair, pair.master().addr(), queue, group, 5);
+        PullResultExt onMaster = ItSupport.pullOne(pair.admin(), pair.master().addr(), queue, group, 5);
         assertEquals(PullStatus.OFFSET_ILLEGAL, onMaster.getPullStatus(), onMaster::toString);
         assertEquals(0, onMaster.getNextBeginOffset(), "the master moves it to its queue's start");
         // The master is online and the slave has no message there: it also sends the consumer back
         // (PULL_RETRY_IMMEDIATELY), without moving it.
-        PullResultExt onSlave = pullAt(pair, pair.slave().addr(), queue, group, 5);
+        PullResultExt onSlave = ItSupport.pullOne(pair.admin(), pair.slave().addr(), queue, group, 5);
         assertEquals(PullStatus.NO_MATCHED_MSG, onSlave.getPullStatus(), onSlave::toString);
         assertEquals(5, onSlave.getNextBeginOffset(), "the slave leaves the offset");
         assertEquals(MixAll.MASTER_ID, onSlave.getSuggestWhichBrokerId());
         // Without its master the slave answers PULL_OFFSET_MOVED, still with the consumer's offset.
         pair.master().kill9();
         awaitOnlyTheSlave(pair);
-        await("the slave seeing its master gone", () -> pullAt(pair, pair.slave().addr(), queue, group, 5)
+        await("the slave seeing its master gone", () -> ItSupport.pullOne(pair.admin(), pair.slave().addr(), queue, group, 5)
                 .getPullStatus() == PullStatus.OFFSET_ILLEGAL, () -> "pulls still redirected");
-        assertEquals(5, pullAt(pair, pair.slave().addr(), queue, group, 5).getNextBeginOffset());
+        assertEquals(5, ItSupport.pullOne(pair.admin(), pair.slave().addr(), queue, group, 5).getNextBeginOffset());
     }
 }
