@@ -44,6 +44,7 @@ use ringmq_storage::ring::Waker;
 use crate::shard::link::ShardMsg;
 use crate::shard::replica::{MasterConfig, REPLICA_CHUNK_BYTES_MAX, ReplicaCall};
 use crate::shard::runtime::{call, connect, wall_clock_ms};
+use crate::tps::BytesPerSecond;
 
 /// How long a master may hold one replica pull that finds nothing new.
 pub const REPLICA_SUSPEND_MS: i64 = 1_000;
@@ -99,6 +100,11 @@ pub struct ReplicaStatus {
     master_ack: AtomicU64,
     last_read_ms: AtomicI64,
     last_write_ms: AtomicI64,
+    /// [`BytesPerSecond`] of the records received, in parts (written by the
+    /// replicator thread alone; a reader may see the parts of two updates).
+    received_second: AtomicI64,
+    received_this_second: AtomicU64,
+    received_last_second: AtomicU64,
 }
 
 /// A [`ReplicaStatus`] as read at one moment.
@@ -114,6 +120,8 @@ pub struct ReplicaStatusSnapshot {
     pub last_read_ms: i64,
     /// When the thread last asked (ms since the epoch, 0: never).
     pub last_write_ms: i64,
+    /// Record bytes received in the last whole second.
+    pub transferred_per_s: u64,
 }
 
 impl ReplicaStatus {
@@ -133,7 +141,28 @@ impl ReplicaStatus {
             master_ack: self.master_ack.load(Ordering::Relaxed),
             last_read_ms: self.last_read_ms.load(Ordering::Relaxed),
             last_write_ms: self.last_write_ms.load(Ordering::Relaxed),
+            transferred_per_s: self.received().per_second(wall_clock_ms()),
         }
+    }
+
+    fn received(&self) -> BytesPerSecond {
+        BytesPerSecond {
+            second: self.received_second.load(Ordering::Relaxed),
+            this_second: self.received_this_second.load(Ordering::Relaxed),
+            last_second: self.received_last_second.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The replicator thread received `bytes` of records at `now_ms`.
+    fn count_received(&self, now_ms: i64, bytes: u64) {
+        let mut received = self.received();
+        received.add(now_ms, bytes);
+        self.received_second
+            .store(received.second, Ordering::Relaxed);
+        self.received_this_second
+            .store(received.this_second, Ordering::Relaxed);
+        self.received_last_second
+            .store(received.last_second, Ordering::Relaxed);
     }
 }
 
@@ -284,9 +313,9 @@ impl Replicator {
                 .last_write_ms
                 .store(wall_clock_ms(), Ordering::Relaxed);
             let answer = master.call(request)?;
-            status
-                .last_read_ms
-                .store(wall_clock_ms(), Ordering::Relaxed);
+            let read_ms = wall_clock_ms();
+            status.last_read_ms.store(read_ms, Ordering::Relaxed);
+            status.count_received(read_ms, answer.body_bytes().len() as u64);
             status.connected.store(true, Ordering::Relaxed);
             if !served {
                 served = true;

@@ -183,9 +183,73 @@ impl TpsSampler {
     }
 }
 
+/// Bytes moved per second, as Java's `FlowMonitor` reports them for
+/// replication (`transferredByteInSecond`): the bytes of the last whole
+/// second of the wall clock, 0 once a second passed without any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BytesPerSecond {
+    /// The second (ms since the epoch / 1000) `this_second` counts.
+    pub second: i64,
+    /// Bytes in `second` so far.
+    pub this_second: u64,
+    /// Bytes in the second before `second`.
+    pub last_second: u64,
+}
+
+impl BytesPerSecond {
+    /// Counts `bytes` moved at `now_ms`.
+    pub fn add(&mut self, now_ms: i64, bytes: u64) {
+        let second = now_ms.div_euclid(1_000);
+        if second != self.second {
+            self.last_second = if second == self.second + 1 {
+                self.this_second
+            } else {
+                0
+            };
+            self.this_second = 0;
+            self.second = second;
+        }
+        self.this_second = self.this_second.saturating_add(bytes);
+    }
+
+    /// The bytes of the last whole second before `now_ms`.
+    pub fn per_second(&self, now_ms: i64) -> u64 {
+        let second = now_ms.div_euclid(1_000);
+        if second == self.second {
+            self.last_second
+        } else if second == self.second + 1 {
+            self.this_second
+        } else {
+            0
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_per_second_reports_the_last_whole_second() {
+        let mut rate = BytesPerSecond::default();
+        let t = 1_000_000;
+        assert_eq!(rate.per_second(t), 0);
+        rate.add(t, 100);
+        rate.add(t + 500, 50);
+        assert_eq!(rate.per_second(t + 999), 0, "the second is not over");
+        assert_eq!(rate.per_second(t + 1_000), 150);
+        rate.add(t + 1_200, 7);
+        assert_eq!(rate.per_second(t + 1_999), 150);
+        assert_eq!(rate.per_second(t + 2_000), 7);
+        assert_eq!(rate.per_second(t + 3_000), 0, "a second without bytes");
+        rate.add(t + 5_000, 9);
+        assert_eq!(
+            rate.per_second(t + 5_500),
+            0,
+            "the second before carried nothing"
+        );
+        assert_eq!(rate.per_second(t + 6_000), 9);
+    }
 
     const START: i64 = 1_700_000_000_000;
 

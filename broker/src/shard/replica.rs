@@ -68,6 +68,7 @@ use super::{ShardHandler, response};
 use crate::config::BrokerRole;
 use crate::replication::{ReplicaStatus, ReplicaStatusSnapshot};
 use crate::server::ConnectionId;
+use crate::tps::BytesPerSecond;
 
 /// Most bytes one replica pull answers (about: a larger record comes whole).
 pub const REPLICA_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -148,6 +149,8 @@ pub(crate) struct ReplicaPeer {
     slave: String,
     /// Where the connection's first pull started.
     transfer_from: u64,
+    /// Record bytes served to it, per second.
+    transferred: BytesPerSecond,
 }
 
 impl ReplicaPeer {
@@ -180,6 +183,8 @@ pub struct SlaveFigures {
     pub transfer_from: u64,
     /// Whether it counts as in sync for SYNC_MASTER.
     pub in_sync: bool,
+    /// Record bytes served to it in the last whole second.
+    pub transferred_per_s: u64,
 }
 
 /// GET_BROKER_HA_STATUS's answer from every shard's part. A broker has one
@@ -189,7 +194,9 @@ pub struct SlaveFigures {
 /// every shard added, `diff` the rest, and `inSync` only when it is in sync
 /// on every shard. A slave reports its logs' ends, the master's positions
 /// its replicators last heard, and `activated` when every replicator's last
-/// pull was answered. `transferredByteInSecond` is not measured (0).
+/// pull was answered. `transferredByteInSecond` is the record bytes of the
+/// last whole second, served to that slave by every shard (master), or
+/// received by every replicator (slave).
 pub(crate) fn ha_runtime_info(
     is_master: bool,
     shard_count: u16,
@@ -203,7 +210,8 @@ pub(crate) fn ha_runtime_info(
             .collect();
         let client = HaClientRuntimeInfo {
             master_addr: replicas.iter().find_map(|r| r.master_addr.clone()),
-            transferred_byte_in_second: 0,
+            transferred_byte_in_second: replicas.iter().map(|r| r.transferred_per_s).sum::<u64>()
+                as i64,
             max_offset: log_end as i64,
             last_read_timestamp: replicas.iter().map(|r| r.last_read_ms).max().unwrap_or(0),
             last_write_timestamp: replicas.iter().map(|r| r.last_write_ms).max().unwrap_or(0),
@@ -231,7 +239,8 @@ pub(crate) fn ha_runtime_info(
                 diff: log_end.saturating_sub(durable) as i64,
                 in_sync: shards.len() == usize::from(shard_count)
                     && shards.iter().all(|f| f.in_sync),
-                transferred_byte_in_second: 0,
+                transferred_byte_in_second: shards.iter().map(|f| f.transferred_per_s).sum::<u64>()
+                    as i64,
                 transfer_from_where: shards.iter().map(|f| f.transfer_from).sum::<u64>() as i64,
             }
         })
@@ -463,6 +472,7 @@ impl ShardHandler {
                         .clone()
                         .unwrap_or_else(|| request.peer.to_string()),
                     transfer_from: from,
+                    transferred: BytesPerSecond::default(),
                 });
             }
         }
@@ -477,16 +487,23 @@ impl ShardHandler {
                 suspend_ms: header.suspend_millis,
             };
         }
-        Served::Answer(self.replica_served(key, from, bytes))
+        Served::Answer(self.replica_served(key, from, bytes, now_ms))
     }
 
     /// The answer with `bytes` from `from` to the slave connection `key`.
-    fn replica_served(&mut self, key: PeerKey, from: u64, bytes: Vec<u8>) -> RemotingCommand {
+    fn replica_served(
+        &mut self,
+        key: PeerKey,
+        from: u64,
+        bytes: Vec<u8>,
+        now_ms: i64,
+    ) -> RemotingCommand {
         // Past a segment's BLANK the slave goes on at the next segment: its
         // next pull there needs no new proof of its position (a read).
         let next = self.store().replica_chunk_end(from, &bytes);
         if let Some(peer) = self.replica.peers.get_mut(&key) {
             peer.next = next;
+            peer.transferred.add(now_ms, bytes.len() as u64);
         }
         let master_offset = self.store().commit_log().appender().ack_position();
         replica_pull_answer(master_offset, None, bytes)
@@ -544,6 +561,7 @@ impl ShardHandler {
                     durable: peer.durable,
                     transfer_from: peer.transfer_from,
                     in_sync: peer.in_sync(log_end, now_ms),
+                    transferred_per_s: peer.transferred.per_second(now_ms),
                 })
                 .collect(),
             replica: self.replica.status.as_ref().map(|status| status.snapshot()),
@@ -762,6 +780,7 @@ mod tests {
             durable,
             transfer_from: 10,
             in_sync,
+            transferred_per_s: durable / 100,
         }
     }
 
@@ -790,6 +809,7 @@ mod tests {
         let a = by_addr["a:1"];
         assert_eq!((a.slave_ack_offset, a.diff, a.in_sync), (1_400, 100, true));
         assert_eq!(a.transfer_from_where, 20);
+        assert_eq!(a.transferred_byte_in_second, 9 + 5, "both shards' bytes");
         // b pulls from one shard only: what the other holds counts as behind.
         let b = by_addr["b:2"];
         assert_eq!((b.slave_ack_offset, b.diff, b.in_sync), (1_000, 500, false));
@@ -809,6 +829,7 @@ mod tests {
             master_ack: ack,
             last_read_ms: read,
             last_write_ms: read - 1,
+            transferred_per_s: ack / 100,
         };
         let parts = [
             HaPart {
@@ -831,6 +852,7 @@ mod tests {
             (client.last_read_timestamp, client.last_write_timestamp),
             (9, 8)
         );
+        assert_eq!(client.transferred_byte_in_second, 4 + 2);
         assert!(client.activated);
         // One replicator not connected, or not started: not activated.
         let mut down = parts.clone();

@@ -306,6 +306,16 @@ class ReplicationIT {
                     () -> "a SYNC_MASTER without a slave answered " + result);
         }, "--brokerRole=SYNC_MASTER");
         SendLoop loop = keep(SendLoop.start(started.get(), topic, "Sync"));
+        // While the loop sends, both ends count the bytes of the stream (haStatus's
+        // transferredByteInSecond: the last whole second's).
+        await("the master and the slave counting the bytes replicated each second", () -> {
+            HARuntimeInfo master = pair.admin().getBrokerHAStatus(pair.master().addr());
+            HARuntimeInfo slave = pair.admin().getBrokerHAStatus(pair.slave().addr());
+            return !master.getHaConnectionInfo().isEmpty()
+                    && master.getHaConnectionInfo().get(0).getTransferredByteInSecond() > 0
+                    && slave.getHaClientRuntimeInfo().getTransferredByteInSecond() > 0;
+        }, () -> "master " + pair.admin().getBrokerHAStatus(pair.master().addr()) + ", slave "
+                + pair.admin().getBrokerHAStatus(pair.slave().addr()));
         // SLAVE_NOT_AVAILABLE until the slave's first pull, FLUSH_SLAVE_TIMEOUT: other outcomes.
         loop.awaitAcked(ACKED_BEFORE_KILL, () -> maxOffsets(pair));
         // Right after the acknowledgements, no waiting for the slave: it must have them already.
