@@ -133,6 +133,8 @@ pub struct ShardHandler {
     held: Vec<HeldPull>,
     /// Pulls waiting for the store's background reads of their records.
     reading_pulls: Vec<pull::ReadingPull>,
+    /// QUERY_MESSAGE parts waiting for the same.
+    reading_queries: Vec<query::ReadingQuery>,
     outbound: Vec<(ConnectionId, RemotingCommand)>,
     closes: Vec<ConnectionId>,
     acks: Vec<AppendAck>,
@@ -250,6 +252,7 @@ impl ShardHandler {
             pending_sends: HashMap::new(),
             held: Vec::new(),
             reading_pulls: Vec::new(),
+            reading_queries: Vec::new(),
             outbound: Vec::new(),
             closes: Vec::new(),
             acks: Vec::new(),
@@ -644,9 +647,11 @@ impl ShardHandler {
                 }
                 ShardMsg::Stats(query, stats) => self.on_shard_stats(query, &stats, now_ms),
                 ShardMsg::Ask { query, from, ask } => {
-                    let part = Box::new(self.answer_ask(&ask, now_ms));
-                    if let Some(links) = &mut self.links {
-                        links.send(from, ShardMsg::Part(query, part));
+                    let to = query::PartTo::Shard { shard: from, query };
+                    if let Some(part) = self.answer_ask(&ask, to, now_ms)
+                        && let Some(links) = &mut self.links
+                    {
+                        links.send(from, ShardMsg::Part(query, Box::new(part)));
                     }
                 }
                 ShardMsg::Part(query, part) => self.on_part(query, *part, now_ms),
@@ -818,6 +823,7 @@ impl RequestHandler for ShardHandler {
         !self.pending_sends.is_empty()
             || !self.held.is_empty()
             || !self.reading_pulls.is_empty()
+            || !self.reading_queries.is_empty()
             || self.replica_pending()
             || self.links.as_ref().is_some_and(Links::has_backlog)
     }

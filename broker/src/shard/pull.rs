@@ -164,8 +164,10 @@ impl ShardHandler {
     /// store has now read (see [`ReadingPull`]), marks the delay levels
     /// whose reads are done, and delivers the timer entries whose are.
     pub(crate) fn run_reading_pulls(&mut self, now_ms: i64) {
-        let parked =
-            !self.reading_pulls.is_empty() || self.delay.is_reading() || self.timer_is_reading();
+        let parked = !self.reading_pulls.is_empty()
+            || !self.reading_queries.is_empty()
+            || self.delay.is_reading()
+            || self.timer_is_reading();
         if !parked || self.store.is_none() {
             return;
         }
@@ -177,8 +179,11 @@ impl ShardHandler {
                 .iter()
                 .position(|pull| pull.ticket == ticket)
             else {
-                // Or a delay level's read (polled again in `run_delay`), or
-                // a due timer entry's.
+                // Or a query part's, a delay level's read (polled again in
+                // `run_delay`), or a due timer entry's.
+                if self.on_query_read_done(ticket, now_ms) {
+                    continue;
+                }
                 if !self.delay.on_read_done(ticket) {
                     self.on_timer_read_done(ticket, now_ms);
                 }

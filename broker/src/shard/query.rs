@@ -1,17 +1,29 @@
 //! QUERY_MESSAGE (12): messages by key (or unique key) within a time range.
 //! Every shard has its own IndexFile: this module finds one shard's records
-//! and merges the shards' parts, which `super::gather` collects.
+//! and merges the shards' parts, which `super::gather` collects. Records
+//! not in memory are read through the ring in the background while the
+//! shard goes on (`ReadingQuery`); the part is computed again, and sent,
+//! once every read is done (until the thirty-fourth session they were read
+//! synchronously, holding the shard on the disk for each).
 //!
 //! # Invariants
 //! - A body never holds more than the query's maximum number of records,
 //!   and only whole records.
+//! - A parked part is computed again and delivered exactly once, when its
+//!   last read is done (every ticket comes back from the store, a failed
+//!   read's too; the second computation reads synchronously what it then
+//!   lacks).
 
 use bytes::Bytes;
 use ringmq_protocol::code::response_code;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{QueryMessageRequestHeader, QueryMessageResponseHeader};
 
+use ringmq_storage::store::{PullRead, RecordRead};
+
 use super::ShardHandler;
+use super::gather::Part;
+use super::link::ShardMsg;
 
 /// Records a unique-key query returns at most (Java's `defaultQueryMaxNum`).
 pub const UNIQUE_KEY_QUERY_MAX: usize = 32;
@@ -40,9 +52,88 @@ pub(crate) fn query_limit(header: &QueryMessageRequestHeader) -> usize {
     }
 }
 
+/// Where a shard's part of a query goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PartTo {
+    /// This shard's own gathering `query`.
+    Own(u64),
+    /// Gathering `query` of shard `shard`.
+    Shard {
+        /// The gathering shard.
+        shard: u16,
+        /// Its gathering id.
+        query: u64,
+    },
+}
+
+/// A query part whose records the store is reading in the background.
+#[derive(Debug)]
+pub(crate) struct ReadingQuery {
+    cmd: RemotingCommand,
+    to: PartTo,
+    /// The reads not done yet.
+    tickets: Vec<u64>,
+}
+
+/// A query part, or the reads it waits for.
+enum QueryRead {
+    Ready(QueryPart),
+    Reading(Vec<u64>),
+}
+
 impl ShardHandler {
-    /// This shard's records for the query in `cmd`.
-    pub(crate) fn query_part(&mut self, cmd: &RemotingCommand) -> Result<QueryPart, String> {
+    /// This shard's part of the query in `cmd` for `to`: at once, or `None`
+    /// when records had to be read from the disk; the part is then sent
+    /// once the reads are done ([`ShardHandler::on_query_read_done`]).
+    pub(crate) fn message_part(&mut self, cmd: &RemotingCommand, to: PartTo) -> Option<QueryPart> {
+        match self.query_part(cmd, PullRead::Background) {
+            Ok(QueryRead::Ready(part)) => Some(part),
+            Ok(QueryRead::Reading(tickets)) => {
+                self.reading_queries.push(ReadingQuery {
+                    cmd: cmd.clone(),
+                    to,
+                    tickets,
+                });
+                None
+            }
+            Err(_) => Some(QueryPart::default()),
+        }
+    }
+
+    /// Whether a parked query part waited for the background read
+    /// `ticket`; the part whose last read it was is computed again and
+    /// delivered.
+    pub(crate) fn on_query_read_done(&mut self, ticket: u64, now_ms: i64) -> bool {
+        let Some(index) = self
+            .reading_queries
+            .iter()
+            .position(|query| query.tickets.contains(&ticket))
+        else {
+            return false;
+        };
+        let waiting = &mut self.reading_queries[index].tickets;
+        waiting.retain(|waited| *waited != ticket);
+        if waiting.is_empty() {
+            let query = self.reading_queries.swap_remove(index);
+            let part = match self.query_part(&query.cmd, PullRead::AfterRead) {
+                Ok(QueryRead::Ready(part)) => part,
+                Ok(QueryRead::Reading(_)) | Err(_) => QueryPart::default(),
+            };
+            match query.to {
+                PartTo::Own(id) => self.on_part(id, Part::Messages(part), now_ms),
+                PartTo::Shard { shard, query: id } => {
+                    if let Some(links) = &mut self.links {
+                        links.send(shard, ShardMsg::Part(id, Box::new(Part::Messages(part))));
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// This shard's records for the query in `cmd`, those not in memory
+    /// read as `read` says (in the background: the reads' tickets).
+    fn query_part(&mut self, cmd: &RemotingCommand, read: PullRead) -> Result<QueryRead, String> {
         let header: QueryMessageRequestHeader = cmd
             .decode_custom_header()
             .map_err(|error| error.to_string())?;
@@ -59,13 +150,22 @@ impl ShardHandler {
             last_update_phy_offset: found.index_last_update_phy_offset,
             ..QueryPart::default()
         };
+        let mut tickets = Vec::new();
         for offset in found.phy_offsets.into_iter().take(max) {
-            if let Ok(Some(record)) = self.store_mut().read_record(offset) {
-                part.records.extend_from_slice(&record);
-                part.count += 1;
+            match self.store_mut().record_at(offset, read) {
+                Ok(RecordRead::Ready(Some(record))) => {
+                    part.records.extend_from_slice(&record);
+                    part.count += 1;
+                }
+                Ok(RecordRead::Reading(ticket)) => tickets.push(ticket),
+                Ok(RecordRead::Ready(None)) | Err(_) => {}
             }
         }
-        Ok(part)
+        Ok(if tickets.is_empty() {
+            QueryRead::Ready(part)
+        } else {
+            QueryRead::Reading(tickets)
+        })
     }
 }
 

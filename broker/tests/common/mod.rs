@@ -371,9 +371,22 @@ impl Client {
     /// queue 0 of `topic`, so that on a broker started with
     /// `--tailCacheSize=0` every record before them has left memory.
     pub fn push_out_of_memory(&mut self, topic: &str) {
+        self.push_out_of_memory_on(topic, 0);
+    }
+
+    /// [`Client::push_out_of_memory`] through queue `queue_id` (so into
+    /// the log of the shard that owns it).
+    pub fn push_out_of_memory_on(&mut self, topic: &str, queue_id: i32) {
         let filler = vec![b'f'; 60 * 1024];
         for _ in 0..420 {
-            self.send_message("pg", topic, 0, 1_700_000_000_000, String::new(), &filler);
+            self.send_message(
+                "pg",
+                topic,
+                queue_id,
+                1_700_000_000_000,
+                String::new(),
+                &filler,
+            );
         }
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! | request | ask | answer |
 //! | --- | --- | --- |
-//! | QUERY_MESSAGE (12) | the records by key in each shard's index | records, up to the query's maximum (`super::query`) |
+//! | QUERY_MESSAGE (12) | the records by key in each shard's index (those not in memory read in the background first, the part sent afterwards) | records, up to the query's maximum (`super::query`) |
 //! | GET_TOPIC_STATS_INFO (202) | min and max offset of each owned queue, and the store time of its last message | `TopicStatsTable`; TOPIC_NOT_EXIST for an unknown topic |
 //! | GET_CONSUME_STATS (208) | without a topic, first the topics the group has offsets for; then per owned queue the max offset, the group's offset and the store time of the last message it consumed | `ConsumeStats` |
 //! | QUERY_TOPIC_CONSUME_BY_WHO (300) | groups with offsets on the topic | `GroupList`, with the online groups subscribed to it |
@@ -63,7 +63,7 @@ use ringmq_protocol::json::QueueTimeSpan;
 
 use super::ShardHandler;
 use super::link::{ReplyTo, Request, ShardMsg};
-use super::query::{QueryPart, merge_records};
+use super::query::{PartTo, QueryPart, merge_records};
 use crate::shard::replica::HaPart;
 use crate::stats_table::{ItemFigures, StatsName};
 
@@ -277,8 +277,14 @@ impl ShardHandler {
 
     /// Computes this shard's part and asks the other shards for theirs.
     fn gather(&mut self, reply: ReplyTo, goal: Goal, ask: Ask, now_ms: i64) {
-        let merged = self.answer_ask(&ask, now_ms);
-        let missing = self.settings.shard_count - 1;
+        self.next_query += 1;
+        let query = self.next_query;
+        let others = self.settings.shard_count - 1;
+        // This shard's own part may come later, as another shard's would.
+        let (merged, missing) = match self.answer_ask(&ask, PartTo::Own(query), now_ms) {
+            Some(part) => (part, others),
+            None => (Part::Messages(QueryPart::default()), others + 1),
+        };
         let gathering = Gathering {
             reply,
             goal,
@@ -288,9 +294,10 @@ impl ShardHandler {
         if missing == 0 {
             return self.gathered(gathering, now_ms);
         }
-        self.next_query += 1;
-        let query = self.next_query;
         self.gatherings.insert(query, gathering);
+        if others == 0 {
+            return;
+        }
         let me = self.id;
         if let Some(links) = &mut self.links {
             links.broadcast(|| ShardMsg::Ask {

@@ -9,6 +9,7 @@ use ringmq_protocol::json::QueueTimeSpan;
 use super::{Ask, Part, QueueAsk, QueueFigures, Rates, ResetAsk};
 use crate::route::ShardId;
 use crate::shard::ShardHandler;
+use crate::shard::query::PartTo;
 use crate::stats_table::{StatsName, group_key};
 use crate::topic_config::{SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS};
 
@@ -18,10 +19,12 @@ impl ShardHandler {
         self.router.queues_of(ShardId(self.id), queues)
     }
 
-    /// This shard's part of `ask`.
-    pub(crate) fn answer_ask(&mut self, ask: &Ask, now_ms: i64) -> Part {
-        match ask {
-            Ask::Messages(cmd) => Part::Messages(self.query_part(cmd).unwrap_or_default()),
+    /// This shard's part of `ask` for `to`: at once, or `None` when it is
+    /// sent later (QUERY_MESSAGE's records read in the background,
+    /// `crate::shard::query`).
+    pub(crate) fn answer_ask(&mut self, ask: &Ask, to: PartTo, now_ms: i64) -> Option<Part> {
+        Some(match ask {
+            Ask::Messages(cmd) => Part::Messages(self.message_part(cmd, to)?),
             Ask::TopicsOfGroup(group) => Part::Names(
                 self.offsets
                     .topics_of_group(group)
@@ -86,7 +89,7 @@ impl ShardHandler {
                 }
                 Part::Done
             }
-        }
+        })
     }
 
     /// CLEAN_UNUSED_TOPIC on this shard: the queues of topics neither in
