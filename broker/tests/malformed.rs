@@ -709,6 +709,12 @@ fn admin_requests_answer_bad_headers_and_unknown_names_with_errors() {
             ExtFields::new(),
         ));
         assert_eq!(delete.code, response_code::SUCCESS, "{:?}", delete.remark);
+        // So is one to clean the ConsumeQueues below the log's start now.
+        let clean = client.call(RemotingCommand::new_request(
+            request_code::CLEAN_EXPIRED_CONSUMEQUEUE,
+            ExtFields::new(),
+        ));
+        assert_eq!(clean.code, response_code::SUCCESS, "{:?}", clean.remark);
         // A group nobody knows has no offsets: an empty table, not an error.
         let stats = client.call(with(
             request_code::GET_CONSUME_STATS,

@@ -53,6 +53,14 @@ impl<D: Disk> Store<D> {
         self.manual_retention = true;
     }
 
+    /// Runs retention's cleaning of ConsumeQueue and index files below the
+    /// CommitLog's min offset now (CLEAN_EXPIRED_CONSUMEQUEUE), from the
+    /// first queue, a few queues per turn; retention runs it after every
+    /// segment it removes anyway.
+    pub fn clean_expired_queues_now(&mut self) {
+        self.retention_cursor = Some(0);
+    }
+
     /// The retention rules in force.
     pub fn retention(&self) -> &RetentionConfig {
         &self.config.retention

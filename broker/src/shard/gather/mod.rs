@@ -22,6 +22,7 @@
 //! | GET_BROKER_HA_STATUS (907) | the shard's log end, its slaves' positions (master), its replicator's status (slave) | `HARuntimeInfo` (`crate::shard::replica::ha_runtime_info`) |
 //! | CLEAN_UNUSED_TOPIC (316) | remove the queues of topics neither configured nor system topics (`Store::delete_topics_not_kept`); refused on a slave | SUCCESS |
 //! | DELETE_EXPIRED_COMMITLOG (329) | remove the expired CommitLog segments at the next retention run, whatever the hour (`Store::delete_expired_now`) | SUCCESS |
+//! | CLEAN_EXPIRED_CONSUMEQUEUE (306) | clean the ConsumeQueue and index files below the log's start now (`Store::clean_expired_queues_now`; a queue whose every record is gone keeps its offsets, where Java removes it) | SUCCESS |
 //! | CLONE_GROUP_OFFSET (314) | without a topic, first the topics the source group has offsets for; then copy its offsets of each owned queue to the destination group | SUCCESS |
 //! | INVOKE_BROKER_TO_RESET_OFFSET (222) | reset the group's offsets of each owned queue (to the first message stored at or after the time, or to the offset given for one queue) | `ResetOffsetBody` |
 //!
@@ -102,6 +103,8 @@ pub enum Ask {
     Reset(Box<ResetAsk>),
     /// Remove the expired CommitLog segments at the next retention run.
     DeleteExpiredNow,
+    /// Clean the ConsumeQueue and index files below the log's start now.
+    CleanExpiredQueuesNow,
     /// The shard's replication figures.
     HaStatus,
     /// Remove the queues of topics that are neither configured nor
@@ -258,6 +261,7 @@ pub(crate) fn is_gathered(code: i32) -> bool {
             | request_code::GET_BROKER_CONSUME_STATS
             | request_code::QUERY_CONSUME_TIME_SPAN
             | request_code::DELETE_EXPIRED_COMMITLOG
+            | request_code::CLEAN_EXPIRED_CONSUMEQUEUE
             | request_code::VIEW_BROKER_STATS_DATA
             | request_code::GET_BROKER_HA_STATUS
             | request_code::CLEAN_UNUSED_TOPIC
@@ -437,9 +441,9 @@ mod tests {
     }
 
     #[test]
-    fn gathered_codes_are_the_thirteen_of_the_table() {
+    fn gathered_codes_are_the_fourteen_of_the_table() {
         for code in [
-            12, 202, 208, 222, 300, 303, 314, 315, 316, 317, 329, 343, 907,
+            12, 202, 208, 222, 300, 303, 306, 314, 315, 316, 317, 329, 343, 907,
         ] {
             assert!(is_gathered(code), "{code}");
         }

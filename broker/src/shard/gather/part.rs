@@ -65,6 +65,10 @@ impl ShardHandler {
                 self.store_mut().delete_expired_now();
                 Part::Done
             }
+            Ask::CleanExpiredQueuesNow => {
+                self.store_mut().clean_expired_queues_now();
+                Part::Done
+            }
             Ask::HaStatus => Part::Ha(vec![self.ha_part(now_ms)]),
             Ask::CleanUnusedTopics => {
                 self.clean_unused_topics();

@@ -94,6 +94,9 @@ impl ShardHandler {
             request_code::DELETE_EXPIRED_COMMITLOG => {
                 Ok((Goal::DeleteExpired, Ask::DeleteExpiredNow))
             }
+            request_code::CLEAN_EXPIRED_CONSUMEQUEUE => {
+                Ok((Goal::DeleteExpired, Ask::CleanExpiredQueuesNow))
+            }
             request_code::QUERY_CONSUME_TIME_SPAN => {
                 let header: QueryConsumeTimeSpanRequestHeader =
                     cmd.decode_custom_header().map_err(bad)?;

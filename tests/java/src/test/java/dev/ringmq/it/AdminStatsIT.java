@@ -280,6 +280,17 @@ class AdminStatsIT {
                 "topics of " + group);
     }
 
+    /** mqadmin cleanExpiredCQ: every shard cleans its ConsumeQueues below its log's start; the messages stay. */
+    @Test
+    void expiredConsumeQueuesAreCleanedOnRequest() throws Exception {
+        String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
+        assertTrue(admin.cleanExpiredConsumerQueueByAddr(addr), "cleanExpiredCQ on " + addr);
+        long stored = admin.examineTopicStats(topic).getOffsetTable().values().stream()
+                .mapToLong(offsets -> offsets.getMaxOffset() - offsets.getMinOffset())
+                .sum();
+        assertTrue(stored > 0, "the topic's messages are still there");
+    }
+
     @Test
     void theBrokerConfigIsTheOneItRunsWith() throws Exception {
         String addr = ItSupport.masterAddrs(admin, it.broker()).get(0);
