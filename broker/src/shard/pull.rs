@@ -292,16 +292,20 @@ impl ShardHandler {
             );
             return self.reply(request.reply, response(response_code::SYSTEM_ERROR, remark));
         }
-        let (consume_enable, broadcast_enable, group_sys_flag) =
+        // The group's flags, and the brokers it pulls from normally and when
+        // slow (`pull_route`); a group created on this pull has Java's
+        // defaults.
+        let (consume_enable, broadcast_enable, group_sys_flag, group_brokers) =
             match self.groups.get(&header.consumer_group) {
                 Some(group) => (
                     group.consume_enable,
                     group.consume_broadcast_enable,
                     group.group_sys_flag,
+                    (group.broker_id, group.which_broker_when_consume_slowly),
                 ),
                 None if self.groups.would_auto_create(&header.consumer_group) => {
                     self.ensure_group(&header.consumer_group, now_ms);
-                    (true, true, 0)
+                    (true, true, 0, (MASTER_ID, 1))
                 }
                 None => {
                     let remark = format!(
@@ -522,12 +526,11 @@ impl ShardHandler {
             let end = self.store().commit_log_max_offset();
             end.saturating_sub(last.commit_log_offset) > self.settings.slow_pull_lag_bytes
         });
-        let group = self.groups.get(&header.consumer_group);
         let route = pull_route(PullRouteInputs {
             slave_read_enable: self.settings.broker_config.slave_read_enable,
             slow,
-            group_broker_id: group.map_or(MASTER_ID, |group| group.broker_id),
-            group_slow_broker_id: group.map_or(1, |group| group.which_broker_when_consume_slowly),
+            group_broker_id: group_brokers.0,
+            group_slow_broker_id: group_brokers.1,
             on_slave: self.settings.broker_id != MASTER_ID,
             master_online: self.master_online(now_ms),
         });
