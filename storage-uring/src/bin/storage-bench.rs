@@ -34,7 +34,8 @@
 //!      eight 1 MiB writes) where `floor_direct_mb_per_s` keeps four 1 MiB
 //!      writes: what the disk writes in ASYNC_FLUSH's shape;
 //!    - `floor_direct_fresh_mb_per_s`, `floor_commit1m_fresh_*`,
-//!      `floor_fsync4k_fresh_*`, `floor_sync_group_fresh_*`: the same on
+//!      `floor_fsync4k_fresh_*`, `floor_sync_group_fresh_*`,
+//!      `floor_direct_inflight_fresh_mb_per_s`: the same on
 //!      freshly fallocated files (no zero fill), once through, so every
 //!      write lands on an unwritten extent, as appends into a segment
 //!      created under sustained load do: ext4 converts the extent when each
@@ -107,8 +108,9 @@
 //! (`floor_sync_group_fresh_meets_*`, `floor_direct_fresh_meets_mb_per_s`):
 //! where it does not, a growing log cannot either. For ASYNC_FLUSH also
 //! whether the disk alone with only the run's bytes in flight meets it
-//! (`floor_direct_inflight_meets_mb_per_s`): where it does not, no store
-//! with that many appends in flight can.
+//! (`floor_direct_inflight_meets_mb_per_s`, and on fresh extents
+//! `floor_direct_inflight_fresh_meets_mb_per_s`): where it does not, no
+//! store with that many appends in flight can (on such extents).
 //!
 //! # Invariants
 //! - Floor and append phases use separate files under `--dir`; the floor
@@ -748,6 +750,9 @@ fn floor_write_sync(
 /// Then `floor_direct_inflight_mb_per_s`, the same writes with no
 /// fdatasync: what the disk writes with only the run's bytes in flight, as
 /// ASYNC_FLUSH has them (`floor_direct_mb_per_s` keeps 4 MiB in flight).
+/// The group and the direct writes again, once through a freshly fallocated
+/// file (`floor_sync_group_fresh_*`, `floor_direct_inflight_fresh_mb_per_s`):
+/// the same shapes where a growing log's appends land.
 fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let in_flight_bytes = (args.inflight as u64).saturating_mul(args.record_size as u64);
     let pair_size = align_up_block(in_flight_bytes.div_ceil(COMMITS_IN_FLIGHT_MAX as u64))
@@ -810,6 +815,13 @@ fn measure_sync_inflight_floor(args: &Args, report: &mut Report) -> anyhow::Resu
         ],
         &histogram,
     );
+    // And ASYNC_FLUSH's shape there: the run's bytes in flight, no
+    // fdatasync, each write converting the extents it covers.
+    let rate = on_fresh_file(&mut fresh, &path, |disk, file| {
+        let once = Extent::Once(FLOOR_FRESH_FILE_SIZE);
+        floor_direct(disk, file, seconds, once, pair_size, COMMITS_IN_FLIGHT_MAX)
+    })?;
+    report.float("floor_direct_inflight_fresh_mb_per_s", rate);
     Ok(())
 }
 
@@ -1775,6 +1787,13 @@ fn targets(flush: Flush) -> Vec<Target> {
                     "floor_direct_mb_per_s",
                     share,
                 ),
+                throughput(
+                    "target_mb_per_s",
+                    "floor_direct_inflight_fresh_meets_mb_per_s",
+                    "floor_direct_inflight_fresh_mb_per_s",
+                    "floor_direct_mb_per_s",
+                    share,
+                ),
             ]
         }
     }
@@ -1856,6 +1875,7 @@ mod tests {
         report.float("floor_direct_mb_per_s", 3_000.0);
         report.float("floor_direct_fresh_mb_per_s", 2_000.0);
         report.float("floor_direct_inflight_mb_per_s", 2_099.0);
+        report.float("floor_direct_inflight_fresh_mb_per_s", 2_100.0);
         report.float("mb_per_s", 2_100.0);
         report_targets(Flush::Async, &mut report);
         assert_eq!(report.number("target_mb_per_s"), Some(2_100.0));
@@ -1869,6 +1889,10 @@ mod tests {
         assert_eq!(
             report.number("floor_direct_inflight_meets_mb_per_s"),
             Some(0.0)
+        );
+        assert_eq!(
+            report.number("floor_direct_inflight_fresh_meets_mb_per_s"),
+            Some(1.0)
         );
         // --floor-seconds 0: nothing to read the run against, no target.
         let mut report = Report::default();
