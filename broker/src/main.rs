@@ -4,7 +4,8 @@
 //!   server alone, on the io_uring remoting server.
 //! - `ringmq broker [-c FILE] [-n ADDR] [--print-config] [--KEY=VALUE ...]`
 //!   (also plain `ringmq ...`) loads the broker configuration as `mqbroker`
-//!   does. With `--print-config` it prints the effective configuration;
+//!   does. With `--print-config` it prints the effective configuration
+//!   (with the changes UPDATE_BROKER_CONFIG kept in the store);
 //!   without, it runs the broker (`shard::runtime`) until SIGTERM/SIGINT.
 //!
 //! `--KEY=VALUE` arguments whose key is not one of the flags above are
@@ -221,6 +222,10 @@ fn run_broker(args: &BrokerArgs, overrides: &[String]) -> anyhow::Result<()> {
     )
     .context("loading the broker configuration")?;
     if args.print_config {
+        // What the broker would run with, UPDATE_BROKER_CONFIG's changes
+        // kept in the store included.
+        let config = ringmq_broker::shard::runtime::effective_config(config)
+            .context("applying the configuration changed at runtime")?;
         let mut stdout = std::io::stdout().lock();
         stdout
             .write_all(config.print_config().as_bytes())

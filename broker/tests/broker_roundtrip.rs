@@ -228,6 +228,49 @@ fn a_sent_message_is_pulled_back_with_its_body_and_offsets() {
     assert!(broker.stop().success());
 }
 
+/// `--print-config` prints what a broker on that store would run with: the
+/// keys UPDATE_BROKER_CONFIG kept in `brokerConfigUpdates.properties` over
+/// the command line, and a file the broker would refuse refuses the print.
+#[test]
+fn print_config_includes_the_changes_kept_in_the_store() {
+    let store = fresh_store("print-config");
+    let print = || {
+        Command::new(env!("CARGO_BIN_EXE_ringmq"))
+            .arg("broker")
+            .arg(format!("--storePathRootDir={}", store.display()))
+            .arg("--fileReservedTime=48")
+            .arg("--print-config")
+            .output()
+            .unwrap()
+    };
+    let lines = |output: &std::process::Output| {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout.clone()).unwrap()
+    };
+    let before = lines(&print());
+    assert!(before.contains("\nfileReservedTime=48\n"), "{before}");
+    assert!(before.contains("\nbrokerPermission=6\n"), "{before}");
+    let config_dir = store.join("config");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let updates = config_dir.join("brokerConfigUpdates.properties");
+    std::fs::write(&updates, "brokerPermission=4\nfileReservedTime=1\n").unwrap();
+    let after = lines(&print());
+    assert!(after.contains("\nfileReservedTime=1\n"), "{after}");
+    assert!(after.contains("\nbrokerPermission=4\n"), "{after}");
+    std::fs::write(&updates, "listenPort=1\n").unwrap();
+    let refused = print();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("brokerConfigUpdates.properties") && stderr.contains("listenPort"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_second_broker_on_the_same_store_is_refused() {
     let store = fresh_store("roundtrip");

@@ -955,6 +955,18 @@ pub(crate) fn shard_settings(config: &BrokerConfig, shard_count: u16, port: u16)
 }
 
 /// `config` with what UPDATE_BROKER_CONFIG changed before this start
+/// (`brokerConfigUpdates.properties` in `config`'s store) applied over it:
+/// the configuration a broker started with `config` runs with, which
+/// `ringmq broker --print-config` prints.
+///
+/// # Errors
+/// The file cannot be read, or holds a key or value the broker refuses.
+pub fn effective_config(config: BrokerConfig) -> Result<BrokerConfig, BrokerError> {
+    let dir = ConfigDir::under_store_root(&config.store_path_root_dir);
+    Ok(apply_config_updates(config, &dir)?.0)
+}
+
+/// `config` with what UPDATE_BROKER_CONFIG changed before this start
 /// (`brokerConfigUpdates.properties`) applied over it, and those keys with
 /// their values.
 fn apply_config_updates(
