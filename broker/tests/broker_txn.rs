@@ -106,20 +106,7 @@ impl Client {
 
     /// END_TRANSACTION, one-way as from the Java client.
     fn end(&mut self, half: &Half, kind: i32, from_check: bool) {
-        let header = EndTransactionRequestHeader {
-            producer_group: GROUP.to_owned(),
-            tran_state_table_offset: half.queue_offset,
-            commit_log_offset: half.commit_log_offset,
-            commit_or_rollback: kind,
-            from_transaction_check: Some(from_check),
-            msg_id: half.uniq_key.clone(),
-            transaction_id: Some(half.uniq_key.clone()),
-            ..EndTransactionRequestHeader::default()
-        };
-        self.oneway(RemotingCommand::new_request(
-            request_code::END_TRANSACTION,
-            header.to_ext_fields(),
-        ));
+        self.oneway(end_request(half, kind, from_check));
     }
 
     /// Pulls `topic`/`queue_id` from 0 with `expression` of `expression_type`;
@@ -174,6 +161,21 @@ impl Client {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// The END_TRANSACTION request of `half`, as the Java client sends it.
+fn end_request(half: &Half, kind: i32, from_check: bool) -> RemotingCommand {
+    let header = EndTransactionRequestHeader {
+        producer_group: GROUP.to_owned(),
+        tran_state_table_offset: half.queue_offset,
+        commit_log_offset: half.commit_log_offset,
+        commit_or_rollback: kind,
+        from_transaction_check: Some(from_check),
+        msg_id: half.uniq_key.clone(),
+        transaction_id: Some(half.uniq_key.clone()),
+        ..EndTransactionRequestHeader::default()
+    };
+    RemotingCommand::new_request(request_code::END_TRANSACTION, header.to_ext_fields())
 }
 
 #[test]
@@ -253,6 +255,55 @@ fn committed_and_checked_back_halves_arrive_and_the_rolled_back_never_across_a_k
     let records = producer.pull_until("TxT", 1, 2);
     let keys: Vec<&str> = records.iter().map(|(key, _)| key.as_str()).collect();
     assert_eq!(keys, vec!["commit", "unknown"], "exactly the committed two");
+}
+
+/// END_TRANSACTION of halves no longer in memory (no tail cache, the half
+/// queue's shard written far past them, as for a check-back's answer): the
+/// half is read in the background while the request waits, and the commit
+/// and the rollback do what they say; an offset where no half is stored is
+/// answered SYSTEM_ERROR.
+#[test]
+fn halves_no_longer_in_memory_are_ended_after_their_read() {
+    let store = fresh_store("txn");
+    let options = [
+        "--transactionTimeOut=3600000",
+        "--tailCacheSize=0",
+        "--maxMessageSize=65536",
+    ];
+    let Some(broker) = start(&store, &options) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("TxCold", 2);
+    client.create_topic("Filler", 2);
+    let commit = client.send_half("TxCold", 1, "commit");
+    let rollback = client.send_half("TxCold", 1, "rollback");
+    // The half queue is shard 0's, and so is Filler's queue 0.
+    client.push_out_of_memory_on("Filler", 0);
+    let ended = client.call(end_request(&rollback, TRANSACTION_ROLLBACK_TYPE, true));
+    assert_eq!(ended.code, response_code::SUCCESS, "{:?}", ended.remark);
+    let ended = client.call(end_request(&commit, TRANSACTION_COMMIT_TYPE, true));
+    assert_eq!(ended.code, response_code::SUCCESS, "{:?}", ended.remark);
+    // Answered once the committed message is stored: it is there at once,
+    // and the rolled-back one never.
+    let (_, records) = client.pull("TxCold", 1, "TAG", "*");
+    assert_eq!(records, vec![("commit".to_owned(), b"commit".to_vec())]);
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, records) = client.pull("TxCold", 1, "TAG", "*");
+    assert_eq!(records, vec![("commit".to_owned(), b"commit".to_vec())]);
+    // Past shard 0's log end: nothing to end.
+    let nowhere = Half {
+        commit_log_offset: commit.commit_log_offset + (1 << 30),
+        ..commit.clone()
+    };
+    let refused = client.call(end_request(&nowhere, TRANSACTION_COMMIT_TYPE, true));
+    assert_eq!(refused.code, response_code::SYSTEM_ERROR);
+    assert_eq!(
+        refused.remark.as_deref(),
+        Some("Find prepared transaction message failed")
+    );
+    drop(client);
+    assert!(broker.stop().success());
 }
 
 #[test]

@@ -95,6 +95,8 @@ pub(crate) enum Parked {
     View,
     /// CONSUME_MESSAGE_DIRECTLY, reading the record it hands the consumer.
     ConsumeDirectly,
+    /// END_TRANSACTION, reading the half message it ends.
+    EndTransaction,
 }
 
 /// The tags of an expression (`a || b`); None for everything (`*`, empty).
@@ -198,6 +200,9 @@ impl ShardHandler {
                 Parked::View => self.view_message_reading(Box::new(request), read),
                 Parked::ConsumeDirectly => {
                     self.consume_directly_reading(Box::new(request), now_ms, read)
+                }
+                Parked::EndTransaction => {
+                    self.end_transaction_reading(Box::new(request), now_ms, read)
                 }
             }
         }

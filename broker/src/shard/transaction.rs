@@ -36,10 +36,11 @@ use ringmq_protocol::header::{
 };
 use ringmq_protocol::message::{CrcCheck, RecordView, decode_record, property_key};
 use ringmq_storage::store::{
-    AckStatus, AppendAck, AppendMessage, GetMessageStatus, GetMessagesResult,
+    AckStatus, AppendAck, AppendMessage, GetMessageStatus, GetMessagesResult, PullRead,
 };
 
 use super::link::{ReplyTo, Request};
+use super::pull::Parked;
 use super::{ShardHandler, response};
 use crate::features::Repost;
 use crate::features::transaction::{
@@ -206,6 +207,20 @@ impl ShardHandler {
 
     /// END_TRANSACTION (37) on shard 0.
     pub(crate) fn end_transaction(&mut self, request: Box<Request>, now_ms: i64) {
+        self.end_transaction_reading(request, now_ms, PullRead::Background);
+    }
+
+    /// END_TRANSACTION, the half message read as `read` says: a half no
+    /// longer in memory (one a check-back asked about is at least
+    /// `transactionTimeOut` old) is read in the background the first time,
+    /// the request parked with the pulls (`run_reading_pulls`), and
+    /// synchronously if still missing when it runs again after that read.
+    pub(crate) fn end_transaction_reading(
+        &mut self,
+        request: Box<Request>,
+        now_ms: i64,
+        read: PullRead,
+    ) {
         let header: EndTransactionRequestHeader = match request.cmd.decode_custom_header() {
             Ok(header) => header,
             Err(error) => {
@@ -228,20 +243,12 @@ impl ShardHandler {
             from_check = ?header.from_transaction_check,
             "END_TRANSACTION"
         );
-        let record = match self
-            .store_mut()
-            .read_record(header.commit_log_offset.max(0) as u64)
-        {
-            Ok(Some(record)) => record,
-            Ok(None) | Err(_) => {
-                return self.reply(
-                    request.reply,
-                    response(
-                        response_code::SYSTEM_ERROR,
-                        "Find prepared transaction message failed",
-                    ),
-                );
-            }
+        let offset = header.commit_log_offset.max(0) as u64;
+        let missing = || "Find prepared transaction message failed".to_owned();
+        let Some((request, record)) =
+            self.record_for(request, offset, read, Parked::EndTransaction, missing)
+        else {
+            return;
         };
         let half = match decode_record(&record, CrcCheck::Skip) {
             Ok(view) => view,
