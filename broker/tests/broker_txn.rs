@@ -104,6 +104,22 @@ impl Client {
         }
     }
 
+    /// The next request the broker sends this connection, which must be
+    /// the CHECK_TRANSACTION_STATE of `half` (or a put-back copy of it).
+    fn next_check_of(
+        &mut self,
+        half: &Half,
+    ) -> (RemotingCommand, CheckTransactionStateRequestHeader) {
+        let check = self.next_request();
+        assert_eq!(check.code, request_code::CHECK_TRANSACTION_STATE);
+        let header: CheckTransactionStateRequestHeader = check.decode_custom_header().unwrap();
+        assert_eq!(
+            header.transaction_id.as_deref(),
+            Some(half.uniq_key.as_str())
+        );
+        (check, header)
+    }
+
     /// END_TRANSACTION, one-way as from the Java client.
     fn end(&mut self, half: &Half, kind: i32, from_check: bool) {
         self.oneway(end_request(half, kind, from_check));
@@ -257,6 +273,33 @@ fn committed_and_checked_back_halves_arrive_and_the_rolled_back_never_across_a_k
     assert_eq!(keys, vec!["commit", "unknown"], "exactly the committed two");
 }
 
+/// No tail cache: a record leaves memory once its shard's write buffers
+/// move on.
+const COLD: [&str; 2] = ["--tailCacheSize=0", "--maxMessageSize=65536"];
+
+/// A broker on `store` ([`COLD`], no check-back) with a half of each of
+/// `keys` on `topic`'s queue 1, no longer in memory: the half queue's shard
+/// written 25 MB past them. None (skip) when io_uring is unavailable here.
+fn start_with_cold_halves(
+    store: &Path,
+    topic: &str,
+    keys: &[&str],
+) -> Option<(Broker, Client, Vec<Half>)> {
+    let mut options = vec!["--transactionTimeOut=3600000"];
+    options.extend(COLD);
+    let broker = start(store, &options)?;
+    let mut client = broker.connect();
+    client.create_topic(topic, 2);
+    client.create_topic("Filler", 2);
+    let halves = keys
+        .iter()
+        .map(|key| client.send_half(topic, 1, key))
+        .collect();
+    // The half queue is shard 0's, and so is Filler's queue 0.
+    client.push_out_of_memory_on("Filler", 0);
+    Some((broker, client, halves))
+}
+
 /// END_TRANSACTION of halves no longer in memory (no tail cache, the half
 /// queue's shard written far past them, as for a check-back's answer): the
 /// half is read in the background while the request waits, and the commit
@@ -265,24 +308,15 @@ fn committed_and_checked_back_halves_arrive_and_the_rolled_back_never_across_a_k
 #[test]
 fn halves_no_longer_in_memory_are_ended_after_their_read() {
     let store = fresh_store("txn");
-    let options = [
-        "--transactionTimeOut=3600000",
-        "--tailCacheSize=0",
-        "--maxMessageSize=65536",
-    ];
-    let Some(broker) = start(&store, &options) else {
+    let Some((broker, mut client, halves)) =
+        start_with_cold_halves(&store, "TxCold", &["commit", "rollback"])
+    else {
         return;
     };
-    let mut client = broker.connect();
-    client.create_topic("TxCold", 2);
-    client.create_topic("Filler", 2);
-    let commit = client.send_half("TxCold", 1, "commit");
-    let rollback = client.send_half("TxCold", 1, "rollback");
-    // The half queue is shard 0's, and so is Filler's queue 0.
-    client.push_out_of_memory_on("Filler", 0);
-    let ended = client.call(end_request(&rollback, TRANSACTION_ROLLBACK_TYPE, true));
+    let (commit, rollback) = (&halves[0], &halves[1]);
+    let ended = client.call(end_request(rollback, TRANSACTION_ROLLBACK_TYPE, true));
     assert_eq!(ended.code, response_code::SUCCESS, "{:?}", ended.remark);
-    let ended = client.call(end_request(&commit, TRANSACTION_COMMIT_TYPE, true));
+    let ended = client.call(end_request(commit, TRANSACTION_COMMIT_TYPE, true));
     assert_eq!(ended.code, response_code::SUCCESS, "{:?}", ended.remark);
     // Answered once the committed message is stored: it is there at once,
     // and the rolled-back one never.
@@ -303,6 +337,40 @@ fn halves_no_longer_in_memory_are_ended_after_their_read() {
         Some("Find prepared transaction message failed")
     );
     drop(client);
+    assert!(broker.stop().success());
+}
+
+/// A check round whose halves are no longer in memory (no tail cache, the
+/// half queue's shard written far past them before a restart) reads them in
+/// the background and checks them back; the answer commits the half.
+#[test]
+fn a_half_no_longer_in_memory_is_checked_back_after_its_read() {
+    let store = fresh_store("txn");
+    let Some((broker, client, halves)) = start_with_cold_halves(&store, "TxCheckCold", &["cold"])
+    else {
+        return;
+    };
+    let half = &halves[0];
+    drop(client);
+    assert!(broker.stop().success());
+
+    let mut options = vec!["--transactionTimeOut=0", "--transactionCheckInterval=500"];
+    options.extend(COLD);
+    let broker = start(&store, &options).unwrap();
+    let mut producer = broker.connect();
+    producer.register_producer();
+    let (check, header) = producer.next_check_of(half);
+    let body = decode_record(check.body_bytes(), CrcCheck::Skip).unwrap();
+    assert_eq!(body.body(), b"cold");
+    let checked = Half {
+        queue_offset: header.tran_state_table_offset,
+        commit_log_offset: header.commit_log_offset,
+        uniq_key: half.uniq_key.clone(),
+    };
+    producer.end(&checked, TRANSACTION_COMMIT_TYPE, true);
+    let records = producer.pull_until("TxCheckCold", 1, 1);
+    assert_eq!(records, vec![("cold".to_owned(), b"cold".to_vec())]);
+    drop(producer);
     assert!(broker.stop().success());
 }
 
@@ -414,13 +482,7 @@ fn a_half_is_discarded_only_once_its_topic_is_on_disk_and_stays_across_a_kill_9(
     std::fs::rename(&config, &moved).unwrap();
     std::fs::write(&config, b"not a directory").unwrap();
     let half = producer.send_half("TxGone", 0, "discarded");
-    let check = producer.next_request();
-    assert_eq!(check.code, request_code::CHECK_TRANSACTION_STATE);
-    let header: CheckTransactionStateRequestHeader = check.decode_custom_header().unwrap();
-    assert_eq!(
-        header.transaction_id.as_deref(),
-        Some(half.uniq_key.as_str())
-    );
+    producer.next_check_of(&half);
     // Checked once and never answered: the next rounds discard it, into a
     // topic they create, but not before topics.json holds that topic.
     let waited_until = Instant::now() + Duration::from_secs(3);

@@ -169,7 +169,8 @@ impl ShardHandler {
         let parked = !self.reading_pulls.is_empty()
             || !self.reading_queries.is_empty()
             || self.delay.is_reading()
-            || self.timer_is_reading();
+            || self.timer_is_reading()
+            || self.txn_is_reading();
         if !parked || self.store.is_none() {
             return;
         }
@@ -181,9 +182,11 @@ impl ShardHandler {
                 .iter()
                 .position(|pull| pull.ticket == ticket)
             else {
-                // Or a query part's, a delay level's read (polled again in
-                // `run_delay`), or a due timer entry's.
-                if self.on_query_read_done(ticket, now_ms) {
+                // Or a query part's, a transaction check round's, a delay
+                // level's read (polled again in `run_delay`), or a due timer
+                // entry's.
+                if self.on_query_read_done(ticket, now_ms) || self.on_txn_read_done(ticket, now_ms)
+                {
                     continue;
                 }
                 if !self.delay.on_read_done(ticket) {

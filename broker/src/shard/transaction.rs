@@ -36,7 +36,7 @@ use ringmq_protocol::header::{
 };
 use ringmq_protocol::message::{CrcCheck, RecordView, decode_record, property_key};
 use ringmq_storage::store::{
-    AckStatus, AppendAck, AppendMessage, GetMessageStatus, GetMessagesResult, PullRead,
+    AckStatus, AppendAck, AppendMessage, GetMessageStatus, GetMessagesResult, PullRead, Pulled,
 };
 
 use super::link::{ReplyTo, Request};
@@ -108,6 +108,18 @@ pub(crate) struct TxnState {
     /// The `topics.json` write that created `TRANS_CHECK_MAX_TIME_TOPIC`,
     /// until it is on disk: no half is discarded into the topic before.
     check_max_topic_write: Option<WriteTicket>,
+    /// The store's background read a check round waits for (its ticket and
+    /// which queue it reads); the round runs again once it is done.
+    reading: Option<(u64, CheckRead)>,
+}
+
+/// The queue a check round reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CheckRead {
+    /// The op queue (`RMQ_SYS_TRANS_OP_HALF_TOPIC`).
+    Op,
+    /// The half queue (`RMQ_SYS_TRANS_HALF_TOPIC`).
+    Half,
 }
 
 /// The check-back settings of `config`.
@@ -197,6 +209,7 @@ impl ShardHandler {
                 next_token: 0,
                 round: None,
                 check_max_topic_write: None,
+                reading: None,
             };
             if let Some(control) = self.control.as_mut() {
                 control.txn = Some(state);
@@ -517,32 +530,108 @@ impl ShardHandler {
         let Some(state) = self.txn_state(now_ms) else {
             return;
         };
-        if state.round.is_some() || !state.schedule.poll(now_ms) {
+        if state.round.is_some() || state.reading.is_some() || !state.schedule.poll(now_ms) {
             return;
         }
-        if let Err(remark) = self.run_check_round(now_ms) {
+        if let Err(remark) = self.run_check_round(now_ms, None) {
             tracing::warn!(%remark, "transaction check round failed");
         }
     }
 
-    fn run_check_round(&mut self, now_ms: i64) -> Result<(), String> {
+    /// Whether a check round waits for a background read.
+    pub(crate) fn txn_is_reading(&self) -> bool {
+        self.control
+            .as_ref()
+            .and_then(|control| control.txn.as_ref())
+            .is_some_and(|state| state.reading.is_some())
+    }
+
+    /// The store's background read `ticket` is done: if a check round
+    /// waited for it, the round runs now. Whether it was the round's.
+    pub(crate) fn on_txn_read_done(&mut self, ticket: u64, now_ms: i64) -> bool {
+        let Some(state) = self
+            .control
+            .as_mut()
+            .and_then(|control| control.txn.as_mut())
+        else {
+            return false;
+        };
+        let Some((_, read)) = state.reading.take_if(|(waited, _)| *waited == ticket) else {
+            return false;
+        };
+        if let Err(remark) = self.run_check_round(now_ms, Some(read)) {
+            tracing::warn!(%remark, "transaction check round failed");
+        }
+        true
+    }
+
+    /// Up to `max_count` records of the half or op queue from `from`, read
+    /// in the background when not in memory (synchronously when `after_read`
+    /// is this queue's: its background read is done): None when the round
+    /// must wait for that read (then noted in the state).
+    fn check_round_read(
+        &mut self,
+        queue: CheckRead,
+        from: i64,
+        max_count: usize,
+        after_read: Option<CheckRead>,
+        now_ms: i64,
+    ) -> Result<Option<GetMessagesResult>, String> {
+        let topic = match queue {
+            CheckRead::Op => TRANS_OP_HALF_TOPIC,
+            CheckRead::Half => TRANS_HALF_TOPIC,
+        };
+        let read = if after_read == Some(queue) {
+            PullRead::AfterRead
+        } else {
+            PullRead::Background
+        };
+        let pulled = self
+            .store_mut()
+            .pull_messages(
+                topic,
+                HALF_QUEUE_ID as u32,
+                from.max(0) as u64,
+                max_count,
+                SYSTEM_QUEUE_READ_BYTES_MAX,
+                None,
+                read,
+            )
+            .map_err(|e| e.to_string())?;
+        match pulled {
+            Pulled::Ready(result) => Ok(Some(result)),
+            Pulled::Reading(ticket) => {
+                if let Some(state) = self.txn_state(now_ms) {
+                    state.reading = Some((ticket, queue));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// A check round; `after_read`: the queue whose background read the
+    /// round waited for (None: a round the schedule started).
+    fn run_check_round(
+        &mut self,
+        now_ms: i64,
+        after_read: Option<CheckRead>,
+    ) -> Result<(), String> {
         // Catch up with the op queue.
         for _ in 0..OP_READS_PER_ROUND_MAX {
             let from = match self.txn_state(now_ms) {
                 Some(state) => state.checker.op_read_from(),
                 None => return Ok(()),
             };
-            let result = self
-                .store_mut()
-                .get_messages(
-                    TRANS_OP_HALF_TOPIC,
-                    HALF_QUEUE_ID as u32,
-                    from.max(0) as u64,
-                    OP_RECORDS_PER_READ_MAX,
-                    SYSTEM_QUEUE_READ_BYTES_MAX,
-                    None,
-                )
-                .map_err(|e| e.to_string())?;
+            let Some(result) = self.check_round_read(
+                CheckRead::Op,
+                from,
+                OP_RECORDS_PER_READ_MAX,
+                after_read,
+                now_ms,
+            )?
+            else {
+                return Ok(());
+            };
             if result.status == GetMessageStatus::OffsetTooSmall {
                 // The op records below the queue's minimum are gone with their files.
                 self.txn_skip(None, Some(result.min_offset as i64), now_ms);
@@ -572,17 +661,16 @@ impl ShardHandler {
             Some(state) => state.checker.half_read_from(),
             None => return Ok(()),
         };
-        let result = self
-            .store_mut()
-            .get_messages(
-                TRANS_HALF_TOPIC,
-                HALF_QUEUE_ID as u32,
-                from.max(0) as u64,
-                HALF_RECORDS_PER_ROUND_MAX,
-                SYSTEM_QUEUE_READ_BYTES_MAX,
-                None,
-            )
-            .map_err(|e| e.to_string())?;
+        let Some(result) = self.check_round_read(
+            CheckRead::Half,
+            from,
+            HALF_RECORDS_PER_ROUND_MAX,
+            after_read,
+            now_ms,
+        )?
+        else {
+            return Ok(());
+        };
         if result.status == GetMessageStatus::OffsetTooSmall {
             tracing::warn!(
                 from,
