@@ -19,10 +19,12 @@ use common::{Broker, Client, commit_log_offset, fresh_store, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
-    ConsumerSendMsgBackRequestHeader, CustomHeader, DeleteTopicRequestHeader,
+    BoundaryType, ConsumerSendMsgBackRequestHeader, CustomHeader, DeleteTopicRequestHeader,
+    GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
     GetKvConfigRequestHeader, PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
     PutKvConfigRequestHeader, QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
-    QueryMessageRequestHeader, SendMessageResponseHeader,
+    QueryMessageRequestHeader, SearchOffsetRequestHeader, SearchOffsetResponseHeader,
+    SendMessageResponseHeader,
 };
 use ringmq_protocol::json::{
     KvTable, SubscriptionGroupConfig, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
@@ -1046,25 +1048,34 @@ fn send_back_stores_nothing_for_a_group_without_retry_queues_and_refuses_a_read_
     assert!(broker.stop().success());
 }
 
+/// A broker on `store` with `shards` shards and no tail cache (a record
+/// leaves memory once its shard's write buffers move on, see
+/// [`Client::push_out_of_memory_on`]), `topic` and `Filler` with a queue per
+/// shard, and a client. None (skip) when io_uring is unavailable here.
+fn start_cold(store: &Path, shards: u32, topic: &str) -> Option<(Broker, Client)> {
+    let broker = start_broker(
+        store,
+        &[
+            format!("--shards={shards}"),
+            "--maxMessageSize=65536".to_owned(),
+            "--tailCacheSize=0".to_owned(),
+        ],
+    )?;
+    let mut client = broker.connect();
+    client.create_topic(topic, shards as i32);
+    client.create_topic("Filler", shards as i32);
+    Some((broker, client))
+}
+
 #[test]
 fn a_record_no_longer_in_memory_is_viewed_and_sent_back() {
     // No tail cache: once the write buffers holding a record are written
     // and reused, it is read from the segment (in the background, the
     // request parked).
     let store = fresh_store("roundtrip");
-    let Some(broker) = start_broker(
-        &store,
-        &[
-            "--shards=1".to_owned(),
-            "--maxMessageSize=65536".to_owned(),
-            "--tailCacheSize=0".to_owned(),
-        ],
-    ) else {
+    let Some((broker, mut client)) = start_cold(&store, 1, "Cold") else {
         return;
     };
-    let mut client = broker.connect();
-    client.create_topic("Cold", 1);
-    client.create_topic("Filler", 1);
     // Two records with three write buffers' worth (24 MiB) after each,
     // so that reading one does not bring the other.
     let mut offsets = Vec::new();
@@ -1096,19 +1107,9 @@ fn records_no_longer_in_memory_are_found_by_key_on_every_shard() {
     // background while the query waits, whichever shard it arrived on
     // (that shard's own part and the other's both come late).
     let store = fresh_store("roundtrip");
-    let Some(broker) = start_broker(
-        &store,
-        &[
-            "--shards=2".to_owned(),
-            "--maxMessageSize=65536".to_owned(),
-            "--tailCacheSize=0".to_owned(),
-        ],
-    ) else {
+    let Some((broker, mut client)) = start_cold(&store, 2, "Cold") else {
         return;
     };
-    let mut client = broker.connect();
-    client.create_topic("Cold", 2);
-    client.create_topic("Filler", 2);
     for queue_id in 0..2 {
         client.send(
             "Cold",
@@ -1139,6 +1140,79 @@ fn records_no_longer_in_memory_are_found_by_key_on_every_shard() {
             [b"cold on queue 0".to_vec(), b"cold on queue 1".to_vec()]
         );
     }
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+/// SEARCH_OFFSET_BY_TIMESTAMP and GET_EARLIEST_MSG_STORETIME over records no
+/// longer in memory (no tail cache, their shard written far past them): the
+/// probes' records are read in the background while the request waits, and
+/// the answers follow the records' store times.
+#[test]
+fn offsets_by_time_are_found_among_records_no_longer_in_memory() {
+    let store = fresh_store("roundtrip");
+    let Some((broker, mut client)) = start_cold(&store, 2, "Timed") else {
+        return;
+    };
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    // Three bursts of 20 KiB records, 30 ms apart: bursts[b] = when the
+    // burst began and ended, so its records' store times lie within.
+    let body = vec![b't'; 20 * 1024];
+    let mut bursts = Vec::new();
+    for _ in 0..3 {
+        let began = now_ms();
+        for _ in 0..20 {
+            client.send("Timed", 0, &body);
+        }
+        bursts.push((began, now_ms()));
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    assert!(bursts[1].1 + 1 < bursts[2].0);
+    // Queue 0 is shard 0's on both topics.
+    client.push_out_of_memory_on("Filler", 0);
+    let mut search = |timestamp: i64, boundary: BoundaryType| -> i64 {
+        let header = SearchOffsetRequestHeader {
+            topic: "Timed".to_owned(),
+            queue_id: 0,
+            timestamp,
+            boundary_type: Some(boundary),
+            ..SearchOffsetRequestHeader::default()
+        };
+        let answer = client.call_ok(RemotingCommand::new_request(
+            request_code::SEARCH_OFFSET_BY_TIMESTAMP,
+            header.to_ext_fields(),
+        ));
+        let found: SearchOffsetResponseHeader = answer.decode_custom_header().unwrap();
+        found.offset
+    };
+    // Between the second and the third burst.
+    let between = bursts[1].1 + 1;
+    assert_eq!(search(between, BoundaryType::Lower), 40);
+    assert_eq!(search(between, BoundaryType::Upper), 39);
+    assert_eq!(search(0, BoundaryType::Lower), 0);
+    assert_eq!(search(0, BoundaryType::Upper), 0);
+    assert_eq!(search(i64::MAX, BoundaryType::Lower), 60);
+    let header = GetEarliestMsgStoretimeRequestHeader {
+        topic: "Timed".to_owned(),
+        queue_id: 0,
+        ..GetEarliestMsgStoretimeRequestHeader::default()
+    };
+    let answer = client.call_ok(RemotingCommand::new_request(
+        request_code::GET_EARLIEST_MSG_STORETIME,
+        header.to_ext_fields(),
+    ));
+    let earliest: GetEarliestMsgStoretimeResponseHeader = answer.decode_custom_header().unwrap();
+    assert!(
+        (bursts[0].0..=bursts[0].1).contains(&earliest.timestamp),
+        "{} not within the first burst {:?}",
+        earliest.timestamp,
+        bursts[0]
+    );
     drop(client);
     assert!(broker.stop().success());
 }

@@ -59,7 +59,7 @@ use ringmq_protocol::code::{flag, request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::message::decode_offset_msg_id;
 use ringmq_storage::disk::uring::UringDisk;
-use ringmq_storage::store::{AppendAck, Store};
+use ringmq_storage::store::{AppendAck, PullRead, Store};
 
 use crate::consumer_offset::ConsumerOffsetTable;
 use crate::persist::PersisterHandle;
@@ -135,6 +135,11 @@ pub struct ShardHandler {
     reading_pulls: Vec<pull::ReadingPull>,
     /// QUERY_MESSAGE parts waiting for the same.
     reading_queries: Vec<query::ReadingQuery>,
+    /// Store timestamps of records read for time lookups, by outside-visible
+    /// CommitLog offset (a record's store time never changes), so that a
+    /// lookup executed again after a background read does not read its
+    /// earlier probes again ([`offsets::STORE_TIMES_KEPT_MAX`] at most).
+    store_times: HashMap<u64, i64>,
     outbound: Vec<(ConnectionId, RemotingCommand)>,
     closes: Vec<ConnectionId>,
     acks: Vec<AppendAck>,
@@ -253,6 +258,7 @@ impl ShardHandler {
             held: Vec::new(),
             reading_pulls: Vec::new(),
             reading_queries: Vec::new(),
+            store_times: HashMap::new(),
             outbound: Vec::new(),
             closes: Vec::new(),
             acks: Vec::new(),
@@ -574,11 +580,12 @@ impl ShardHandler {
             | request_code::UPDATE_CONSUMER_OFFSET
             | request_code::GET_MAX_OFFSET
             | request_code::GET_MIN_OFFSET
-            | request_code::GET_EARLIEST_MSG_STORETIME
-            | request_code::SEARCH_OFFSET_BY_TIMESTAMP
             | request_code::QUERY_CONSUME_QUEUE => {
                 let answer = self.queue_query(&request.cmd, now_ms);
                 self.reply(request.reply, answer);
+            }
+            request_code::GET_EARLIEST_MSG_STORETIME | request_code::SEARCH_OFFSET_BY_TIMESTAMP => {
+                self.time_query(request, PullRead::Background)
             }
             request_code::CONSUMER_SEND_MSG_BACK => self.send_back(request, now_ms),
             request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),

@@ -16,8 +16,15 @@ use ringmq_protocol::header::{
 };
 use ringmq_protocol::json::{ConsumeQueueData, JsonStyle, QueryConsumeQueueResponseBody};
 use ringmq_protocol::message::{CrcCheck, decode_record};
+use ringmq_storage::store::{PullRead, RecordRead};
 
+use super::link::Request;
+use super::pull::Parked;
 use super::{ShardHandler, json_success, response, success};
+
+/// Store timestamps a shard keeps for its time lookups; when full they are
+/// all dropped (a binary search over a queue probes about 40 records).
+pub const STORE_TIMES_KEPT_MAX: usize = 4_096;
 
 /// Entries one QUERY_CONSUME_QUEUE answers at most (Java has no bound; a
 /// `count` above this gets this many, about 1 MB of JSON).
@@ -64,34 +71,6 @@ impl ShardHandler {
                     Ok(header) => {
                         let offset = self.min_offset(&header.topic, header.queue_id);
                         success().with_custom_header(&GetMinOffsetResponseHeader { offset })
-                    }
-                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
-                }
-            }
-            request_code::GET_EARLIEST_MSG_STORETIME => {
-                match cmd.decode_custom_header::<GetEarliestMsgStoretimeRequestHeader>() {
-                    Ok(header) => {
-                        let min = self.min_offset(&header.topic, header.queue_id);
-                        let timestamp = self
-                            .store_time_at(&header.topic, header.queue_id, min)
-                            .unwrap_or(-1);
-                        success().with_custom_header(&GetEarliestMsgStoretimeResponseHeader {
-                            timestamp,
-                        })
-                    }
-                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
-                }
-            }
-            request_code::SEARCH_OFFSET_BY_TIMESTAMP => {
-                match cmd.decode_custom_header::<SearchOffsetRequestHeader>() {
-                    Ok(header) => {
-                        let offset = self.search_offset(
-                            &header.topic,
-                            header.queue_id,
-                            header.timestamp,
-                            header.boundary(),
-                        );
-                        success().with_custom_header(&SearchOffsetResponseHeader { offset })
                     }
                     Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
                 }
@@ -180,44 +159,171 @@ impl ShardHandler {
         self.store().queue_min_offset(topic, queue_id as u32) as i64
     }
 
-    /// The store timestamp of the message at `offset`, if it is there.
+    /// The store timestamp of the message at `offset`, if it is there,
+    /// read synchronously when it is not in memory (admin statistics).
     pub(crate) fn store_time_at(&mut self, topic: &str, queue_id: i32, offset: i64) -> Option<i64> {
-        if queue_id < 0 || offset < 0 {
-            return None;
+        match self.store_time_reading(topic, queue_id, offset, &mut PullRead::Sync) {
+            TimeAt::Known(time) => time,
+            TimeAt::Reading(_) => None,
         }
-        let result = self
-            .store_mut()
-            .get_messages(topic, queue_id as u32, offset as u64, 1, usize::MAX, None)
-            .ok()?;
-        let record = result.records.first()?;
-        let view = decode_record(&result.body[record.range.clone()], CrcCheck::Skip).ok()?;
-        Some(view.store_timestamp_ms())
     }
 
-    /// SEARCH_OFFSET_BY_TIMESTAMP by binary search over the queue's store
-    /// timestamps: Lower, the first offset stored at or after `timestamp`;
-    /// Upper, the last stored at or before it. Past the end: the max
-    /// offset; before the start: the min offset.
-    pub(crate) fn search_offset(
+    /// The store timestamp of the message at `offset`: known (None: no such
+    /// message), or its record being read in the background (`read` says
+    /// how a record not in memory is read, see [`Store::record_at`]; once
+    /// the store was asked, `AfterRead` becomes `Background`, so that after
+    /// a background read only the probe that waited for it may read
+    /// synchronously).
+    ///
+    /// [`Store::record_at`]: ringmq_storage::store::Store::record_at
+    fn store_time_reading(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        read: &mut PullRead,
+    ) -> TimeAt {
+        let (Ok(queue_id), Ok(offset)) = (u32::try_from(queue_id), u64::try_from(offset)) else {
+            return TimeAt::Known(None);
+        };
+        let entry = self
+            .store()
+            .queue_entries(topic, queue_id, offset, 1)
+            .and_then(|entries| entries.first().copied());
+        let Some(entry) = entry.filter(|entry| !entry.is_filler()) else {
+            return TimeAt::Known(None);
+        };
+        if let Some(&time) = self.store_times.get(&entry.commit_log_offset) {
+            return TimeAt::Known(Some(time));
+        }
+        let asked = *read;
+        if asked == PullRead::AfterRead {
+            *read = PullRead::Background;
+        }
+        match self.store_mut().record_at(entry.commit_log_offset, asked) {
+            Ok(RecordRead::Ready(Some(record))) => {
+                let time = decode_record(&record, CrcCheck::Skip)
+                    .ok()
+                    .map(|view| view.store_timestamp_ms());
+                if let Some(time) = time {
+                    if self.store_times.len() >= STORE_TIMES_KEPT_MAX {
+                        self.store_times.clear();
+                    }
+                    self.store_times.insert(entry.commit_log_offset, time);
+                }
+                TimeAt::Known(time)
+            }
+            Ok(RecordRead::Ready(None)) | Err(_) => TimeAt::Known(None),
+            Ok(RecordRead::Reading(ticket)) => TimeAt::Reading(ticket),
+        }
+    }
+
+    /// GET_EARLIEST_MSG_STORETIME and SEARCH_OFFSET_BY_TIMESTAMP, whose
+    /// records not in memory are read as `read` says: in the background the
+    /// first time (the request is parked with the pulls and executed again
+    /// when the read is done, see `run_reading_pulls`), then synchronously
+    /// only for the probe that waited.
+    pub(crate) fn time_query(&mut self, request: Box<Request>, read: PullRead) {
+        let mut read = read;
+        let answer = match request.cmd.code {
+            request_code::GET_EARLIEST_MSG_STORETIME => {
+                match request
+                    .cmd
+                    .decode_custom_header::<GetEarliestMsgStoretimeRequestHeader>()
+                {
+                    Ok(header) => {
+                        let min = self.min_offset(&header.topic, header.queue_id);
+                        match self.store_time_reading(
+                            &header.topic,
+                            header.queue_id,
+                            min,
+                            &mut read,
+                        ) {
+                            TimeAt::Known(time) => success().with_custom_header(
+                                &GetEarliestMsgStoretimeResponseHeader {
+                                    timestamp: time.unwrap_or(-1),
+                                },
+                            ),
+                            TimeAt::Reading(ticket) => {
+                                return self.park_reading_pull(
+                                    *request,
+                                    ticket,
+                                    false,
+                                    Parked::TimeQuery,
+                                );
+                            }
+                        }
+                    }
+                    Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
+                }
+            }
+            _ => match request
+                .cmd
+                .decode_custom_header::<SearchOffsetRequestHeader>()
+            {
+                Ok(header) => match self.search_offset(
+                    &header.topic,
+                    header.queue_id,
+                    header.timestamp,
+                    header.boundary(),
+                    &mut read,
+                ) {
+                    Ok(offset) => {
+                        success().with_custom_header(&SearchOffsetResponseHeader { offset })
+                    }
+                    Err(ticket) => {
+                        return self.park_reading_pull(*request, ticket, false, Parked::TimeQuery);
+                    }
+                },
+                Err(error) => response(response_code::SYSTEM_ERROR, error.to_string()),
+            },
+        };
+        self.reply(request.reply, answer);
+    }
+
+    /// [`ShardHandler::search_offset`] reading synchronously (an admin's
+    /// reset by time, which answers for every queue at once).
+    pub(crate) fn search_offset_now(
         &mut self,
         topic: &str,
         queue_id: i32,
         timestamp: i64,
         boundary: BoundaryType,
     ) -> i64 {
+        let mut read = PullRead::Sync;
+        // Reading synchronously, the search never waits for a ticket.
+        self.search_offset(topic, queue_id, timestamp, boundary, &mut read)
+            .unwrap_or_else(|_| self.max_offset(topic, queue_id))
+    }
+
+    /// SEARCH_OFFSET_BY_TIMESTAMP by binary search over the queue's store
+    /// timestamps: Lower, the first offset stored at or after `timestamp`;
+    /// Upper, the last stored at or before it. Past the end: the max
+    /// offset; before the start: the min offset. `Err(ticket)`: a probe's
+    /// record is being read in the background (see
+    /// [`ShardHandler::time_query`]).
+    fn search_offset(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        timestamp: i64,
+        boundary: BoundaryType,
+        read: &mut PullRead,
+    ) -> Result<i64, u64> {
         let min = self.min_offset(topic, queue_id);
         let max = self.max_offset(topic, queue_id);
         if max <= min {
-            return max;
+            return Ok(max);
         }
         // First offset in [min, max) whose store time is >= timestamp (Lower)
         // or > timestamp (Upper, then one back).
         let (mut low, mut high) = (min, max);
         while low < high {
             let middle = low + (high - low) / 2;
-            let time = self
-                .store_time_at(topic, queue_id, middle)
-                .unwrap_or(i64::MAX);
+            let time = match self.store_time_reading(topic, queue_id, middle, read) {
+                TimeAt::Known(time) => time.unwrap_or(i64::MAX),
+                TimeAt::Reading(ticket) => return Err(ticket),
+            };
             let before = match boundary {
                 BoundaryType::Lower => time < timestamp,
                 BoundaryType::Upper => time <= timestamp,
@@ -228,9 +334,17 @@ impl ShardHandler {
                 high = middle;
             }
         }
-        match boundary {
+        Ok(match boundary {
             BoundaryType::Lower => low,
             BoundaryType::Upper => (low - 1).max(min),
-        }
+        })
     }
+}
+
+/// What a store-time probe has ([`ShardHandler::store_time_reading`]).
+enum TimeAt {
+    /// The store time (None: no message there).
+    Known(Option<i64>),
+    /// The record is being read: the store's ticket.
+    Reading(u64),
 }

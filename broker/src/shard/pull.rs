@@ -97,6 +97,9 @@ pub(crate) enum Parked {
     ConsumeDirectly,
     /// END_TRANSACTION, reading the half message it ends.
     EndTransaction,
+    /// GET_EARLIEST_MSG_STORETIME or SEARCH_OFFSET_BY_TIMESTAMP, reading a
+    /// record's store time.
+    TimeQuery,
 }
 
 /// The tags of an expression (`a || b`); None for everything (`*`, empty).
@@ -207,6 +210,7 @@ impl ShardHandler {
                 Parked::EndTransaction => {
                     self.end_transaction_reading(Box::new(request), now_ms, read)
                 }
+                Parked::TimeQuery => self.time_query(Box::new(request), read),
             }
         }
     }

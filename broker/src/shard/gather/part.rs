@@ -201,7 +201,9 @@ impl ShardHandler {
                     offset
                 }
                 None if ask.timestamp < 0 => self.max_offset(&ask.topic, wire_id),
-                None => self.search_offset(&ask.topic, wire_id, ask.timestamp, BoundaryType::Lower),
+                None => {
+                    self.search_offset_now(&ask.topic, wire_id, ask.timestamp, BoundaryType::Lower)
+                }
             };
             self.offsets
                 .assign_reset(&ask.group, &ask.topic, wire_id, offset, now_ms);
