@@ -20,14 +20,16 @@ use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
     BoundaryType, ConsumerSendMsgBackRequestHeader, CustomHeader, DeleteTopicRequestHeader,
-    GetEarliestMsgStoretimeRequestHeader, GetEarliestMsgStoretimeResponseHeader,
-    GetKvConfigRequestHeader, PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
-    PutKvConfigRequestHeader, QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
-    QueryMessageRequestHeader, SearchOffsetRequestHeader, SearchOffsetResponseHeader,
-    SendMessageResponseHeader,
+    GetConsumeStatsRequestHeader, GetEarliestMsgStoretimeRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader, GetKvConfigRequestHeader, PullMessageRequestHeader,
+    PullMessageResponseHeader, PullSysFlag, PutKvConfigRequestHeader,
+    QueryConsumeTimeSpanRequestHeader, QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader, SearchOffsetRequestHeader,
+    SearchOffsetResponseHeader, SendMessageResponseHeader,
 };
 use ringmq_protocol::json::{
-    KvTable, SubscriptionGroupConfig, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
+    JsonValue, KvTable, SubscriptionGroupConfig, SubscriptionGroupWrapper,
+    TopicConfigSerializeWrapper, parse as json_parse,
 };
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
@@ -1144,6 +1146,33 @@ fn records_no_longer_in_memory_are_found_by_key_on_every_shard() {
     assert!(broker.stop().success());
 }
 
+/// Now on the wall clock, in ms.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Sends `count` bursts of twenty 20 KiB records to each of `queues` of
+/// `topic`, 30 ms apart; returns when each burst began and ended, so that
+/// its records' store times lie within.
+fn send_bursts(client: &mut Client, topic: &str, queues: &[i32], count: usize) -> Vec<(i64, i64)> {
+    let body = vec![b't'; 20 * 1024];
+    let mut bursts = Vec::new();
+    for _ in 0..count {
+        let began = now_ms();
+        for _ in 0..20 {
+            for queue_id in queues {
+                client.send(topic, *queue_id, &body);
+            }
+        }
+        bursts.push((began, now_ms()));
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    bursts
+}
+
 /// SEARCH_OFFSET_BY_TIMESTAMP and GET_EARLIEST_MSG_STORETIME over records no
 /// longer in memory (no tail cache, their shard written far past them): the
 /// probes' records are read in the background while the request waits, and
@@ -1154,24 +1183,7 @@ fn offsets_by_time_are_found_among_records_no_longer_in_memory() {
     let Some((broker, mut client)) = start_cold(&store, 2, "Timed") else {
         return;
     };
-    let now_ms = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-    };
-    // Three bursts of 20 KiB records, 30 ms apart: bursts[b] = when the
-    // burst began and ended, so its records' store times lie within.
-    let body = vec![b't'; 20 * 1024];
-    let mut bursts = Vec::new();
-    for _ in 0..3 {
-        let began = now_ms();
-        for _ in 0..20 {
-            client.send("Timed", 0, &body);
-        }
-        bursts.push((began, now_ms()));
-        std::thread::sleep(Duration::from_millis(30));
-    }
+    let bursts = send_bursts(&mut client, "Timed", &[0], 3);
     assert!(bursts[1].1 + 1 < bursts[2].0);
     // Queue 0 is shard 0's on both topics.
     client.push_out_of_memory_on("Filler", 0);
@@ -1213,6 +1225,85 @@ fn offsets_by_time_are_found_among_records_no_longer_in_memory() {
         earliest.timestamp,
         bursts[0]
     );
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+/// GET_CONSUME_STATS and QUERY_CONSUME_TIME_SPAN over records no longer in
+/// memory on both shards: each shard's part (the arrival shard's own and
+/// the other's) waits for the reads of the store times it needs (the time
+/// spans' oldest and newest records are not among those the stats read),
+/// and the figures follow the records' store times.
+#[test]
+fn consume_stats_and_time_spans_read_store_times_no_longer_in_memory() {
+    let store = fresh_store("roundtrip");
+    let Some((broker, mut client)) = start_cold(&store, 2, "Spans") else {
+        return;
+    };
+    // Two bursts on each queue (one per shard); the group consumed the first.
+    let bursts = send_bursts(&mut client, "Spans", &[0, 1], 2);
+    for queue_id in 0..2 {
+        client.pull("Spans", queue_id, 40, Some(20));
+        client.push_out_of_memory_on("Filler", queue_id);
+    }
+    let within = |time: i64, burst: usize, what: &str| {
+        let (began, ended) = bursts[burst];
+        assert!(
+            (began..=ended).contains(&time),
+            "{what} {time} not within burst {burst} {:?}",
+            bursts[burst]
+        );
+    };
+    let field = |value: &JsonValue, name: &str| -> i64 {
+        value
+            .as_object()
+            .and_then(|object| object.get(name))
+            .and_then(|field| match field {
+                JsonValue::Number(number) => number.as_i64_truncated(),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no {name} in {value:?}"))
+    };
+    let header = GetConsumeStatsRequestHeader {
+        consumer_group: "cg".to_owned(),
+        topic: Some("Spans".to_owned()),
+        ..GetConsumeStatsRequestHeader::default()
+    };
+    let mut json_answer = |code, fields| {
+        let answer = client.call_ok(RemotingCommand::new_request(code, fields));
+        json_parse(answer.body_bytes()).unwrap()
+    };
+    let body = json_answer(request_code::GET_CONSUME_STATS, header.to_ext_fields());
+    let offsets = body
+        .as_object()
+        .and_then(|object| object.get("offsetTable"))
+        .and_then(JsonValue::as_object)
+        .unwrap();
+    assert_eq!(offsets.members.len(), 2, "{body:?}");
+    for (_, queue) in &offsets.members {
+        assert_eq!(field(queue, "consumerOffset"), 20);
+        assert_eq!(field(queue, "brokerOffset"), 40);
+        within(field(queue, "lastTimestamp"), 0, "last consumed");
+    }
+    let header = QueryConsumeTimeSpanRequestHeader {
+        topic: "Spans".to_owned(),
+        group: "cg".to_owned(),
+    };
+    let body = json_answer(
+        request_code::QUERY_CONSUME_TIME_SPAN,
+        header.to_ext_fields(),
+    );
+    let spans = body
+        .as_object()
+        .and_then(|object| object.get("consumeTimeSpanSet"))
+        .and_then(JsonValue::as_array)
+        .unwrap();
+    assert_eq!(spans.len(), 2, "{body:?}");
+    for span in spans {
+        within(field(span, "minTimeStamp"), 0, "oldest");
+        within(field(span, "maxTimeStamp"), 1, "newest");
+        within(field(span, "consumeTimeStamp"), 0, "last consumed");
+    }
     drop(client);
     assert!(broker.stop().success());
 }

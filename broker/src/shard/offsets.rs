@@ -159,15 +159,6 @@ impl ShardHandler {
         self.store().queue_min_offset(topic, queue_id as u32) as i64
     }
 
-    /// The store timestamp of the message at `offset`, if it is there,
-    /// read synchronously when it is not in memory (admin statistics).
-    pub(crate) fn store_time_at(&mut self, topic: &str, queue_id: i32, offset: i64) -> Option<i64> {
-        match self.store_time_reading(topic, queue_id, offset, &mut PullRead::Sync) {
-            TimeAt::Known(time) => time,
-            TimeAt::Reading(_) => None,
-        }
-    }
-
     /// The store timestamp of the message at `offset`: known (None: no such
     /// message), or its record being read in the background (`read` says
     /// how a record not in memory is read, see [`Store::record_at`]; once
@@ -176,7 +167,7 @@ impl ShardHandler {
     /// synchronously).
     ///
     /// [`Store::record_at`]: ringmq_storage::store::Store::record_at
-    fn store_time_reading(
+    pub(crate) fn store_time_reading(
         &mut self,
         topic: &str,
         queue_id: i32,
@@ -342,7 +333,7 @@ impl ShardHandler {
 }
 
 /// What a store-time probe has ([`ShardHandler::store_time_reading`]).
-enum TimeAt {
+pub(crate) enum TimeAt {
     /// The store time (None: no message there).
     Known(Option<i64>),
     /// The record is being read: the store's ticket.

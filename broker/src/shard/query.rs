@@ -4,7 +4,9 @@
 //! not in memory are read through the ring in the background while the
 //! shard goes on (`ReadingQuery`); the part is computed again, and sent,
 //! once every read is done (until the thirty-fourth session they were read
-//! synchronously, holding the shard on the disk for each).
+//! synchronously, holding the shard on the disk for each). Gathered parts
+//! that read store times (consume stats, time spans) park the same way
+//! (thirty-fifth session).
 //!
 //! # Invariants
 //! - A body never holds more than the query's maximum number of records,
@@ -22,7 +24,7 @@ use ringmq_protocol::header::{QueryMessageRequestHeader, QueryMessageResponseHea
 use ringmq_storage::store::{PullRead, RecordRead};
 
 use super::ShardHandler;
-use super::gather::Part;
+use super::gather::{Ask, Part};
 use super::link::ShardMsg;
 
 /// Records a unique-key query returns at most (Java's `defaultQueryMaxNum`).
@@ -66,10 +68,11 @@ pub(crate) enum PartTo {
     },
 }
 
-/// A query part whose records the store is reading in the background.
+/// A gathered part whose records the store is reading in the background:
+/// a query's, or one that reads store times (queue figures, time spans).
 #[derive(Debug)]
 pub(crate) struct ReadingQuery {
-    cmd: RemotingCommand,
+    ask: Ask,
     to: PartTo,
     /// The reads not done yet.
     tickets: Vec<u64>,
@@ -89,20 +92,22 @@ impl ShardHandler {
         match self.query_part(cmd, PullRead::Background) {
             Ok(QueryRead::Ready(part)) => Some(part),
             Ok(QueryRead::Reading(tickets)) => {
-                self.reading_queries.push(ReadingQuery {
-                    cmd: cmd.clone(),
-                    to,
-                    tickets,
-                });
+                self.park_part(Ask::Messages(cmd.clone()), to, tickets);
                 None
             }
             Err(_) => Some(QueryPart::default()),
         }
     }
 
-    /// Whether a parked query part waited for the background read
-    /// `ticket`; the part whose last read it was is computed again and
-    /// delivered.
+    /// Parks this shard's part of `ask` for `to` until the store's
+    /// background reads `tickets` are all done; it is then computed again
+    /// and delivered ([`ShardHandler::on_query_read_done`]).
+    pub(crate) fn park_part(&mut self, ask: Ask, to: PartTo, tickets: Vec<u64>) {
+        self.reading_queries.push(ReadingQuery { ask, to, tickets });
+    }
+
+    /// Whether a parked part waited for the background read `ticket`; the
+    /// part whose last read it was is computed again and delivered.
     pub(crate) fn on_query_read_done(&mut self, ticket: u64, now_ms: i64) -> bool {
         let Some(index) = self
             .reading_queries
@@ -115,15 +120,22 @@ impl ShardHandler {
         waiting.retain(|waited| *waited != ticket);
         if waiting.is_empty() {
             let query = self.reading_queries.swap_remove(index);
-            let part = match self.query_part(&query.cmd, PullRead::AfterRead) {
-                Ok(QueryRead::Ready(part)) => part,
-                Ok(QueryRead::Reading(_)) | Err(_) => QueryPart::default(),
+            let part = match &query.ask {
+                Ask::Messages(cmd) => {
+                    Part::Messages(match self.query_part(cmd, PullRead::AfterRead) {
+                        Ok(QueryRead::Ready(part)) => part,
+                        Ok(QueryRead::Reading(_)) | Err(_) => QueryPart::default(),
+                    })
+                }
+                // AfterRead reads what is still missing synchronously: no
+                // ticket comes back.
+                other => self.timed_part(other, PullRead::AfterRead, &mut Vec::new(), now_ms),
             };
             match query.to {
-                PartTo::Own(id) => self.on_part(id, Part::Messages(part), now_ms),
+                PartTo::Own(id) => self.on_part(id, part, now_ms),
                 PartTo::Shard { shard, query: id } => {
                     if let Some(links) = &mut self.links {
-                        links.send(shard, ShardMsg::Part(id, Box::new(Part::Messages(part))));
+                        links.send(shard, ShardMsg::Part(id, Box::new(part)));
                     }
                 }
             }

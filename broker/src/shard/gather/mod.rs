@@ -287,7 +287,7 @@ impl ShardHandler {
         // This shard's own part may come later, as another shard's would.
         let (merged, missing) = match self.answer_ask(&ask, PartTo::Own(query), now_ms) {
             Some(part) => (part, others),
-            None => (Part::Messages(QueryPart::default()), others + 1),
+            None => (empty_part(&ask), others + 1),
         };
         let gathering = Gathering {
             reply,
@@ -324,6 +324,17 @@ impl ShardHandler {
         {
             self.gathered(done, now_ms);
         }
+    }
+}
+
+/// A part with nothing in it, of the kind `ask`'s parts are: where a
+/// gathering starts when its own part comes later (only asks that read
+/// records park their parts).
+fn empty_part(ask: &Ask) -> Part {
+    match ask {
+        Ask::Queues(_) => Part::Queues(Vec::new(), Rates::new()),
+        Ask::TimeSpans { .. } => Part::TimeSpans(Vec::new()),
+        _ => Part::Messages(QueryPart::default()),
     }
 }
 
@@ -416,6 +427,54 @@ mod tests {
         assert_eq!(queues.len(), 3);
         assert_eq!(queues[&("t".to_owned(), 1)].max, 2);
         assert_eq!(rates, rate(3.5), "the shards' rates add");
+    }
+
+    #[test]
+    fn a_parked_own_part_starts_its_gathering_with_an_empty_part_of_its_kind() {
+        // The other shard's part may come first, then the parked own one.
+        let goal = Goal::TopicStats;
+        let ask = Ask::Queues(vec![QueueAsk {
+            group: None,
+            topic: "t".to_owned(),
+            queues: 2,
+        }]);
+        let mut merged = empty_part(&ask);
+        let rate = |tps: f64| Rates::from([(("t".to_owned(), None), tps)]);
+        merge(
+            &goal,
+            &mut merged,
+            Part::Queues(vec![figures("t", 1)], rate(2.0)),
+        );
+        merge(
+            &goal,
+            &mut merged,
+            Part::Queues(vec![figures("t", 0)], rate(1.0)),
+        );
+        let Part::Queues(all, rates) = merged else {
+            panic!("queues stay queues");
+        };
+        assert_eq!(by_queue(&all).len(), 2);
+        assert_eq!(rates, rate(3.0));
+
+        let ask = Ask::TimeSpans {
+            topic: "t".to_owned(),
+            group: "g".to_owned(),
+            queues: 2,
+        };
+        let mut merged = empty_part(&ask);
+        merge(
+            &goal,
+            &mut merged,
+            Part::TimeSpans(vec![QueueTimeSpan::default()]),
+        );
+        let Part::TimeSpans(spans) = merged else {
+            panic!("time spans stay time spans");
+        };
+        assert_eq!(spans.len(), 1);
+        assert!(matches!(
+            empty_part(&Ask::Messages(RemotingCommand::new_request(12, Default::default()))),
+            Part::Messages(part) if part.count == 0
+        ));
     }
 
     #[test]

@@ -6,9 +6,12 @@ use std::sync::Arc;
 use ringmq_protocol::header::BoundaryType;
 use ringmq_protocol::json::QueueTimeSpan;
 
+use ringmq_storage::store::PullRead;
+
 use super::{Ask, Part, QueueAsk, QueueFigures, Rates, ResetAsk};
 use crate::route::ShardId;
 use crate::shard::ShardHandler;
+use crate::shard::offsets::TimeAt;
 use crate::shard::query::PartTo;
 use crate::stats_table::{StatsName, group_key};
 use crate::topic_config::{SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS};
@@ -20,7 +23,8 @@ impl ShardHandler {
     }
 
     /// This shard's part of `ask` for `to`: at once, or `None` when it is
-    /// sent later (QUERY_MESSAGE's records read in the background,
+    /// sent later (QUERY_MESSAGE's records, or the records whose store
+    /// times queue figures and time spans need, read in the background,
     /// `crate::shard::query`).
     pub(crate) fn answer_ask(&mut self, ask: &Ask, to: PartTo, now_ms: i64) -> Option<Part> {
         Some(match ask {
@@ -39,26 +43,14 @@ impl ShardHandler {
                     .map(str::to_owned)
                     .collect(),
             ),
-            Ask::Queues(asks) => {
-                let mut figures = Vec::new();
-                let mut rates = Rates::new();
-                for ask in asks {
-                    for queue_id in self.owned_queues(ask.queues) {
-                        figures.push(self.queue_figures(ask, queue_id));
-                    }
-                    let rate = match &ask.group {
-                        None => self
-                            .stats_table
-                            .minute_tps(StatsName::TopicPutNums, &ask.topic),
-                        Some(group) => self
-                            .stats_table
-                            .minute_tps(StatsName::GroupGetNums, &group_key(&ask.topic, group)),
-                    };
-                    *rates
-                        .entry((ask.topic.clone(), ask.group.clone()))
-                        .or_default() += rate;
+            Ask::Queues(_) | Ask::TimeSpans { .. } => {
+                let mut tickets = Vec::new();
+                let part = self.timed_part(ask, PullRead::Background, &mut tickets, now_ms);
+                if !tickets.is_empty() {
+                    self.park_part(ask.clone(), to, tickets);
+                    return None;
                 }
-                Part::Queues(figures, rates)
+                part
             }
             Ask::Stats { name, key } => Part::Stats(self.stats_table.figures(*name, key)),
             Ask::DeleteExpiredNow => {
@@ -75,17 +67,6 @@ impl ShardHandler {
                 Part::Done
             }
             Ask::OffsetKeys => Part::Names(self.offsets.keys().map(str::to_owned).collect()),
-            Ask::TimeSpans {
-                topic,
-                group,
-                queues,
-            } => {
-                let spans = self
-                    .owned_queues(*queues)
-                    .map(|queue_id| self.time_span(topic, group, queue_id, now_ms))
-                    .collect();
-                Part::TimeSpans(spans)
-            }
             Ask::Reset(reset) => Part::Reset(self.reset_owned(reset, now_ms)),
             Ask::CloneOffsets { src, dest, topics } => {
                 for topic in topics {
@@ -94,6 +75,77 @@ impl ShardHandler {
                 Part::Done
             }
         })
+    }
+
+    /// This shard's part of an ask whose figures read store times
+    /// ([`Ask::Queues`], [`Ask::TimeSpans`]), records not in memory read
+    /// as `read` says: in the background, each read's ticket goes into
+    /// `tickets` (the part is then incomplete, and computed again with
+    /// [`PullRead::AfterRead`] once they are all done, see
+    /// [`ShardHandler::park_part`]).
+    pub(crate) fn timed_part(
+        &mut self,
+        ask: &Ask,
+        read: PullRead,
+        tickets: &mut Vec<u64>,
+        now_ms: i64,
+    ) -> Part {
+        match ask {
+            Ask::TimeSpans {
+                topic,
+                group,
+                queues,
+            } => {
+                let spans = self
+                    .owned_queues(*queues)
+                    .map(|queue_id| self.time_span(topic, group, queue_id, now_ms, read, tickets))
+                    .collect();
+                Part::TimeSpans(spans)
+            }
+            Ask::Queues(asks) => {
+                let mut figures = Vec::new();
+                let mut rates = Rates::new();
+                for ask in asks {
+                    for queue_id in self.owned_queues(ask.queues) {
+                        figures.push(self.queue_figures(ask, queue_id, read, tickets));
+                    }
+                    let rate = match &ask.group {
+                        None => self
+                            .stats_table
+                            .minute_tps(StatsName::TopicPutNums, &ask.topic),
+                        Some(group) => self
+                            .stats_table
+                            .minute_tps(StatsName::GroupGetNums, &group_key(&ask.topic, group)),
+                    };
+                    *rates
+                        .entry((ask.topic.clone(), ask.group.clone()))
+                        .or_default() += rate;
+                }
+                Part::Queues(figures, rates)
+            }
+            other => unreachable!("{other:?} reads no store times"),
+        }
+    }
+
+    /// The store time of the message at `offset` of `topic`/`queue_id`
+    /// (None: no message there, or its record is being read, the read's
+    /// ticket then in `tickets`).
+    fn probe_store_time(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        read: PullRead,
+        tickets: &mut Vec<u64>,
+    ) -> Option<i64> {
+        let mut read = read;
+        match self.store_time_reading(topic, queue_id, offset, &mut read) {
+            TimeAt::Known(time) => time,
+            TimeAt::Reading(ticket) => {
+                tickets.push(ticket);
+                None
+            }
+        }
     }
 
     /// CLEAN_UNUSED_TOPIC on this shard: the queues of topics neither in
@@ -116,7 +168,13 @@ impl ShardHandler {
         }
     }
 
-    fn queue_figures(&mut self, ask: &QueueAsk, queue_id: u32) -> QueueFigures {
+    fn queue_figures(
+        &mut self,
+        ask: &QueueAsk,
+        queue_id: u32,
+        read: PullRead,
+        tickets: &mut Vec<u64>,
+    ) -> QueueFigures {
         let (topic, group) = (ask.topic.as_str(), ask.group.as_deref());
         let wire_id = queue_id as i32;
         let min = self.min_offset(topic, wire_id);
@@ -127,7 +185,7 @@ impl ShardHandler {
             None => max,
         };
         let store_time_ms = if before > 0 {
-            self.store_time_at(topic, wire_id, before - 1)
+            self.probe_store_time(topic, wire_id, before - 1, read, tickets)
                 .unwrap_or(0)
                 .max(0)
         } else {
@@ -146,10 +204,20 @@ impl ShardHandler {
 
     /// One queue's time span for `group`, as Java's `queryConsumeTimeSpan`
     /// computes it; a time that cannot be read is -1.
-    fn time_span(&mut self, topic: &str, group: &str, queue_id: u32, now_ms: i64) -> QueueTimeSpan {
+    fn time_span(
+        &mut self,
+        topic: &str,
+        group: &str,
+        queue_id: u32,
+        now_ms: i64,
+        read: PullRead,
+        tickets: &mut Vec<u64>,
+    ) -> QueueTimeSpan {
         let wire_id = queue_id as i32;
-        let time_at = |handler: &mut Self, offset: i64| {
-            handler.store_time_at(topic, wire_id, offset).unwrap_or(-1)
+        let mut time_at = |handler: &mut Self, offset: i64| {
+            handler
+                .probe_store_time(topic, wire_id, offset, read, tickets)
+                .unwrap_or(-1)
         };
         let min = self.min_offset(topic, wire_id);
         let max = self.max_offset(topic, wire_id);
