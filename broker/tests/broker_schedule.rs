@@ -264,6 +264,63 @@ fn delayed_and_timer_messages_no_longer_in_memory_when_due_are_delivered() {
     assert!(broker.stop().success());
 }
 
+/// Timer messages whose records left memory before a restart: the
+/// restarted wheel reads its backlog in the background (the shard does not
+/// wait on the disk for it) and delivers each at its time, once.
+#[test]
+fn a_timer_backlog_no_longer_in_memory_is_read_back_after_a_restart() {
+    const TIMER_MS: i64 = 3_000;
+    let store = fresh_store("schedule");
+    let cold = |store: &Path| {
+        start_broker(
+            store,
+            &[
+                "--shards=1".to_owned(),
+                "--maxMessageSize=65536".to_owned(),
+                format!("--messageDelayLevel={LADDER}"),
+                "--tailCacheSize=0".to_owned(),
+            ],
+        )
+    };
+    let Some(broker) = cold(&store) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.create_topic("Timed", 1);
+    client.create_topic("Filler", 1);
+    let sent_at = now_ms();
+    let delay = format!("TIMER_DELAY_MS\u{1}{TIMER_MS}\u{2}");
+    for n in 0..5 {
+        client.send_with("Timed", 0, &delay, format!("timed {n}").as_bytes());
+    }
+    client.push_out_of_memory("Filler");
+    drop(client);
+    assert!(broker.stop().success());
+
+    let broker = cold(&store).unwrap();
+    let mut client = broker.connect();
+    let records = client.await_records("Timed", 0, 0, 5);
+    let mut bodies: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        ["timed 0", "timed 1", "timed 2", "timed 3", "timed 4"]
+    );
+    for record in &records {
+        assert!(
+            record.store_timestamp_ms >= sent_at + TIMER_MS,
+            "delivered early"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(client.pull("Timed", 0, 0).len(), 5, "delivered once");
+    drop(client);
+    assert!(broker.stop().success());
+}
+
 #[test]
 fn a_delayed_message_survives_a_sigterm_restart_before_it_is_due() {
     let store = fresh_store("schedule");

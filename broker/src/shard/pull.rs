@@ -42,8 +42,11 @@ const EXPRESSION_TYPE_TAG: &str = "TAG";
 use std::sync::Arc;
 
 use ringmq_protocol::message::{CrcCheck, decode_record, java_string_hash_code};
+use ringmq_storage::consume_queue::CqEntry;
+use ringmq_storage::disk::uring::UringDisk;
+use ringmq_storage::limits::GET_MESSAGES_BYTES_MAX;
 use ringmq_storage::store::{
-    FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled, RecordRead,
+    FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled, RecordRead, Store,
 };
 
 use crate::features::sql92::{EXPRESSION_TYPE_SQL92, Filter, compile, is_tag_type};
@@ -749,6 +752,64 @@ fn codes_of(data: &SubscriptionData) -> Option<Vec<i32>> {
         Some(data.code_set.clone())
     } else {
         tag_codes(&data.sub_string)
+    }
+}
+
+/// Up to `count` records of system queue `topic`/`queue_id` (a delay
+/// level's, the timer wheel's) from `read_from`, as a pull reads them (see
+/// [`PullRead`]): `Err(ticket)` while the store reads the first ones in the
+/// background; `Ok(None)` when the read failed (logged; the entries are
+/// then read one by one by [`system_queue_record`]).
+pub(crate) fn pull_system_queue(
+    store: &mut Store<UringDisk>,
+    topic: &str,
+    queue_id: u32,
+    read_from: i64,
+    count: usize,
+    read: PullRead,
+) -> Result<Option<GetMessagesResult>, u64> {
+    let pulled = store.pull_messages(
+        topic,
+        queue_id,
+        read_from as u64,
+        count,
+        GET_MESSAGES_BYTES_MAX,
+        None,
+        read,
+    );
+    match pulled {
+        Ok(Pulled::Ready(result)) => Ok(Some(result)),
+        Ok(Pulled::Reading(ticket)) => Err(ticket),
+        Err(error) => {
+            tracing::warn!(%error, topic, queue_id, "reading a system queue's records failed");
+            Ok(None)
+        }
+    }
+}
+
+/// The record of the `i`-th entry `cq` of a system queue read from
+/// `read_from` (the delay levels' and the timer wheel's): the one `pulled`
+/// gave for it; the first entry's read directly when the pull did not give
+/// it (a record the log no longer holds: `Some(None)`, dropped or fired by
+/// the caller); `None` for a later one the pull left out (not in memory:
+/// the caller stops there and reads it next time).
+pub(crate) fn system_queue_record(
+    store: &mut Store<UringDisk>,
+    pulled: Option<&GetMessagesResult>,
+    i: usize,
+    read_from: i64,
+    cq: &CqEntry,
+) -> Option<Option<Vec<u8>>> {
+    let queue_offset = read_from + i as i64;
+    let found = pulled.and_then(|result| {
+        let found = result.records.get(i)?;
+        (found.queue_offset == queue_offset as u64)
+            .then(|| result.body[found.range.clone()].to_vec())
+    });
+    match found {
+        Some(record) => Some(Some(record)),
+        None if i == 0 => Some(store.read_record(cq.commit_log_offset).ok().flatten()),
+        None => None,
     }
 }
 

@@ -45,11 +45,11 @@ use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{CustomHeader, SendMessageRequestHeader};
 use ringmq_protocol::json::DelayOffsetFile;
 use ringmq_protocol::message::{CrcCheck, decode_record};
-use ringmq_storage::limits::GET_MESSAGES_BYTES_MAX;
-use ringmq_storage::store::{PullRead, Pulled};
+use ringmq_storage::store::PullRead;
 
 use super::ShardHandler;
 use super::link::{ReplyTo, Request};
+use super::pull::{pull_system_queue, system_queue_record};
 use crate::features::delay::{
     self, DELIVERIES_PER_POLL_MAX, DelayLevels, DelayScheduler, IDLE_RECHECK_MS,
 };
@@ -336,41 +336,23 @@ impl ShardHandler {
             LevelRead::Done => PullRead::AfterRead,
             LevelRead::Idle | LevelRead::Waiting(_) => PullRead::Background,
         };
-        let pulled = match store.pull_messages(
-            SCHEDULE_TOPIC,
-            queue_id,
-            read_from as u64,
-            count,
-            GET_MESSAGES_BYTES_MAX,
-            None,
-            read_mode,
-        ) {
-            Ok(Pulled::Ready(result)) => Some(result),
-            Ok(Pulled::Reading(ticket)) => {
-                self.delay.reads[index] = LevelRead::Waiting(ticket);
-                self.delay.next_poll_ms[index] = i64::MAX;
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(%error, level, "reading a delay level's records failed");
-                None
-            }
-        };
+        let pulled =
+            match pull_system_queue(store, SCHEDULE_TOPIC, queue_id, read_from, count, read_mode) {
+                Ok(pulled) => pulled,
+                Err(ticket) => {
+                    self.delay.reads[index] = LevelRead::Waiting(ticket);
+                    self.delay.next_poll_ms[index] = i64::MAX;
+                    return;
+                }
+            };
         let levels = self.delay.scheduler.levels().clone();
         let mut read = Vec::with_capacity(cq_entries.len());
         for (i, cq) in cq_entries.iter().enumerate() {
             let queue_offset = read_from + i as i64;
-            let found = pulled.as_ref().and_then(|result| {
-                let found = result.records.get(i)?;
-                (found.queue_offset == queue_offset as u64)
-                    .then(|| result.body[found.range.clone()].to_vec())
-            });
-            let record = match found {
-                Some(record) => Some(record),
-                // What the pull did not give at its start (a record the log
-                // no longer holds): read as before, and dropped if unreadable.
-                None if i == 0 => store.read_record(cq.commit_log_offset).ok().flatten(),
-                None => break,
+            // None: not in memory, read next time; Some(None): the log no
+            // longer holds it (dropped below).
+            let Some(record) = system_queue_record(store, pulled.as_ref(), i, read_from, cq) else {
+                break;
             };
             let due_ms = record
                 .as_deref()

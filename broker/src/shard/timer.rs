@@ -48,6 +48,7 @@ use ringmq_protocol::message::{CrcCheck, decode_record};
 use ringmq_storage::store::{PullRead, RecordRead};
 
 use super::ShardHandler;
+use super::pull::{pull_system_queue, system_queue_record};
 use crate::features::QueueEntry;
 use crate::features::timer::{self, TIMER_QUEUE_ID, TimerConfig, TimerWheel};
 use crate::persist::ConfigFile;
@@ -112,6 +113,10 @@ pub(crate) struct TimerState {
     /// Due entries whose records the store is reading in the background:
     /// (ticket, entry), delivered once the read is done.
     reading: Vec<(u64, QueueEntry)>,
+    /// How the wheel reads its next new records: waiting for the store's
+    /// background read of them (a backlog no longer in memory, as after a
+    /// restart), or after it.
+    enqueue_read: EnqueueRead,
     next_poll_ms: i64,
     /// Delivered entries at or above the durable offset.
     delivered: BTreeSet<i64>,
@@ -120,6 +125,17 @@ pub(crate) struct TimerState {
     /// The progress last written.
     written: TimerProgressFile,
     last_write_ms: i64,
+}
+
+/// Where the wheel's read of its new records is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EnqueueRead {
+    /// Nothing pending: read from memory, or start a background read.
+    Idle,
+    /// The store's background read with this ticket is running.
+    Waiting(u64),
+    /// That read is done: read again, synchronously what is still missing.
+    Done,
 }
 
 impl TimerState {
@@ -131,6 +147,7 @@ impl TimerState {
             config,
             in_flight: HashMap::new(),
             reading: Vec::new(),
+            enqueue_read: EnqueueRead::Idle,
             next_poll_ms: now_ms,
             delivered: progress
                 .delivered
@@ -250,9 +267,40 @@ impl ShardHandler {
             .get(WHEEL_TIMER_TOPIC, queue_id)
             .map(|queue| queue.entries(read_from as u64, count))
             .unwrap_or_default();
+        // The records as a pull reads them: from memory, or read in the
+        // background with their neighbours while the wheel waits (a backlog
+        // after a restart); records further on that are not in memory are
+        // left to the next turn.
+        let read_mode = match std::mem::replace(&mut state.enqueue_read, EnqueueRead::Idle) {
+            EnqueueRead::Done => PullRead::AfterRead,
+            EnqueueRead::Idle => PullRead::Background,
+            EnqueueRead::Waiting(ticket) => {
+                state.enqueue_read = EnqueueRead::Waiting(ticket);
+                return;
+            }
+        };
+        let pulled = match pull_system_queue(
+            store,
+            WHEEL_TIMER_TOPIC,
+            queue_id,
+            read_from,
+            count,
+            read_mode,
+        ) {
+            Ok(pulled) => pulled,
+            Err(ticket) => {
+                state.enqueue_read = EnqueueRead::Waiting(ticket);
+                return;
+            }
+        };
         let mut entries = Vec::with_capacity(cq_entries.len());
         for (i, cq) in cq_entries.iter().enumerate() {
-            let record = store.read_record(cq.commit_log_offset).ok().flatten();
+            let queue_offset = read_from + i as i64;
+            // None: not in memory, read next time; Some(None): the log no
+            // longer holds it (fired below).
+            let Some(record) = system_queue_record(store, pulled.as_ref(), i, read_from, cq) else {
+                break;
+            };
             // Unreadable or without TIMER_OUT_MS: fires now and is dropped.
             let fire_ms = record
                 .as_deref()
@@ -262,7 +310,7 @@ impl ShardHandler {
                 })
                 .unwrap_or(0);
             entries.push(QueueEntry {
-                queue_offset: read_from + i as i64,
+                queue_offset,
                 commit_log_offset: cq.commit_log_offset as i64,
                 size: cq.size as i32,
                 tags_code: fire_ms,
@@ -284,11 +332,12 @@ impl ShardHandler {
         }
     }
 
-    /// Whether due entries wait for the store's background reads.
+    /// Whether due entries, or the wheel's new records, wait for the
+    /// store's background reads.
     pub(crate) fn timer_is_reading(&self) -> bool {
-        self.timer
-            .as_ref()
-            .is_some_and(|state| !state.reading.is_empty())
+        self.timer.as_ref().is_some_and(|state| {
+            !state.reading.is_empty() || matches!(state.enqueue_read, EnqueueRead::Waiting(_))
+        })
     }
 
     /// The store's background read `ticket` is done: delivers the entries
@@ -297,6 +346,11 @@ impl ShardHandler {
         let Some(state) = self.timer.as_mut() else {
             return;
         };
+        if state.enqueue_read == EnqueueRead::Waiting(ticket) {
+            // The wheel reads its new records again in the next turn.
+            state.enqueue_read = EnqueueRead::Done;
+            return;
+        }
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.reading)
             .into_iter()
             .partition(|(read, _)| *read == ticket);
