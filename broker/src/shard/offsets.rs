@@ -214,8 +214,7 @@ impl ShardHandler {
     /// first time (the request is parked with the pulls and executed again
     /// when the read is done, see `run_reading_pulls`), then synchronously
     /// only for the probe that waited.
-    pub(crate) fn time_query(&mut self, request: Box<Request>, read: PullRead) {
-        let mut read = read;
+    pub(crate) fn time_query(&mut self, request: Box<Request>, mut read: PullRead) {
         let answer = match request.cmd.code {
             request_code::GET_EARLIEST_MSG_STORETIME => {
                 match request

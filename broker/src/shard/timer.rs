@@ -244,6 +244,11 @@ impl ShardHandler {
         let (Some(state), Some(store)) = (self.timer.as_mut(), self.store.as_mut()) else {
             return;
         };
+        if matches!(state.enqueue_read, EnqueueRead::Waiting(_)) {
+            // The store is reading the next new records: nothing to do
+            // until that read is done (`on_timer_read_done`).
+            return;
+        }
         let queue_id = TIMER_QUEUE_ID as u32;
         let mut read_from = state.wheel.read_from();
         let min = store.queue_min_offset(WHEEL_TIMER_TOPIC, queue_id) as i64;
@@ -262,23 +267,19 @@ impl ShardHandler {
             return;
         }
         let count = ((max - read_from) as usize).min(TIMER_ENQUEUE_PER_TURN_MAX);
-        let cq_entries = store
-            .consume_queues()
-            .get(WHEEL_TIMER_TOPIC, queue_id)
-            .map(|queue| queue.entries(read_from as u64, count))
-            .unwrap_or_default();
         // The records as a pull reads them: from memory, or read in the
         // background with their neighbours while the wheel waits (a backlog
         // after a restart); records further on that are not in memory are
         // left to the next turn.
         let read_mode = match std::mem::replace(&mut state.enqueue_read, EnqueueRead::Idle) {
             EnqueueRead::Done => PullRead::AfterRead,
-            EnqueueRead::Idle => PullRead::Background,
-            EnqueueRead::Waiting(ticket) => {
-                state.enqueue_read = EnqueueRead::Waiting(ticket);
-                return;
-            }
+            EnqueueRead::Idle | EnqueueRead::Waiting(_) => PullRead::Background,
         };
+        let cq_entries = store
+            .consume_queues()
+            .get(WHEEL_TIMER_TOPIC, queue_id)
+            .map(|queue| queue.entries(read_from as u64, count))
+            .unwrap_or_default();
         let pulled = match pull_system_queue(
             store,
             WHEEL_TIMER_TOPIC,
