@@ -566,22 +566,23 @@ impl ShardHandler {
     }
 
     /// Up to `max_count` records of the half or op queue from `from`, read
-    /// in the background when not in memory (synchronously when `after_read`
-    /// is this queue's: its background read is done): None when the round
-    /// must wait for that read (then noted in the state).
+    /// in the background when not in memory (synchronously, once, when
+    /// `after_read` is this queue's: its background read is done; the
+    /// round's later reads of it go to the background again): None when the
+    /// round must wait for that read (then noted in the state).
     fn check_round_read(
         &mut self,
         queue: CheckRead,
         from: i64,
         max_count: usize,
-        after_read: Option<CheckRead>,
+        after_read: &mut Option<CheckRead>,
         now_ms: i64,
     ) -> Result<Option<GetMessagesResult>, String> {
         let topic = match queue {
             CheckRead::Op => TRANS_OP_HALF_TOPIC,
             CheckRead::Half => TRANS_HALF_TOPIC,
         };
-        let read = if after_read == Some(queue) {
+        let read = if after_read.take_if(|waited| *waited == queue).is_some() {
             PullRead::AfterRead
         } else {
             PullRead::Background
@@ -614,7 +615,7 @@ impl ShardHandler {
     fn run_check_round(
         &mut self,
         now_ms: i64,
-        after_read: Option<CheckRead>,
+        mut after_read: Option<CheckRead>,
     ) -> Result<(), String> {
         // Catch up with the op queue.
         for _ in 0..OP_READS_PER_ROUND_MAX {
@@ -626,7 +627,7 @@ impl ShardHandler {
                 CheckRead::Op,
                 from,
                 OP_RECORDS_PER_READ_MAX,
-                after_read,
+                &mut after_read,
                 now_ms,
             )?
             else {
@@ -665,7 +666,7 @@ impl ShardHandler {
             CheckRead::Half,
             from,
             HALF_RECORDS_PER_ROUND_MAX,
-            after_read,
+            &mut after_read,
             now_ms,
         )?
         else {
