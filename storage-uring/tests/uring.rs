@@ -1888,3 +1888,90 @@ fn fdatasyncs_of_buffered_files_run_as_one_syncfs_from_the_configured_rate() {
     std::thread::sleep(Duration::from_millis(1_100));
     assert_eq!(sync_all(&mut disk, &files, 2_000), (2, 40, 0));
 }
+
+#[test]
+fn a_range_shipped_from_a_segment_reaches_a_socket_through_the_pipe() {
+    use ringmq_storage::commit_log::ShipPipe;
+    use ringmq_storage::store::{AppendMessage, Store, StoreConfig};
+    use std::rc::Rc;
+    let Some(disk) = disk_or_skip(UringDiskConfig {
+        allow_buffered_fallback: true,
+        ..small_disk_config()
+    }) else {
+        return;
+    };
+    let dir = TempDir::new("ship");
+    let host = std::net::SocketAddr::from(([127, 0, 0, 1], 10911));
+    let mut config = StoreConfig::new(&dir.0, 0, host);
+    config.segment_size_bytes = 1 << 20;
+    config.tail_cache_bytes = 0;
+    let (mut store, _) = Store::open(disk, config, 1).unwrap();
+    let mut acks = Vec::new();
+    for n in 0..300usize {
+        let body = vec![n as u8; 200 + n * 13 % 1_500];
+        let message = AppendMessage {
+            topic: "T",
+            queue_id: 0,
+            body: &body,
+            properties: b"",
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp_ms: 1,
+            born_host: host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        store.append(&message, 1).unwrap();
+        store.poll(1, &mut acks).unwrap();
+    }
+    while acks.len() < 300 {
+        store
+            .poll_wait(1, Duration::from_millis(100), &mut acks)
+            .unwrap();
+    }
+    let mut offsets: Vec<u64> = acks.iter().map(|ack| ack.commit_log_offset).collect();
+    offsets.sort_unstable();
+    // Records 7 to 249, at an offset no block boundary: the pipe gets
+    // whole blocks around them.
+    let (from, to) = (offsets[7], offsets[250]);
+    let len = (to - from) as usize;
+    let mut want = Vec::new();
+    for offset in &offsets[7..250] {
+        want.extend(store.read_record(*offset).unwrap().unwrap());
+    }
+    assert_eq!(want.len(), len);
+    let pipe = Rc::new(ShipPipe::new(1 << 20).unwrap());
+    let ticket = store.start_ship(from, len, &pipe).unwrap().unwrap();
+    let mut done = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while done.is_empty() && Instant::now() < deadline {
+        store
+            .poll_wait(1, Duration::from_millis(100), &mut acks)
+            .unwrap();
+        store.take_shipped(&mut done);
+    }
+    let shipment = done.pop().expect("the ship completes").unwrap();
+    assert_eq!(shipment.ticket, ticket);
+    assert_eq!(shipment.head as u64, from % BLOCK_SIZE as u64);
+    assert_eq!(pipe.held().unwrap(), shipment.head + len + shipment.tail);
+    // Head dropped, the range spliced on to a socket, tail dropped.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut receiver, _) = listener.accept().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0; len];
+        receiver.read_exact(&mut got).unwrap();
+        got
+    });
+    pipe.discard(shipment.head).unwrap();
+    pipe.splice_to(sender.as_raw_fd(), len).unwrap();
+    pipe.discard(shipment.tail).unwrap();
+    assert_eq!(pipe.held().unwrap(), 0);
+    assert!(
+        reader.join().unwrap() == want,
+        "the socket got the records' bytes"
+    );
+    // What is not acknowledgeable is not shipped.
+    let end = store.commit_log().max_offset();
+    assert_eq!(store.start_ship(end - 1, 2, &pipe).unwrap(), None);
+}

@@ -150,6 +150,8 @@ pub(crate) const SEQ_SEGMENT_SHRINK: u64 = 10;
 /// background (counter: its ticket). 11 was the kind of a slave's read
 /// before the two shared one.
 pub(crate) const SEQ_SPAN_READ: u64 = 12;
+/// Kind of a splice of a shipped range into its pipe (counter: its ticket).
+pub(crate) const SEQ_SHIP: u64 = 13;
 
 /// An OpId of kind `kind` with a counter.
 pub(crate) fn commit_log_op_id(kind: u64, counter: u64) -> OpId {

@@ -43,8 +43,10 @@ pub mod crc_combine;
 pub mod record_crc;
 pub mod recovery;
 mod replica;
+mod ship;
 mod span_reads;
 pub use replica::{RecordMark, ReplicaChunk, ReplicaPosition};
+pub use ship::{ShipPipe, Shipment};
 pub mod segment;
 pub(crate) mod write_bufs;
 
@@ -56,8 +58,8 @@ use ringmq_protocol::message::{RecordSpec, RecordView, crc32_ieee, encode_blank}
 
 use self::appender::{
     Appender, FlushMode, Progress, SEQ_READ, SEQ_SEGMENT_CREATE, SEQ_SEGMENT_REMOVE,
-    SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE, SEQ_SPAN_READ, commit_log_op_id,
-    op_counter, op_kind,
+    SEQ_SEGMENT_RETIRE, SEQ_SEGMENT_SHRINK, SEQ_SEGMENT_SPARE, SEQ_SHIP, SEQ_SPAN_READ,
+    commit_log_op_id, op_counter, op_kind,
 };
 use self::recovery::{ScanOutcome, ScanStop, scan};
 use self::segment::SegmentSet;
@@ -248,6 +250,8 @@ pub struct CommitLog {
     /// Reads for pulls (consumers' and slaves') in flight, and the spans
     /// they brought (see `span_reads`).
     span_reads: span_reads::SpanReads,
+    /// Ranges being spliced into pipes (see `ship`).
+    ships: ship::Ships,
     stats: SegmentStats,
 }
 
@@ -419,6 +423,7 @@ impl CommitLog {
             fenced_at: fenced.then_some(end),
             last_record,
             span_reads: span_reads::SpanReads::default(),
+            ships: ship::Ships::default(),
             stats: SegmentStats::default(),
         };
         Ok((log, report))
@@ -893,6 +898,10 @@ impl CommitLog {
             }
             SEQ_SPAN_READ => {
                 self.on_span_read(completion);
+                Progress::default()
+            }
+            SEQ_SHIP => {
+                self.on_ship(disk, completion);
                 Progress::default()
             }
             _ => self.appender.on_completion(

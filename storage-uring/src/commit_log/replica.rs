@@ -356,7 +356,8 @@ impl CommitLog {
             || self.sparing > 0
             || !self.shrinking.is_empty()
             || !self.stash.is_empty()
-            || self.span_reads.in_flight();
+            || self.span_reads.in_flight()
+            || self.ships.in_flight();
         if busy {
             return Err(StorageError::Busy {
                 pending_bytes: self.appender.pending_bytes(),

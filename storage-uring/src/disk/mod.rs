@@ -25,8 +25,9 @@
 //!   completion is returned by `poll`; the completion always gives it back.
 //! - Every submitted operation completes exactly once (success or error),
 //!   including when the disk is shut down.
-//! - On O_DIRECT files, `Write`/`Read` offsets, buffer ranges and lengths are
-//!   multiples of [`crate::aligned::BLOCK_SIZE`]; implementations assert it.
+//! - On O_DIRECT files, `Write`/`Read`/`SpliceToPipe` offsets, buffer ranges
+//!   and lengths are multiples of [`crate::aligned::BLOCK_SIZE`];
+//!   implementations assert it.
 //! - A buffer obtained from [`Disk::buffer`] may be registered with the kernel
 //!   (io_uring fixed buffer). It is given back with [`Disk::recycle`]; dropping
 //!   a registered buffer leaks its memory rather than freeing pages the kernel
@@ -37,6 +38,7 @@
 
 use std::io;
 use std::ops::Range;
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -144,6 +146,24 @@ pub enum DiskOp {
         /// Bytes wanted; at most `buf.capacity()`.
         len: usize,
     },
+    /// `splice(2)` of up to `len` bytes of the file at `file_offset` into a
+    /// pipe (O_DIRECT: offset and length aligned, as for `Read`): the bytes
+    /// go from the file to the pipe's pages without passing through user
+    /// space, for shipping a byte range on to a socket. Completes with the
+    /// count moved, which a pipe with less room or the end of the file can
+    /// make short. The caller keeps `pipe` (the write end) open until the
+    /// completion; the pipe must have room for `len` bytes, or the splice
+    /// waits for a reader.
+    SpliceToPipe {
+        /// Source file.
+        file: FileId,
+        /// Byte offset in the file.
+        file_offset: u64,
+        /// Bytes wanted.
+        len: usize,
+        /// The pipe's write end.
+        pipe: RawFd,
+    },
     /// `fdatasync(2)`: everything written to the file before this operation
     /// was submitted is durable when it completes successfully.
     Fdatasync {
@@ -170,6 +190,7 @@ impl DiskOp {
             DiskOp::Write { file, .. }
             | DiskOp::WriteShared { file, .. }
             | DiskOp::Read { file, .. }
+            | DiskOp::SpliceToPipe { file, .. }
             | DiskOp::Fdatasync { file }
             | DiskOp::Truncate { file, .. } => *file,
         }
@@ -191,7 +212,10 @@ impl DiskOp {
                 buf_range,
                 ..
             } => Some((*file_offset, buf.buf(), buf_range)),
-            DiskOp::Read { .. } | DiskOp::Fdatasync { .. } | DiskOp::Truncate { .. } => None,
+            DiskOp::Read { .. }
+            | DiskOp::SpliceToPipe { .. }
+            | DiskOp::Fdatasync { .. }
+            | DiskOp::Truncate { .. } => None,
         }
     }
 
@@ -209,6 +233,7 @@ impl DiskOp {
         match self {
             DiskOp::Write { .. } | DiskOp::WriteShared { .. } => "write",
             DiskOp::Read { .. } => "read",
+            DiskOp::SpliceToPipe { .. } => "splice",
             DiskOp::Fdatasync { .. } => "fdatasync",
             DiskOp::Truncate { .. } => "ftruncate",
         }
@@ -218,7 +243,10 @@ impl DiskOp {
     pub fn into_buf(self) -> Option<AlignedBuf> {
         match self {
             DiskOp::Write { buf, .. } | DiskOp::Read { buf, .. } => Some(buf),
-            DiskOp::WriteShared { .. } | DiskOp::Fdatasync { .. } | DiskOp::Truncate { .. } => None,
+            DiskOp::WriteShared { .. }
+            | DiskOp::SpliceToPipe { .. }
+            | DiskOp::Fdatasync { .. }
+            | DiskOp::Truncate { .. } => None,
         }
     }
 }

@@ -56,6 +56,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 use super::{
@@ -672,6 +673,12 @@ impl SimDisk {
                 let result = self.execute_read(file, file_offset, &mut buf, len);
                 (result, Some(buf))
             }
+            DiskOp::SpliceToPipe {
+                file,
+                file_offset,
+                len,
+                pipe,
+            } => (self.execute_splice(file, file_offset, len, pipe), None),
             DiskOp::Fdatasync { file } => (self.execute_fsync(file, started_at), None),
             // As `set_len`: the simulation applies it to the durable content
             // at once (a crash keeps the new length).
@@ -748,6 +755,34 @@ impl SimDisk {
             .volatile
             .read_into(start as u64, &mut buf.as_full_mut_slice()[..n]);
         buf.set_len(n);
+        Ok(n)
+    }
+
+    /// A splice into a real pipe: the bytes a read would give (with the
+    /// read faults: EIO, short reads), written into `pipe`.
+    fn execute_splice(
+        &mut self,
+        file: FileId,
+        file_offset: u64,
+        len: usize,
+        pipe: RawFd,
+    ) -> Result<usize, DiskError> {
+        let mut buf = AlignedBuf::new(len.max(1));
+        let n = self.execute_read(file, file_offset, &mut buf, len)?;
+        let mut written = 0;
+        while written < n {
+            let rest = &buf.as_slice()[written..n];
+            // SAFETY: `rest` is a live slice of `rest.len()` bytes.
+            let count = unsafe { libc::write(pipe, rest.as_ptr().cast(), rest.len()) };
+            if count < 0 {
+                let errno = io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO);
+                let path = self.open_file(file)?.path.clone();
+                return Err(io_err("splice", &path, errno));
+            }
+            written += count as usize;
+        }
         Ok(n)
     }
 
@@ -1190,6 +1225,12 @@ impl Disk for SimDisk {
                 );
                 (*file, Some((*file_offset, 0, *len)))
             }
+            DiskOp::SpliceToPipe {
+                file,
+                file_offset,
+                len,
+                ..
+            } => (*file, Some((*file_offset, 0, *len))),
             DiskOp::Fdatasync { file } | DiskOp::Truncate { file, .. } => (*file, None),
         };
         if let (Some(open), Some((offset, start, len))) = (self.open.get(&file.0), direct_check)

@@ -1224,6 +1224,25 @@ impl UringDisk {
                     len,
                 }
             }
+            DiskOp::SpliceToPipe {
+                file_offset,
+                len,
+                pipe,
+                ..
+            } => {
+                if file.direct {
+                    assert_aligned("splice offset", file_offset);
+                    assert_aligned("splice length", len as u64);
+                }
+                Op::Splice {
+                    fd_in: fd,
+                    off_in: Some(file_offset),
+                    fd_out: pipe,
+                    off_out: None,
+                    len: u32::try_from(len).expect("a splice moves less than 4 GiB"),
+                    flags: 0,
+                }
+            }
             DiskOp::Fdatasync { .. } => Op::Fsync { fd, datasync: true },
             DiskOp::Truncate { len, .. } => Op::Ftruncate { fd, len },
         };
@@ -1840,10 +1859,21 @@ fn back_to_disk_op(file: FileId, op: Op) -> DiskOp {
             buf,
             len,
         },
+        Op::Splice {
+            off_in: Some(file_offset),
+            fd_out,
+            len,
+            ..
+        } => DiskOp::SpliceToPipe {
+            file,
+            file_offset,
+            len: len as usize,
+            pipe: fd_out,
+        },
         Op::Fsync { .. } => DiskOp::Fdatasync { file },
         Op::Ftruncate { len, .. } => DiskOp::Truncate { file, len },
         other => unreachable!(
-            "disk ops map to write, read, fsync or ftruncate, not {}",
+            "disk ops map to write, read, splice, fsync or ftruncate, not {}",
             other.name()
         ),
     }

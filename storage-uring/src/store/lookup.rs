@@ -7,7 +7,7 @@ use ringmq_protocol::message::peek_total_size;
 use super::{
     FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled, RecordRead, Store,
 };
-use crate::commit_log::split_shard_offset;
+use crate::commit_log::{ShipPipe, Shipment, split_shard_offset};
 use crate::consume_queue::CqEntry;
 use crate::disk::Disk;
 use crate::error::StorageError;
@@ -119,6 +119,31 @@ impl<D: Disk> Store<D> {
     /// last call (their pulls may be executed again).
     pub fn take_span_reads(&mut self, out: &mut Vec<u64>) {
         self.commit_log.take_span_reads(out);
+    }
+
+    /// Starts shipping the acknowledgeable `len` CommitLog bytes at
+    /// outside-visible `offset` (within one segment) into `pipe` with
+    /// splice, no copy through this process (see
+    /// [`CommitLog::start_ship`](crate::commit_log::CommitLog::start_ship));
+    /// the ticket comes back from [`Store::take_shipped`]. None when the
+    /// range is not acknowledgeable or no longer kept.
+    ///
+    /// # Errors
+    /// As `CommitLog::start_ship`.
+    pub fn start_ship(
+        &mut self,
+        offset: u64,
+        len: usize,
+        pipe: &std::rc::Rc<ShipPipe>,
+    ) -> Result<Option<u64>, StorageError> {
+        self.commit_log
+            .start_ship(&mut self.disk, offset, len, pipe)
+    }
+
+    /// The ships done since the last call: where each range is in its pipe,
+    /// or its ticket and the error (the pipe is then not to be used again).
+    pub fn take_shipped(&mut self, out: &mut Vec<Result<Shipment, (u64, StorageError)>>) {
+        self.commit_log.take_shipped(out);
     }
 
     /// The stored record at outside-visible `commit_log_offset`, if it is

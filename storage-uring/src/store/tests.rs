@@ -4,8 +4,11 @@ use std::path::{Path, PathBuf};
 use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
 use super::*;
-use crate::commit_log::ReplicaChunk;
+use std::rc::Rc;
+
+use crate::aligned::BLOCK_SIZE;
 use crate::commit_log::shard_offset;
+use crate::commit_log::{ReplicaChunk, ShipPipe, Shipment};
 use crate::consume_queue::CQ_ENTRY_SIZE;
 use crate::disk::sim::{CrashKind, SimConfig, SimDisk, SimImage};
 use crate::disk::{Disk, OpenOptions};
@@ -2553,4 +2556,135 @@ fn topics_not_kept_lose_their_queues_and_kept_ones_stay() {
     assert_eq!(store.queue_entries("T", 0, 0, 10).unwrap().len(), 1);
     let (again, _) = store.delete_topics_not_kept(|topic| topic == "T");
     assert!(again.is_empty(), "nothing left to remove: {again:?}");
+}
+
+/// Polls `store` until ship `ticket` is done; its shipment or error.
+fn await_ship(store: &mut Store<SimDisk>, ticket: u64) -> Result<Shipment, StorageError> {
+    let (mut acks, mut done) = (Vec::new(), Vec::new());
+    for _ in 0..1_000 {
+        store
+            .poll_wait(T0, std::time::Duration::ZERO, &mut acks)
+            .unwrap();
+        store.take_shipped(&mut done);
+        if let Some(index) = done.iter().position(|shipped| match shipped {
+            Ok(shipment) => shipment.ticket == ticket,
+            Err((failed, _)) => *failed == ticket,
+        }) {
+            return done.swap_remove(index).map_err(|(_, error)| error);
+        }
+    }
+    panic!("ship {ticket} never completed");
+}
+
+/// Ships `len` bytes at local `local` of shard 0 and takes them out of the
+/// pipe as their owner would: head dropped, range kept, tail dropped.
+fn ship_and_take(
+    store: &mut Store<SimDisk>,
+    pipe: &Rc<ShipPipe>,
+    local: u64,
+    len: usize,
+) -> Vec<u8> {
+    let offset = shard_offset(0, local);
+    let ticket = store
+        .start_ship(offset, len, pipe)
+        .unwrap()
+        .expect("the range is kept and acknowledgeable");
+    let shipment = await_ship(store, ticket).unwrap();
+    let blocks = shipment.head + shipment.len + shipment.tail;
+    assert_eq!(shipment.offset, offset);
+    assert_eq!(shipment.len, len);
+    assert_eq!(shipment.head as u64, local % BLOCK_SIZE as u64);
+    assert!(blocks.is_multiple_of(BLOCK_SIZE) && shipment.tail < BLOCK_SIZE);
+    assert_eq!(
+        pipe.held().unwrap(),
+        blocks,
+        "the whole blocks are in the pipe"
+    );
+    pipe.discard(shipment.head).unwrap();
+    let mut bytes = vec![0; len];
+    pipe.take(&mut bytes).unwrap();
+    pipe.discard(shipment.tail).unwrap();
+    assert_eq!(pipe.held().unwrap(), 0);
+    bytes
+}
+
+#[test]
+fn ranges_shipped_through_a_pipe_hold_the_bytes_a_read_gives() {
+    let mut store = uncached_four_segments(41);
+    let segment = store.config().segment_size_bytes;
+    let pipe = Rc::new(ShipPipe::new(1 << 20).unwrap());
+    let ranges = [
+        (0, 1),
+        (100, 5_000),
+        (2 * BLOCK_SIZE as u64, 3 * BLOCK_SIZE),
+        (segment - 3_000, 3_000),
+        (segment + 4_095, 60_000),
+    ];
+    for (local, len) in ranges {
+        let shipped = ship_and_take(&mut store, &pipe, local, len);
+        let read = store
+            .commit_log
+            .read(&mut store.disk, shard_offset(0, local), len)
+            .unwrap()
+            .unwrap();
+        assert!(shipped == read, "{len} bytes at {local}");
+    }
+    // Short splices (the sim's short reads) go on until every block is in.
+    store.disk_mut().faults_mut().short_read_percent = 100;
+    let shipped = ship_and_take(&mut store, &pipe, 2 * segment + 10, 65_000);
+    assert!(store.disk().read_count() > 1, "more than one splice");
+    let read = store
+        .commit_log
+        .read(&mut store.disk, shard_offset(0, 2 * segment + 10), 65_000);
+    assert!(shipped == read.unwrap().unwrap());
+}
+
+#[test]
+fn a_ship_is_refused_what_a_read_is_refused_and_a_pipe_it_does_not_fit() {
+    let mut store = uncached_four_segments(42);
+    let segment = store.config().segment_size_bytes;
+    let end = store.commit_log().max_offset();
+    let pipe = Rc::new(ShipPipe::new(1 << 20).unwrap());
+    // Nothing past the acknowledgeable end, nothing of another shard, not
+    // nothing.
+    assert_eq!(store.start_ship(end - 10, 11, &pipe).unwrap(), None);
+    assert!(matches!(
+        store.start_ship(shard_offset(0, 0), 0, &pipe),
+        Err(StorageError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.start_ship(shard_offset(1, 0), 10, &pipe),
+        Err(StorageError::InvalidArgument(_))
+    ));
+    // Not across a segment end.
+    let across = store.start_ship(shard_offset(0, segment - 10), 20, &pipe);
+    assert!(matches!(across, Err(StorageError::InvalidArgument(m)) if m.contains("segment end")));
+    // Not into a pipe its blocks do not fit in: 2 bytes across a block
+    // boundary are two blocks.
+    let small = Rc::new(ShipPipe::new(BLOCK_SIZE).unwrap());
+    assert_eq!(small.capacity(), BLOCK_SIZE);
+    let refused = store.start_ship(shard_offset(0, BLOCK_SIZE as u64 - 1), 2, &small);
+    assert!(
+        matches!(refused, Err(StorageError::InvalidArgument(m)) if m.contains("more than the pipe's"))
+    );
+    // Not into a pipe that still holds an earlier ship's bytes.
+    let ticket = store
+        .start_ship(shard_offset(0, 0), 10, &pipe)
+        .unwrap()
+        .unwrap();
+    await_ship(&mut store, ticket).unwrap();
+    let again = store.start_ship(shard_offset(0, 0), 10, &pipe);
+    assert!(
+        matches!(again, Err(StorageError::InvalidArgument(m)) if m.contains("still holds 4096"))
+    );
+    // A failed splice comes back with its ticket and the error.
+    let fresh = Rc::new(ShipPipe::new(1 << 20).unwrap());
+    // (`faults_mut` counts reads from 0 again.)
+    store.disk_mut().faults_mut().read_eio_nth = Some(1);
+    let ticket = store
+        .start_ship(shard_offset(0, 0), 10, &fresh)
+        .unwrap()
+        .unwrap();
+    let failed = await_ship(&mut store, ticket);
+    assert!(matches!(failed, Err(StorageError::Disk(e)) if e.raw_os_error() == Some(libc::EIO)));
 }
