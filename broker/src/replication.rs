@@ -6,7 +6,8 @@
 //! ```text
 //!  registrar: REGISTER_BROKER answer ─ masterAddr ─▶ MasterAddress
 //!  thread k: connect(masterAddr) ─▶ Position (shard k) ─▶ loop {
-//!      REPLICA_PULL(offset, durableOffset, last record on the first) ─▶ chunk
+//!      REPLICA_PULL(offset, durableOffset, last record on the first, raw) ─▶ chunk
+//!      ─▶ (raw: cut to its whole records; none: the next pull without raw)
 //!      ─▶ Append(from, chunk) (shard k) ─▶ answered once acknowledgeable ─▶ offset = end
 //!      or, for an empty log below the master's: startOffset ─▶ StartAt (shard k) ─▶ offset = startOffset }
 //!  any error: log, drop the connection, wait, start again from Position
@@ -39,6 +40,7 @@ use ringmq_protocol::header::{
 use ringmq_protocol::json::{
     ConsumerOffsetFile, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
 };
+use ringmq_storage::commit_log::replica_whole_len;
 use ringmq_storage::ring::Waker;
 
 use crate::shard::link::ShardMsg;
@@ -283,6 +285,9 @@ impl Replicator {
         let mut last_record = position.last_record;
         let mut synced: Option<Instant> = None;
         let mut served = false;
+        // Chunks cut anywhere are welcome, except once after one that held
+        // no whole record (its first record is longer than a spliced chunk).
+        let mut raw = true;
         while !self.stop.load(Ordering::Relaxed) {
             if synced.is_none_or(|at| at.elapsed() >= MASTER_CONFIG_SYNC_PERIOD) {
                 if self.shard == 0 {
@@ -303,6 +308,7 @@ impl Replicator {
                 max_bytes: REPLICA_CHUNK_BYTES_MAX as i32,
                 suspend_millis: REPLICA_SUSPEND_MS,
                 slave_addr: Some(self.slave_addr.clone()),
+                raw: Some(raw),
             };
             let request = RemotingCommand::new_request(
                 request_code::RINGMQ_REPLICA_PULL,
@@ -344,9 +350,25 @@ impl Replicator {
                 durable = base;
                 continue;
             }
-            let Some(bytes) = answer.body.filter(|body| !body.is_empty()) else {
+            let Some(mut bytes) = answer.body.filter(|body| !body.is_empty()) else {
                 continue;
             };
+            raw = true;
+            if header.raw == Some(true) {
+                // Cut anywhere: its whole records, the rest asked again.
+                let whole = replica_whole_len(from, &bytes)
+                    .map_err(|error| SessionEnd::Refused(format!("the master's chunk: {error}")))?;
+                if whole == 0 {
+                    tracing::debug!(
+                        shard = self.shard,
+                        from,
+                        "no whole record in a spliced chunk: asking for whole records"
+                    );
+                    raw = false;
+                    continue;
+                }
+                bytes.truncate(whole);
+            }
             let end = self.call_shard(|reply| ReplicaCall::Append { from, bytes, reply })?;
             from = end;
             durable = end;

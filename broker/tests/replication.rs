@@ -21,10 +21,10 @@ use ringmq_protocol::header::{
     CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
     GetMinOffsetResponseHeader, PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
     QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader, ReplicaPullRequestHeader,
-    SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader,
+    ReplicaPullResponseHeader, SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader,
 };
 use ringmq_protocol::json::SubscriptionGroupConfig;
-use ringmq_protocol::message::{CrcCheck, iter_pull_body};
+use ringmq_protocol::message::{CrcCheck, Decoded, decode_entry, iter_pull_body};
 
 const SHARDS: &str = "--shards=2";
 const TOPIC: &str = "Replicated";
@@ -34,16 +34,19 @@ fn start_master(store: &Path) -> Option<Broker> {
     start_broker(store, &[SHARDS.into()])
 }
 
+/// `options` and what makes a broker `master`'s slave.
+fn slave_options(options: &[String], master: &Broker) -> Vec<String> {
+    let mut slave = options.to_vec();
+    slave.extend([
+        "--brokerRole=SLAVE".to_owned(),
+        "--brokerId=1".to_owned(),
+        format!("--namesrvAddr=127.0.0.1:{}", master.namesrv_port),
+    ]);
+    slave
+}
+
 fn start_slave(store: &Path, master: &Broker) -> Option<Broker> {
-    start_broker(
-        store,
-        &[
-            SHARDS.into(),
-            "--brokerRole=SLAVE".into(),
-            "--brokerId=1".into(),
-            format!("--namesrvAddr=127.0.0.1:{}", master.namesrv_port),
-        ],
-    )
+    start_broker(store, &slave_options(&[SHARDS.into()], master))
 }
 
 impl Client {
@@ -381,12 +384,7 @@ fn a_fresh_slave_of_a_master_whose_log_starts_later_copies_it_from_there() {
     for queue_id in 0..QUEUES {
         assert!(to_master.min_offset(queue_id) > 0, "queue {queue_id}");
     }
-    let mut slave_options = small.to_vec();
-    slave_options.extend([
-        "--brokerRole=SLAVE".to_owned(),
-        "--brokerId=1".to_owned(),
-        format!("--namesrvAddr=127.0.0.1:{}", master.namesrv_port),
-    ]);
+    let slave_options = slave_options(&small, &master);
     let slave = start_broker(&slave_store, &slave_options).unwrap();
     let mut to_slave = slave.connect();
     let more = send_sized(&mut to_master, 1_700, 200, |_| 4_000);
@@ -564,4 +562,126 @@ fn a_sync_master_answers_once_its_slave_has_the_message_and_says_when_it_cannot(
         "{:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn a_slave_catching_up_on_records_no_longer_in_memory_gets_them_spliced() {
+    // No tail cache on the master: every record a slave asks for is on the
+    // disk only, so its chunks are spliced from the segments, cut anywhere.
+    let cold = [
+        SHARDS.to_owned(),
+        "--mapedFileSizeCommitLog=4194304".to_owned(),
+        "--maxMessageSize=2097152".to_owned(),
+        "--tailCacheSize=0".to_owned(),
+    ];
+    let master_store = fresh_store("repl-master-cold");
+    let slave_store = fresh_store("repl-slave-cold");
+    let Some(master) = start_broker(&master_store, &cold) else {
+        return;
+    };
+    let mut to_master = master.connect();
+    to_master.create_topic(TOPIC, QUEUES);
+    // About 9 MB per shard over three segments (so chunks meet BLANKs),
+    // then two records longer than a spliced chunk (a slave that finds no
+    // whole record in one asks for whole records), then 10 MB per shard,
+    // more than the write buffers keep in memory.
+    let mut offsets = send_sized(&mut to_master, 0, 600, |n| (n * 7_919) % 60_000);
+    offsets.extend(send_sized(&mut to_master, 600, 4, |_| 1_500_000));
+    offsets.extend(send_sized(&mut to_master, 604, 400, |n| 50_000 + n % 3_000));
+
+    // A raw pull as a slave sends it: the log's bytes from 0, cut at
+    // maxBytes in the middle of a record; its whole records are the
+    // master's.
+    let header = ReplicaPullRequestHeader {
+        shard: 0,
+        shard_count: 2,
+        segment_size: 4 * 1024 * 1024,
+        offset: 0,
+        durable_offset: 0,
+        max_bytes: 10_000,
+        raw: Some(true),
+        ..ReplicaPullRequestHeader::default()
+    };
+    let answer = to_master.call_ok(RemotingCommand::new_request(
+        request_code::RINGMQ_REPLICA_PULL,
+        header.to_ext_fields(),
+    ));
+    let pulled: ReplicaPullResponseHeader = answer.decode_custom_header().unwrap();
+    assert_eq!(pulled.raw, Some(true), "spliced, cut anywhere");
+    let body = answer.body_bytes();
+    assert_eq!(body.len(), 10_000);
+    let mut at = 0;
+    let mut whole = Vec::new();
+    while let Ok(Decoded::Record(record)) = decode_entry(&body[at..], CrcCheck::Verify) {
+        whole.push(at as i64);
+        at += record.total_size() as usize;
+    }
+    assert!(
+        !whole.is_empty() && at < body.len(),
+        "whole records, then a cut one"
+    );
+    for (offset, bytes) in records_at(&mut to_master, &whole) {
+        let start = offset as usize;
+        assert_eq!(&body[start..start + bytes.len()], bytes.as_slice());
+    }
+
+    // A slave catches up through such chunks and holds every record.
+    let slave = start_broker(&slave_store, &slave_options(&cold, &master)).unwrap();
+    let mut to_slave = slave.connect();
+    wait_caught_up(&mut to_master, &mut to_slave);
+    assert_same_records(&mut to_master, &mut to_slave, &offsets);
+    let more = send_some(&mut to_master, 1_004, 40);
+    wait_caught_up(&mut to_master, &mut to_slave);
+    assert_same_records(&mut to_master, &mut to_slave, &more);
+    let log = common::broker_logs_text(&master_store);
+    assert!(
+        log.contains("splicing older records to a slave"),
+        "the master spliced:\n{log}"
+    );
+}
+
+#[test]
+fn a_spliced_chunk_that_ends_inside_a_segments_padding_is_followed_at_the_next_segment() {
+    // One shard, 4 MiB segments, no tail cache: a 1.5 MB record that does
+    // not fit the rest of a segment leaves a BLANK there whose padding is
+    // longer than a spliced chunk, so the chunk that holds the BLANK ends
+    // inside its padding; the slave takes the BLANK's 8 bytes and goes on
+    // at the next segment in the same session.
+    let cold = [
+        "--shards=1".to_owned(),
+        "--mapedFileSizeCommitLog=4194304".to_owned(),
+        "--maxMessageSize=2097152".to_owned(),
+        "--tailCacheSize=0".to_owned(),
+    ];
+    let segment: i64 = 4 * 1024 * 1024;
+    let master_store = fresh_store("repl-master-blank");
+    let slave_store = fresh_store("repl-slave-blank");
+    let Some(master) = start_broker(&master_store, &cold) else {
+        return;
+    };
+    let mut to_master = master.connect();
+    to_master.create_topic(TOPIC, QUEUES);
+    let mut offsets = Vec::new();
+    while offsets
+        .last()
+        .is_none_or(|&offset| offset % segment < 2_900_000)
+    {
+        offsets.extend(send_sized(&mut to_master, offsets.len(), 1, |_| 50_000));
+    }
+    let big = send_sized(&mut to_master, offsets.len(), 1, |_| 1_500_000)[0];
+    assert_eq!(big, segment, "the long record starts the next segment");
+    offsets.push(big);
+    // 10 MB after it: the BLANK is no longer in the write buffers.
+    offsets.extend(send_sized(&mut to_master, offsets.len(), 200, |_| 50_000));
+    let slave = start_broker(&slave_store, &slave_options(&cold, &master)).unwrap();
+    let mut to_slave = slave.connect();
+    wait_caught_up(&mut to_master, &mut to_slave);
+    assert_same_records(&mut to_master, &mut to_slave, &offsets);
+    let slave_log = common::broker_logs_text(&slave_store);
+    assert_eq!(
+        slave_log.matches("replicating from the master").count(),
+        1,
+        "one session:\n{slave_log}"
+    );
+    assert!(common::broker_logs_text(&master_store).contains("splicing older records to a slave"));
 }

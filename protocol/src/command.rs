@@ -215,14 +215,28 @@ impl RemotingCommand {
         serialize_type: SerializeType,
         dst: &mut B,
     ) -> Result<usize, EncodeError> {
+        self.encode_head_for_body(serialize_type, self.body_bytes().len(), dst)
+    }
+
+    /// As [`Self::encode_head`], the length word counting a body of
+    /// `body_len` bytes that the caller sends from elsewhere (a pipe) in
+    /// place of the command's own, which is ignored.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::encode_head`].
+    pub fn encode_head_for_body<B: FrameBuffer>(
+        &self,
+        serialize_type: SerializeType,
+        body_len: usize,
+        dst: &mut B,
+    ) -> Result<usize, EncodeError> {
         if serialize_type == SerializeType::RocketMq {
             binary_header::encoded_size(self)?;
         }
-        frame::write_frame_head(dst, serialize_type, self.body_bytes().len(), |dst| {
-            match serialize_type {
-                SerializeType::Json => json_header::encode(self, dst),
-                SerializeType::RocketMq => binary_header::encode(self, dst),
-            }
+        frame::write_frame_head(dst, serialize_type, body_len, |dst| match serialize_type {
+            SerializeType::Json => json_header::encode(self, dst),
+            SerializeType::RocketMq => binary_header::encode(self, dst),
         })
     }
 }

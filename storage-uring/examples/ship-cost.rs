@@ -33,7 +33,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringmq_storage::aligned::AlignedBuf;
@@ -76,8 +76,8 @@ fn main() -> Result<(), Error> {
     // without CAP_SYS_RESOURCE, and a range takes up to two blocks more.
     let pipe_size = (chunk + 8192).min(PIPE_SIZE_MAX);
     let pipes = [
-        Rc::new(ShipPipe::new(pipe_size)?),
-        Rc::new(ShipPipe::new(pipe_size)?),
+        Arc::new(ShipPipe::new(pipe_size)?),
+        Arc::new(ShipPipe::new(pipe_size)?),
     ];
     let splice_chunk = chunk.min(pipes[0].capacity() - 8192);
     println!("splice_chunk={splice_chunk}");
@@ -233,7 +233,7 @@ fn send_copies(
 fn send_spliced(
     store: &mut Store<UringDisk>,
     socket: &TcpStream,
-    pipes: &[Rc<ShipPipe>],
+    pipes: &[Arc<ShipPipe>],
     start: u64,
     end: u64,
     chunk: usize,

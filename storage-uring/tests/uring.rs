@@ -1893,7 +1893,7 @@ fn fdatasyncs_of_buffered_files_run_as_one_syncfs_from_the_configured_rate() {
 fn a_range_shipped_from_a_segment_reaches_a_socket_through_the_pipe() {
     use ringmq_storage::commit_log::ShipPipe;
     use ringmq_storage::store::{AppendMessage, Store, StoreConfig};
-    use std::rc::Rc;
+    use std::sync::Arc;
     let Some(disk) = disk_or_skip(UringDiskConfig {
         allow_buffered_fallback: true,
         ..small_disk_config()
@@ -1940,7 +1940,7 @@ fn a_range_shipped_from_a_segment_reaches_a_socket_through_the_pipe() {
         want.extend(store.read_record(*offset).unwrap().unwrap());
     }
     assert_eq!(want.len(), len);
-    let pipe = Rc::new(ShipPipe::new(1 << 20).unwrap());
+    let pipe = Arc::new(ShipPipe::new(1 << 20).unwrap());
     let ticket = store.start_ship(from, len, &pipe).unwrap().unwrap();
     let mut done = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);

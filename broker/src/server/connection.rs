@@ -6,6 +6,8 @@
 //!  Recv ──▶ read_buf: [frame][frame][fra|........spare.........]
 //!                      └ decode_frame_mut (split off, no copy) ─▶ RemotingCommand ─▶ handler
 //!  handler ─▶ response ─▶ out_queue: [resp][resp]  ── one Send per turn ──▶ socket
+//!  handler ─▶ response with a spliced body ─▶ out_queue: [resp][head of resp]
+//!             spliced: ([body in a pipe], [what follows it]) ── Splice ──▶ socket
 //! ```
 //!
 //! # Invariants
@@ -15,10 +17,18 @@
 //! - The read buffer always has spare capacity when it is handed to a Recv,
 //!   and room for the whole frame at its front once that frame's length word
 //!   is known; its capacity never exceeds [`READ_BUFFER_SIZE_MAX`].
-//! - Bytes in `out_queue` are whole frames.
+//! - Bytes in `out_queue` are whole frames, except that the last may be
+//!   the head of a frame whose body is the first spliced body's; the bytes
+//!   queued after a spliced body are whole frames too, but for the same
+//!   exception with the next body. So output goes out in order: the queue,
+//!   then each spliced body and the bytes after it.
+//! - At most one output operation (a Send or a Splice) is in flight; a
+//!   spliced body's pipe stays in `spliced` until its Splice completed.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use ringmq_protocol::code::{SerializeType, response_code};
@@ -27,7 +37,24 @@ use ringmq_protocol::error::DecodeError;
 use ringmq_protocol::frame::{self, LENGTH_SIZE};
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
 
+use ringmq_storage::commit_log::ShipPipe;
+
 use super::ConnectionId;
+
+/// A response body the server splices from a pipe to the socket instead of
+/// copying it (CommitLog bytes shipped with `Store::start_ship`).
+#[derive(Debug)]
+pub struct SplicedBody {
+    /// The pipe holding it; no one else reads from it until the body is
+    /// sent.
+    pub pipe: Arc<ShipPipe>,
+    /// Bytes in the pipe before the body, dropped first.
+    pub head: usize,
+    /// The body's length.
+    pub len: usize,
+    /// Bytes in the pipe after the body, dropped once it is sent.
+    pub tail: usize,
+}
 
 /// Capacity a connection's read buffer starts with and returns to.
 pub const READ_BUFFER_SIZE_INITIAL: usize = 64 * 1024;
@@ -54,6 +81,12 @@ pub(super) struct Connection {
     pub(super) send_size: usize,
     /// Encoded responses not yet handed to a Send.
     pub(super) out_queue: BytesMut,
+    /// Spliced bodies waiting (the front one's Splice perhaps in flight),
+    /// each with the encoded output queued after it.
+    pub(super) spliced: VecDeque<(SplicedBody, BytesMut)>,
+    /// Bytes of the front spliced body not yet spliced, once its head is
+    /// dropped.
+    pub(super) splice_left: Option<usize>,
     /// Complete frames are waiting in the read buffer (the per-turn request
     /// bound stopped the last pass).
     pub(super) backlog: bool,
@@ -76,6 +109,8 @@ impl Connection {
             send_in_flight: false,
             send_size: 0,
             out_queue: BytesMut::new(),
+            spliced: VecDeque::new(),
+            splice_left: None,
             backlog: false,
             backlog_listed: false,
             dirty: false,
@@ -83,9 +118,48 @@ impl Connection {
         }
     }
 
-    /// Output bytes not yet acknowledged by a completed Send.
+    /// Output bytes not yet acknowledged by a completed Send or Splice.
     pub(super) fn output_pending(&self) -> usize {
-        self.out_queue.len() + self.send_size
+        let spliced: usize = self
+            .spliced
+            .iter()
+            .map(|(body, after)| body.len + after.len())
+            .sum();
+        self.out_queue.len() + self.send_size + spliced
+    }
+
+    /// Whether output waits to be handed to a Send or Splice.
+    pub(super) fn has_output(&self) -> bool {
+        !self.out_queue.is_empty() || !self.spliced.is_empty()
+    }
+
+    /// Where the next response's bytes go: after the last spliced body.
+    pub(super) fn out_tail(&mut self) -> &mut BytesMut {
+        match self.spliced.back_mut() {
+            Some((_, after)) => after,
+            None => &mut self.out_queue,
+        }
+    }
+
+    /// Queues `response` with `body` as its body, spliced from its pipe.
+    pub(super) fn queue_spliced(&mut self, response: &RemotingCommand, body: SplicedBody) {
+        if body.len == 0 {
+            write_response(self.out_tail(), response);
+            return;
+        }
+        let out = self.out_tail();
+        match response.encode_head_for_body(SerializeType::Json, body.len, out) {
+            Ok(_) => self.spliced.push_back((body, BytesMut::new())),
+            Err(error) => write_encode_failure(out, response, &error),
+        }
+    }
+
+    /// Drops what is queued but not in flight: everything except the
+    /// spliced body whose Splice is in flight (its pipe must outlive it).
+    pub(super) fn drop_output(&mut self) {
+        self.out_queue = BytesMut::new();
+        let keep = usize::from(self.send_in_flight && self.splice_left.is_some());
+        self.spliced.truncate(keep);
     }
 
     /// Whether the server may drop the connection (no operation owns any of
@@ -176,9 +250,18 @@ pub(super) fn take_requests(
 /// encoded (larger than a frame) is replaced by a SYSTEM_ERROR saying so, so
 /// that the client is answered either way.
 pub(super) fn write_response(out: &mut BytesMut, response: &RemotingCommand) {
-    let Err(error) = response.encode(SerializeType::Json, out) else {
-        return;
-    };
+    if let Err(error) = response.encode(SerializeType::Json, out) {
+        write_encode_failure(out, response, &error);
+    }
+}
+
+/// Appends the SYSTEM_ERROR that stands for `response`, which could not be
+/// encoded.
+fn write_encode_failure(
+    out: &mut BytesMut,
+    response: &RemotingCommand,
+    error: &ringmq_protocol::error::EncodeError,
+) {
     tracing::error!(code = response.code, %error, "response could not be encoded");
     let mut fallback = RemotingCommand::new_response(
         response_code::SYSTEM_ERROR,
@@ -324,5 +407,47 @@ mod tests {
         assert_eq!(decoded.opaque, 42);
         assert!(decoded.is_response());
         assert!(out.is_empty());
+    }
+
+    fn body(len: usize) -> SplicedBody {
+        SplicedBody {
+            pipe: Arc::new(ShipPipe::new(4096).unwrap()),
+            head: 1,
+            len,
+            tail: 2,
+        }
+    }
+
+    #[test]
+    fn output_after_a_spliced_body_waits_behind_it_and_counts_as_pending() {
+        let fd = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let mut conn = Connection::new(ConnectionId(1), fd, "127.0.0.1:1".parse().unwrap());
+        let answer = RemotingCommand::new_response(0, 5, None);
+        write_response(conn.out_tail(), &answer);
+        let before = conn.out_queue.len();
+        conn.queue_spliced(&answer, body(1_000));
+        // The spliced answer's head joins the queue, its length word
+        // counting the body; what comes next waits behind the body.
+        let head = conn.out_queue.len() - before;
+        let length = u32::from_be_bytes(conn.out_queue[before..before + 4].try_into().unwrap());
+        assert_eq!(length as usize, head - LENGTH_SIZE + 1_000);
+        write_response(conn.out_tail(), &answer);
+        assert_eq!(conn.spliced.len(), 1);
+        assert_eq!(conn.spliced[0].1.len(), before);
+        assert_eq!(conn.output_pending(), 2 * before + head + 1_000);
+        // An empty body is an ordinary answer.
+        conn.queue_spliced(&answer, body(0));
+        assert_eq!(conn.spliced.len(), 1);
+        assert_eq!(conn.spliced[0].1.len(), 2 * before);
+        // Closing keeps only a body whose splice is in flight.
+        conn.send_in_flight = true;
+        conn.splice_left = Some(10);
+        conn.queue_spliced(&answer, body(3));
+        conn.drop_output();
+        assert!(conn.out_queue.is_empty());
+        assert_eq!(conn.spliced.len(), 1);
+        conn.splice_left = None;
+        conn.drop_output();
+        assert!(conn.spliced.is_empty());
     }
 }

@@ -7,7 +7,9 @@
 //! ```text
 //!            ┌──────────── one loop turn ─────────────────────────────────────┐
 //!  outbound: handler.take_outbound ─▶ out_queues (deferred answers, pushes)
-//!  flush: dirty connections ─▶ Send(out_queue) (one per connection, ≤ 1 in flight)
+//!            handler.take_spliced ─▶ head to out_queue, body kept in its pipe
+//!  flush: dirty connections ─▶ Send(out_queue) or Splice(pipe ─▶ socket)
+//!         (one per connection, ≤ 1 in flight)
 //!  ring.turn (wait ≤ handler.wait_bound) ─▶ completions:
 //!                             accept ─▶ new Connection ─▶ Recv
 //!                             recv   ─▶ take_requests ─▶ handler.handle ─▶ out_queue
@@ -82,7 +84,9 @@ use ringmq_storage::ring::{
 };
 use slab::Slab;
 
-pub use connection::{READ_BUFFER_SIZE_INITIAL, READ_BUFFER_SIZE_KEEP_MAX, READ_BUFFER_SIZE_MAX};
+pub use connection::{
+    READ_BUFFER_SIZE_INITIAL, READ_BUFFER_SIZE_KEEP_MAX, READ_BUFFER_SIZE_MAX, SplicedBody,
+};
 pub use name_server::{KvConfigError, NameServerHandler, kv_config_dir, open_kv_config};
 pub use ringmq_protocol::limits::FRAME_SIZE_MAX;
 pub use signal::ShutdownHandle;
@@ -129,11 +133,12 @@ const KIND_SEND: Token = 3;
 const KIND_TICK: Token = 4;
 const KIND_ACCEPT_RETRY: Token = 5;
 const KIND_STOP_DEADLINE: Token = 6;
+const KIND_SPLICE: Token = 7;
 const KEY_MASK: Token = 0xFFFF_FFFF;
 
 /// Ring slots a server with `connections_max` connections may hold at
-/// once: a receive and a send per connection, the accept, and one to spare
-/// for a timer.
+/// once: a receive and a send (or splice) per connection, the accept, and
+/// one to spare for a timer.
 pub fn ring_slots_needed(connections_max: usize) -> usize {
     2 * connections_max + 3
 }
@@ -205,6 +210,15 @@ pub trait RequestHandler {
     /// requests to clients. The server asks every turn; commands for
     /// connections already gone are dropped.
     fn take_outbound(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand)>) {
+        let _ = out;
+    }
+
+    /// As [`RequestHandler::take_outbound`], for answers whose body the
+    /// server splices from a pipe to the socket (the command's own body is
+    /// not sent). The server asks every turn, after `take_outbound`, so a
+    /// connection's command from `take_outbound` in the same turn goes out
+    /// before these.
+    fn take_spliced(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand, SplicedBody)>) {
         let _ = out;
     }
 
@@ -340,6 +354,8 @@ pub struct Server<H: RequestHandler> {
     backlog: Vec<usize>,
     close_requests: Vec<ConnectionId>,
     outbound: Vec<(ConnectionId, RemotingCommand)>,
+    /// Reused buffer for [`RequestHandler::take_spliced`].
+    spliced: Vec<(ConnectionId, RemotingCommand, SplicedBody)>,
     connection_tag: u8,
     shutdown: ShutdownHandle,
     phase: Phase,
@@ -474,6 +490,7 @@ impl<H: RequestHandler> Server<H> {
             backlog: Vec::new(),
             close_requests: Vec::new(),
             outbound: Vec::new(),
+            spliced: Vec::new(),
             connection_tag: config.connection_tag,
             shutdown,
             phase: Phase::Running,
@@ -576,6 +593,7 @@ impl<H: RequestHandler> Server<H> {
             KIND_ACCEPT => self.on_accept(completion),
             KIND_RECV => self.on_recv(key, completion, now_ms),
             KIND_SEND => self.on_send(key, completion),
+            KIND_SPLICE => self.on_splice(key, completion),
             _ => unreachable!("completion of unknown kind {kind}"),
         }
     }
@@ -747,35 +765,54 @@ impl<H: RequestHandler> Server<H> {
         self.handler.take_outbound(&mut self.outbound);
         let mut outbound = std::mem::take(&mut self.outbound);
         for (id, command) in outbound.drain(..) {
-            let key = id.key();
-            let Some(conn) = self.connections.get_mut(key) else {
-                continue;
-            };
-            if conn.id != id || conn.closing {
-                continue;
-            }
-            connection::write_response(&mut conn.out_queue, &command);
-            if conn.out_queue.len() > OUTPUT_QUEUE_SIZE_MAX {
-                tracing::warn!(
-                    peer = %conn.peer,
-                    queued = conn.out_queue.len(),
-                    max = OUTPUT_QUEUE_SIZE_MAX,
-                    "closing a connection that does not read its responses"
-                );
-                self.close(key);
-                continue;
-            }
-            if !conn.dirty {
-                conn.dirty = true;
-                self.dirty.push(key);
+            if let Some(key) = self.live_connection(id) {
+                connection::write_response(self.connections[key].out_tail(), &command);
+                self.queued_output(key);
             }
         }
         self.outbound = outbound;
+        self.handler.take_spliced(&mut self.spliced);
+        let mut spliced = std::mem::take(&mut self.spliced);
+        for (id, command, body) in spliced.drain(..) {
+            if let Some(key) = self.live_connection(id) {
+                self.connections[key].queue_spliced(&command, body);
+                self.queued_output(key);
+            }
+        }
+        self.spliced = spliced;
+    }
+
+    /// The table key of connection `id` if it is still there and open.
+    fn live_connection(&self, id: ConnectionId) -> Option<usize> {
+        let key = id.key();
+        let conn = self.connections.get(key)?;
+        (conn.id == id && !conn.closing).then_some(key)
+    }
+
+    /// Output was queued on connection `key`: it is flushed next turn, or
+    /// closed if its client does not read.
+    fn queued_output(&mut self, key: usize) {
+        let conn = &mut self.connections[key];
+        let pending = conn.output_pending();
+        if pending > OUTPUT_QUEUE_SIZE_MAX {
+            tracing::warn!(
+                peer = %conn.peer,
+                queued = pending,
+                max = OUTPUT_QUEUE_SIZE_MAX,
+                "closing a connection that does not read its responses"
+            );
+            self.close(key);
+            return;
+        }
+        if !conn.dirty {
+            conn.dirty = true;
+            self.dirty.push(key);
+        }
     }
 
     fn is_flushed(&self) -> bool {
         self.connections.iter().all(|(_, conn)| {
-            conn.closing || (conn.out_queue.is_empty() && !conn.send_in_flight && !conn.backlog)
+            conn.closing || (!conn.has_output() && !conn.send_in_flight && !conn.backlog)
         })
     }
 
@@ -857,10 +894,10 @@ mod tests {
         }
     }
 
-    type Running = (
+    type Running<H = Probe> = (
         SocketAddr,
         ShutdownHandle,
-        JoinHandle<Result<Probe, ServerError>>,
+        JoinHandle<Result<H, ServerError>>,
     );
 
     /// Runs a server on its own thread; None (with a skip line) without io_uring.
@@ -878,10 +915,13 @@ mod tests {
         )
     }
 
-    fn spawn_config(probe: Probe, config: ServerConfig) -> Option<Running> {
+    fn spawn_config<H: RequestHandler + Send + 'static>(
+        handler: H,
+        config: ServerConfig,
+    ) -> Option<Running<H>> {
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::spawn(move || {
-            let server = match Server::bind(config, probe) {
+            let server = match Server::bind(config, handler) {
                 Ok(server) => server,
                 Err(error) => {
                     ready_tx.send(Err(format!("{error:?}"))).unwrap();
@@ -1130,31 +1170,12 @@ mod tests {
 
     #[test]
     fn deferred_answers_reach_their_connection_with_the_handlers_opaque() {
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let config = ServerConfig {
-                connection_tag: 7,
-                ..ServerConfig::new("127.0.0.1:0".parse().unwrap())
-            };
-            let server = match Server::bind(config, Deferring::default()) {
-                Ok(server) => server,
-                Err(error) => {
-                    ready_tx.send(Err(format!("{error:?}"))).unwrap();
-                    return;
-                }
-            };
-            ready_tx
-                .send(Ok((server.local_addr(), server.shutdown_handle())))
-                .unwrap();
-            server.run().unwrap();
-        });
-        let (addr, stop) = match ready_rx.recv_timeout(TIMEOUT).unwrap() {
-            Ok(started) => started,
-            Err(error) if error.contains("Unavailable") => {
-                eprintln!("SKIPPED: io_uring is unavailable: {error}");
-                return;
-            }
-            Err(error) => panic!("server did not start: {error}"),
+        let config = ServerConfig {
+            connection_tag: 7,
+            ..ServerConfig::new("127.0.0.1:0".parse().unwrap())
+        };
+        let Some((addr, stop, thread)) = spawn_config(Deferring::default(), config) else {
+            return;
         };
         let mut first = connect(addr);
         let mut second = connect(addr);
@@ -1168,7 +1189,7 @@ mod tests {
         let answer = read_response(&mut first).expect("an answer");
         assert_eq!(answer.opaque, 11);
         stop.request();
-        thread.join().unwrap();
+        thread.join().unwrap().unwrap();
     }
 
     #[test]
@@ -1196,5 +1217,107 @@ mod tests {
         stop.request();
         let probe = thread.join().unwrap().unwrap();
         wait_until("five closes", || probe.closed.lock().unwrap().len() == 5);
+    }
+
+    /// Answers code 201 later with a body spliced from a pipe that holds
+    /// junk around it, and everything else at once, as `Probe` does.
+    #[derive(Default)]
+    struct Splicing {
+        owed: Vec<(ConnectionId, i32)>,
+    }
+
+    /// The body a spliced answer to `opaque` carries.
+    fn spliced_body(opaque: i32) -> Vec<u8> {
+        (0..300_000u32)
+            .map(|n| (n * 7 + opaque as u32) as u8)
+            .collect()
+    }
+
+    impl RequestHandler for Splicing {
+        fn handle(
+            &mut self,
+            conn: ConnectionId,
+            _peer: SocketAddr,
+            cmd: RemotingCommand,
+            _now_ms: i64,
+        ) -> Option<RemotingCommand> {
+            if cmd.code == 201 {
+                self.owed.push((conn, cmd.opaque));
+                return None;
+            }
+            Some(RemotingCommand::new_response(0, 0, Some("copied".into())))
+        }
+
+        fn on_closed(&mut self, _conn: ConnectionId) {}
+
+        fn on_tick(&mut self, _now_ms: i64) {}
+
+        fn wait_bound(&self) -> Option<Duration> {
+            (!self.owed.is_empty()).then_some(Duration::ZERO)
+        }
+
+        fn take_spliced(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand, SplicedBody)>) {
+            for (conn, opaque) in self.owed.drain(..) {
+                let pipe = ringmq_storage::commit_log::ShipPipe::new(1 << 20).unwrap();
+                let mut bytes = vec![0xEE; 100];
+                bytes.extend(spliced_body(opaque));
+                bytes.extend([0xDD; 50]);
+                let mut written = 0;
+                while written < bytes.len() {
+                    let rest = &bytes[written..];
+                    // SAFETY: a live slice into the pipe's write end.
+                    let count =
+                        unsafe { libc::write(pipe.write_fd(), rest.as_ptr().cast(), rest.len()) };
+                    assert!(count > 0);
+                    written += count as usize;
+                }
+                let answer = RemotingCommand::new_response(0, opaque, Some("spliced".into()));
+                let body = SplicedBody {
+                    pipe: Arc::new(pipe),
+                    head: 100,
+                    len: bytes.len() - 150,
+                    tail: 50,
+                };
+                out.push((conn, answer, body));
+            }
+        }
+    }
+
+    #[test]
+    fn spliced_bodies_reach_the_client_whole_and_in_order() {
+        let config = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let Some((addr, stop, thread)) = spawn_config(Splicing::default(), config) else {
+            return;
+        };
+        let mut client = connect(addr);
+        // One spliced answer; then a copied one and two spliced ones asked
+        // together: the copied one (answered at once) first, then the
+        // spliced ones as asked, each body whole, junk left in the pipe.
+        send(&mut client, 201, 1);
+        let answer = read_response(&mut client).expect("an answer");
+        assert_eq!(
+            (answer.opaque, answer.remark.as_deref()),
+            (1, Some("spliced"))
+        );
+        assert!(answer.body_bytes() == spliced_body(1).as_slice());
+        let mut together = Vec::new();
+        for (code, opaque) in [(201, 2), (105, 3), (201, 4)] {
+            let mut request = RemotingCommand::new_request(code, ExtFields::new());
+            request.opaque = opaque;
+            request.encode(SerializeType::Json, &mut together).unwrap();
+        }
+        client.write_all(&together).unwrap();
+        let copied = read_response(&mut client).expect("an answer");
+        assert_eq!(
+            (copied.opaque, copied.remark.as_deref()),
+            (3, Some("copied"))
+        );
+        for opaque in [2, 4] {
+            let answer = read_response(&mut client).expect("an answer");
+            assert_eq!(answer.opaque, opaque);
+            assert!(answer.body_bytes() == spliced_body(opaque).as_slice());
+        }
+        stop.request();
+        thread.join().unwrap().unwrap();
     }
 }

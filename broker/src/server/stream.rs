@@ -24,7 +24,7 @@ use ringmq_storage::ring::{Completion, Op};
 
 use super::connection::{InputEnd, take_requests, write_response};
 use super::{
-    KIND_RECV, KIND_SEND, OUTPUT_PAUSE_SIZE, OUTPUT_QUEUE_SIZE_MAX, Phase,
+    KIND_RECV, KIND_SEND, KIND_SPLICE, OUTPUT_PAUSE_SIZE, OUTPUT_QUEUE_SIZE_MAX, Phase,
     REQUESTS_PER_CONNECTION_TURN_MAX, RequestHandler, Server, socket, token,
 };
 
@@ -134,7 +134,6 @@ impl<H: RequestHandler> Server<H> {
             .expect("no recv in flight: the buffer is home");
         let (id, peer) = (conn.id, conn.peer);
         let handler = &mut self.handler;
-        let out_queue = &mut conn.out_queue;
         let (buf, end) = take_requests(buf, REQUESTS_PER_CONNECTION_TURN_MAX, |command| {
             let opaque = command.opaque;
             let oneway = command.is_oneway() && !command.is_response();
@@ -146,19 +145,19 @@ impl<H: RequestHandler> Server<H> {
             }
             response.opaque = opaque;
             response.flag = (response.flag | flag::RESPONSE) & !flag::ONEWAY;
-            write_response(out_queue, &response);
+            write_response(conn.out_tail(), &response);
         });
         conn.read_buf = Some(buf);
         self.handler.take_close_requests(&mut self.close_requests);
         let conn = &mut self.connections[key];
-        if !conn.out_queue.is_empty() && !conn.dirty {
+        if conn.has_output() && !conn.dirty {
             conn.dirty = true;
             self.dirty.push(key);
         }
-        if conn.out_queue.len() > OUTPUT_QUEUE_SIZE_MAX {
+        if conn.output_pending() > OUTPUT_QUEUE_SIZE_MAX {
             tracing::warn!(
                 peer = %conn.peer,
-                queued = conn.out_queue.len(),
+                queued = conn.output_pending(),
                 max = OUTPUT_QUEUE_SIZE_MAX,
                 "closing a connection that does not read its responses"
             );
@@ -195,7 +194,11 @@ impl<H: RequestHandler> Server<H> {
 
     pub(super) fn flush(&mut self, key: usize) {
         let conn = &mut self.connections[key];
-        if conn.closing || conn.send_in_flight || conn.out_queue.is_empty() {
+        if conn.closing || conn.send_in_flight {
+            return;
+        }
+        if conn.out_queue.is_empty() {
+            self.splice_next(key);
             return;
         }
         let data = conn.out_queue.split().freeze();
@@ -216,23 +219,112 @@ impl<H: RequestHandler> Server<H> {
         }
     }
 
+    /// Splices (the rest of) the front spliced body to the socket, its head
+    /// dropped first; the output queue is empty.
+    fn splice_next(&mut self, key: usize) {
+        let conn = &mut self.connections[key];
+        let Some((body, _)) = conn.spliced.front() else {
+            return;
+        };
+        let left = match conn.splice_left {
+            Some(left) => left,
+            None => {
+                if let Err(error) = body.pipe.discard(body.head) {
+                    tracing::error!(%error, peer = %conn.peer, "a spliced body's pipe failed: closing");
+                    self.close(key);
+                    return;
+                }
+                body.len
+            }
+        };
+        let op = Op::Splice {
+            fd_in: body.pipe.read_fd(),
+            off_in: None,
+            fd_out: conn.fd.as_raw_fd(),
+            off_out: None,
+            len: u32::try_from(left).unwrap_or(u32::MAX),
+            flags: 0,
+        };
+        conn.splice_left = Some(left);
+        match self.lane.submit(token(KIND_SPLICE, key), op, false) {
+            Ok(()) => {
+                conn.send_in_flight = true;
+                conn.send_size = left;
+            }
+            Err((error, _)) => {
+                tracing::error!(%error, peer = %conn.peer, "submitting splice failed: closing");
+                self.close(key);
+            }
+        }
+    }
+
     pub(super) fn on_send(&mut self, key: usize, completion: Completion) {
+        if self.output_completed(key, &completion) {
+            self.after_output(key);
+        }
+    }
+
+    /// A spliced body's Splice completed: more of it, or the next output
+    /// once its tail is dropped.
+    pub(super) fn on_splice(&mut self, key: usize, completion: Completion) {
+        if !self.output_completed(key, &completion) {
+            return;
+        }
+        let conn = &mut self.connections[key];
+        let moved = *completion
+            .result
+            .as_ref()
+            .expect("checked by output_completed");
+        let left = conn
+            .splice_left
+            .expect("a splice in flight has its count")
+            .saturating_sub(moved);
+        if moved == 0 {
+            tracing::debug!(peer = %conn.peer, "splice moved nothing: closing");
+            self.close(key);
+            return;
+        }
+        if left > 0 {
+            conn.splice_left = Some(left);
+        } else {
+            let (body, after) = conn.spliced.pop_front().expect("the body just spliced");
+            conn.splice_left = None;
+            conn.out_queue = after;
+            if let Err(error) = body.pipe.discard(body.tail) {
+                tracing::error!(%error, peer = %conn.peer, "a spliced body's pipe failed: closing");
+                self.close(key);
+                return;
+            }
+        }
+        self.after_output(key);
+    }
+
+    /// The output operation in flight completed: false when the connection
+    /// is closing or the operation failed (and the connection is closed).
+    fn output_completed(&mut self, key: usize, completion: &Completion) -> bool {
         let conn = &mut self.connections[key];
         assert!(
             conn.send_in_flight,
-            "send completion without a send in flight"
+            "output completion without an output operation in flight"
         );
         conn.send_in_flight = false;
         conn.send_size = 0;
         if conn.closing {
+            conn.spliced.clear();
             self.finish_close(key);
-            return;
+            return false;
         }
-        if let Err(error) = completion.result {
+        if let Err(error) = &completion.result {
             tracing::debug!(peer = %conn.peer, %error, "send failed: closing");
             self.close(key);
-            return;
+            return false;
         }
+        true
+    }
+
+    /// After an output operation: the next one, and reading again.
+    fn after_output(&mut self, key: usize) {
+        let conn = &mut self.connections[key];
         if conn.out_queue.capacity() > OUTPUT_PAUSE_SIZE && conn.out_queue.is_empty() {
             conn.out_queue = BytesMut::new();
         }
@@ -273,7 +365,7 @@ impl<H: RequestHandler> Server<H> {
         }
         conn.closing = true;
         conn.backlog = false;
-        conn.out_queue = BytesMut::new();
+        conn.drop_output();
         if let Err(error) = socket::shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR)
             && error.raw_os_error() != Some(libc::ENOTCONN)
         {

@@ -22,7 +22,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_storage::ring::Waker;
 
-use crate::server::ConnectionId;
+use crate::server::{ConnectionId, SplicedBody};
 use crate::subscription_group::SubscriptionGroupSnapshot;
 use crate::topic_config::TopicConfigSnapshot;
 
@@ -62,6 +62,8 @@ pub enum ShardMsg {
     Request(Box<Request>),
     /// A finished command for a connection of the target's server.
     Outbound(ConnectionId, RemotingCommand),
+    /// As `Outbound`, its body spliced from a pipe.
+    SplicedOutbound(ConnectionId, RemotingCommand, SplicedBody),
     /// A new topic table.
     Topics(Arc<TopicConfigSnapshot>),
     /// A new subscription group table.

@@ -65,7 +65,7 @@ use crate::consumer_offset::ConsumerOffsetTable;
 use crate::persist::PersisterHandle;
 use crate::route::Router;
 use crate::runtime_info::RuntimeStats;
-use crate::server::{ConnectionId, RequestHandler};
+use crate::server::{ConnectionId, RequestHandler, SplicedBody};
 use crate::stats_table::StatsTable;
 use crate::subscription_group::SubscriptionGroupSnapshot;
 use crate::topic_config::TopicConfigSnapshot;
@@ -141,6 +141,8 @@ pub struct ShardHandler {
     /// earlier probes again ([`offsets::STORE_TIMES_KEPT_MAX`] at most).
     store_times: HashMap<u64, i64>,
     outbound: Vec<(ConnectionId, RemotingCommand)>,
+    /// Answers whose bodies the server splices from pipes (replica chunks).
+    spliced_out: Vec<(ConnectionId, RemotingCommand, SplicedBody)>,
     closes: Vec<ConnectionId>,
     acks: Vec<AppendAck>,
     next_opaque: i32,
@@ -260,6 +262,7 @@ impl ShardHandler {
             reading_queries: Vec::new(),
             store_times: HashMap::new(),
             outbound: Vec::new(),
+            spliced_out: Vec::new(),
             closes: Vec::new(),
             acks: Vec::new(),
             next_opaque: 0,
@@ -338,6 +341,33 @@ impl ShardHandler {
         cmd.opaque = to.opaque;
         cmd.flag = (cmd.flag | flag::RESPONSE) & !flag::ONEWAY;
         self.deliver(to.shard, to.conn, cmd);
+    }
+
+    /// As [`ShardHandler::reply`], with `body` spliced from its pipe by the
+    /// connection's shard instead of the command's own body.
+    pub(crate) fn reply_spliced(
+        &mut self,
+        to: ReplyTo,
+        mut cmd: RemotingCommand,
+        body: SplicedBody,
+    ) {
+        tracing::trace!(
+            shard = self.id,
+            opaque = to.opaque,
+            code = cmd.code,
+            len = body.len,
+            "spliced answer"
+        );
+        if to.oneway {
+            return;
+        }
+        cmd.opaque = to.opaque;
+        cmd.flag = (cmd.flag | flag::RESPONSE) & !flag::ONEWAY;
+        if to.shard == self.id {
+            self.spliced_out.push((to.conn, cmd, body));
+        } else if let Some(links) = &mut self.links {
+            links.send(to.shard, ShardMsg::SplicedOutbound(to.conn, cmd, body));
+        }
     }
 
     /// Sends a finished command to a connection of any shard.
@@ -629,6 +659,9 @@ impl ShardHandler {
             match msg {
                 ShardMsg::Request(request) => self.execute(request, now_ms),
                 ShardMsg::Outbound(conn, cmd) => self.deliver(self.id, conn, cmd), // wired by txn
+                ShardMsg::SplicedOutbound(conn, cmd, body) => {
+                    self.spliced_out.push((conn, cmd, body))
+                }
                 ShardMsg::Topics(topics) => {
                     self.topics = topics;
                     self.retry_held_after_snapshot(now_ms);
@@ -770,10 +803,15 @@ impl RequestHandler for ShardHandler {
         out.append(&mut self.outbound);
     }
 
+    fn take_spliced(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand, SplicedBody)>) {
+        out.append(&mut self.spliced_out);
+    }
+
     fn on_turn(&mut self, now_ms: i64) {
         self.drain_inbox(now_ms);
         self.poll_store(now_ms);
         self.run_reading_pulls(now_ms);
+        self.run_replica_ships(now_ms);
         self.run_replica_master(now_ms);
         self.run_replica_slave();
         self.run_delay(now_ms); // wired by schedule

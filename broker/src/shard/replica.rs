@@ -9,9 +9,15 @@
 //! parked pulls and executed again once the read completes, so a slave far
 //! behind never holds the shard on the disk); a pull that finds nothing new is
 //! held until the store acknowledges more or its `suspendMillis` passes. A
-//! slave that holds no record below this log's start is told where it
-//! starts (`startOffset`), and its shard moves its empty log there
-//! ([`ReplicaCall::StartAt`]).
+//! slave that says `raw` gets older records spliced instead: the bytes
+//! from its end to at most [`REPLICA_SHIP_BYTES_MAX`] on, cut anywhere, go
+//! from the segment into a pipe ([`Store::start_ship`], the pull parked
+//! until the splice is done) and from the pipe to the socket on the
+//! connection's shard ([`crate::server::SplicedBody`]); the slave appends
+//! their whole records and asks again from there. Records in memory are
+//! copied as before. A slave that holds no record below this log's start is
+//! told where it starts (`startOffset`), and its shard moves its empty log
+//! there ([`ReplicaCall::StartAt`]).
 //!
 //! Slave: the replicator thread of each shard ([`crate::replication`])
 //! asks its shard for the log's position and hands it the master's chunks
@@ -22,6 +28,7 @@
 //! [`Store::check_replica_position`]: ringmq_storage::store::Store::check_replica_position
 //! [`Store::replica_chunk`]: ringmq_storage::store::Store::replica_chunk
 //! [`Store::append_replicated`]: ringmq_storage::store::Store::append_replicated
+//! [`Store::start_ship`]: ringmq_storage::store::Store::start_ship
 //!
 //! SYNC_MASTER: a send the store acknowledged is answered once a slave's
 //! reported `durableOffset` covers the master's ack position at that
@@ -33,15 +40,20 @@
 //!
 //! ```text
 //!  slave thread ──Position──▶ slave shard ──(end, last record)──▶ thread
-//!  thread ──REPLICA_PULL(offset, durable, last record)──▶ master shard k
-//!        ◀── body: whole records from offset (held while none) ──
+//!  thread ──REPLICA_PULL(offset, durable, last record, raw)──▶ master shard k
+//!        ◀── body: whole records from offset (held while none), or, raw and
+//!            not in memory: the bytes from offset, spliced (segment ─▶ pipe ─▶ socket) ──
 //!  thread ──Append(from, body)──▶ slave shard ── ack position ≥ end ──▶ thread
 //! ```
 //!
 //! # Invariants
 //! - A master serves a connection from an offset only after checking the
 //!   slave's last record there, or from the end of what it served that
-//!   connection last.
+//!   connection last, or from within the last raw chunk it served it (the
+//!   slave ends at the last whole record it found there).
+//! - A ship pipe is handed out only when no one else holds it and it is
+//!   empty (a connection closed in the middle of a body leaves bytes in its
+//!   pipe, which is then dropped).
 //! - A held replica pull is answered exactly once: when the store
 //!   acknowledges past its offset, at its deadline, or at stop.
 //! - A slave answers an append only once the ack position passes its end.
@@ -59,7 +71,10 @@ use ringmq_protocol::json::{
     ConsumerOffsetFile, HaClientRuntimeInfo, HaConnectionRuntimeInfo, HaRuntimeInfo,
     SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
 };
-use ringmq_storage::commit_log::{RecordMark, ReplicaChunk, ReplicaPosition};
+use ringmq_storage::aligned::BLOCK_SIZE;
+use ringmq_storage::commit_log::{
+    RecordMark, ReplicaChunk, ReplicaPosition, ShipPipe, Shipment, shard_offset,
+};
 use ringmq_storage::error::StorageError;
 use ringmq_storage::store::PullRead;
 
@@ -67,11 +82,21 @@ use super::link::{ReplyTo, Request};
 use super::{ShardHandler, response};
 use crate::config::BrokerRole;
 use crate::replication::{ReplicaStatus, ReplicaStatusSnapshot};
-use crate::server::ConnectionId;
+use crate::server::{ConnectionId, SplicedBody};
 use crate::tps::BytesPerSecond;
 
 /// Most bytes one replica pull answers (about: a larger record comes whole).
 pub const REPLICA_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Capacity of a master's pipes for splicing older records to slaves: the
+/// most a process without CAP_SYS_RESOURCE may ask by default
+/// (`/proc/sys/fs/pipe-max-size`).
+pub const REPLICA_SHIP_PIPE_BYTES: usize = 1024 * 1024;
+/// Most bytes of one spliced chunk: a pipe less the partial blocks around
+/// the range (a splice from an O_DIRECT segment moves whole blocks).
+pub const REPLICA_SHIP_BYTES_MAX: usize = REPLICA_SHIP_PIPE_BYTES - 2 * BLOCK_SIZE;
+/// Pipes one master shard keeps for splicing (each holds a chunk in flight
+/// to one slave; with none free a pull is copied).
+pub const REPLICA_SHIP_PIPES_MAX: usize = 4;
 /// Longest a master holds a replica pull that finds nothing new.
 pub const REPLICA_SUSPEND_MS_MAX: i64 = 5_000;
 /// A slave connection not heard from for this long is forgotten (its
@@ -121,6 +146,7 @@ fn replica_pull_answer(
         .with_custom_header(&ReplicaPullResponseHeader {
             master_offset: master_offset as i64,
             start_offset: start_offset.map(|offset| offset as i64),
+            raw: None,
         })
         .with_body(Bytes::from(body))
 }
@@ -149,6 +175,11 @@ pub(crate) struct ReplicaPeer {
     slave: String,
     /// Where the connection's first pull started.
     transfer_from: u64,
+    /// The end of the raw chunk served last: the slave continues anywhere
+    /// after `next` up to here.
+    raw_end: Option<u64>,
+    /// A chunk was spliced to it (logged once per connection).
+    spliced: bool,
     /// Record bytes served to it, per second.
     transferred: BytesPerSecond,
 }
@@ -294,6 +325,64 @@ pub(crate) struct ReplicaState {
     pub(crate) slave_waits: VecDeque<SlaveWait>,
     /// Slave: what this shard's replicator thread reports.
     pub(crate) status: Option<Arc<ReplicaStatus>>,
+    /// Master: pulls whose chunk is being spliced into a pipe.
+    pub(crate) shipping: Vec<ShippingPull>,
+    /// Master: pipes for splicing (see [`ShipPipes`]).
+    pub(crate) pipes: ShipPipes,
+}
+
+/// A replica pull's chunk: copied (or read to be copied), or being
+/// spliced into a pipe.
+enum Chunk {
+    Copied(ReplicaChunk),
+    Shipping(u64, Arc<ShipPipe>),
+}
+
+/// A replica pull waiting for its chunk's splice into `pipe`.
+#[derive(Debug)]
+pub(crate) struct ShippingPull {
+    ticket: u64,
+    request: Request,
+    key: PeerKey,
+    from: u64,
+    pipe: Arc<ShipPipe>,
+}
+
+/// A master shard's pipes for splicing older records to slaves.
+#[derive(Debug, Default)]
+pub(crate) struct ShipPipes {
+    pipes: Vec<Arc<ShipPipe>>,
+    /// Creating a pipe failed once (logged): chunks are copied from then on.
+    unavailable: bool,
+}
+
+impl ShipPipes {
+    /// A pipe no one else holds, empty; a new one while fewer than
+    /// [`REPLICA_SHIP_PIPES_MAX`] exist; None otherwise.
+    fn free(&mut self, shard: u16) -> Option<Arc<ShipPipe>> {
+        // A pipe given back with bytes in it (its connection closed in the
+        // middle of a body) is dropped.
+        self.pipes
+            .retain(|pipe| Arc::strong_count(pipe) > 1 || pipe.held().is_ok_and(|held| held == 0));
+        if let Some(pipe) = self.pipes.iter().find(|pipe| Arc::strong_count(pipe) == 1) {
+            return Some(Arc::clone(pipe));
+        }
+        if self.unavailable || self.pipes.len() >= REPLICA_SHIP_PIPES_MAX {
+            return None;
+        }
+        match ShipPipe::new(REPLICA_SHIP_PIPE_BYTES) {
+            Ok(pipe) => {
+                let pipe = Arc::new(pipe);
+                self.pipes.push(Arc::clone(&pipe));
+                Some(pipe)
+            }
+            Err(error) => {
+                tracing::warn!(shard, %error, "no pipe for splicing to slaves: their chunks are copied");
+                self.unavailable = true;
+                None
+            }
+        }
+    }
 }
 
 /// What a replica pull gets now.
@@ -306,6 +395,12 @@ enum Served {
     /// Its records are being read from the segment: executed again once
     /// the read with this ticket is done (as a consumer's pull).
     Reading(u64),
+    /// Its chunk is being spliced into `pipe`: answered once the ship with
+    /// this ticket is done.
+    Shipping {
+        ticket: u64,
+        pipe: Arc<ShipPipe>,
+    },
 }
 
 /// A slave connection: (server shard, connection).
@@ -351,7 +446,98 @@ impl ShardHandler {
             Served::Reading(ticket) => {
                 self.park_reading_pull(request, ticket, first, super::pull::Parked::ReplicaPull);
             }
+            Served::Shipping { ticket, pipe } => {
+                let key = (request.reply.shard, request.reply.conn);
+                let from = self.replica.peers.get(&key).map_or(0, |peer| peer.next);
+                self.replica.shipping.push(ShippingPull {
+                    ticket,
+                    request,
+                    key,
+                    from,
+                    pipe,
+                });
+            }
         }
+    }
+
+    /// Starts splicing the chunk of a slave at local `from` into a free
+    /// pipe, when its bytes are not in memory; None to copy it instead.
+    fn start_replica_ship(
+        &mut self,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Option<(u64, Arc<ShipPipe>)>, StorageError> {
+        let max_bytes = max_bytes.min(REPLICA_SHIP_BYTES_MAX);
+        let Some(len) = self.store().replica_ship_len(from, max_bytes)? else {
+            return Ok(None);
+        };
+        let Some(pipe) = self.replica.pipes.free(self.id) else {
+            return Ok(None);
+        };
+        let offset = shard_offset(self.store().config().shard_id, from);
+        Ok(self
+            .store_mut()
+            .start_ship(offset, len, &pipe)?
+            .map(|ticket| (ticket, pipe)))
+    }
+
+    /// After the store's poll: answers the replica pulls whose chunks are
+    /// now in their pipes, with the pipe as the body, spliced on by the
+    /// connection's shard.
+    pub(crate) fn run_replica_ships(&mut self, now_ms: i64) {
+        if self.replica.shipping.is_empty() || self.store.is_none() {
+            return;
+        }
+        let mut done = Vec::new();
+        self.store_mut().take_shipped(&mut done);
+        for shipped in done {
+            let ticket = match &shipped {
+                Ok(shipment) => shipment.ticket,
+                Err((ticket, _)) => *ticket,
+            };
+            let Some(index) = self
+                .replica
+                .shipping
+                .iter()
+                .position(|pull| pull.ticket == ticket)
+            else {
+                continue;
+            };
+            let pull = self.replica.shipping.swap_remove(index);
+            match shipped {
+                Ok(shipment) => self.replica_shipped(pull, shipment, now_ms),
+                Err((_, error)) => {
+                    let answer = self.replica_pull_failed(pull.key, pull.request.peer, &error);
+                    self.reply(pull.request.reply, answer);
+                }
+            }
+        }
+    }
+
+    /// The answer to a shipped pull: its chunk, cut anywhere, in its pipe.
+    fn replica_shipped(&mut self, pull: ShippingPull, shipment: Shipment, now_ms: i64) {
+        if let Some(peer) = self.replica.peers.get_mut(&pull.key) {
+            if !peer.spliced {
+                peer.spliced = true;
+                tracing::info!(shard = self.id, slave = %peer.slave, from = pull.from, "splicing older records to a slave");
+            }
+            peer.raw_end = Some(pull.from + shipment.len as u64);
+            peer.transferred.add(now_ms, shipment.len as u64);
+        }
+        let master_offset = self.store().commit_log().appender().ack_position();
+        let answer = RemotingCommand::new_response(response_code::SUCCESS, 0, None)
+            .with_custom_header(&ReplicaPullResponseHeader {
+                master_offset: master_offset as i64,
+                start_offset: None,
+                raw: Some(true),
+            });
+        let body = SplicedBody {
+            pipe: pull.pipe,
+            head: shipment.head,
+            len: shipment.len,
+            tail: shipment.tail,
+        };
+        self.reply_spliced(pull.request.reply, answer, body);
     }
 
     /// The answer to a replica pull, or the word to hold it.
@@ -403,11 +589,15 @@ impl ShardHandler {
             ));
         };
         let key: PeerKey = (request.reply.shard, request.reply.conn);
-        let known = self
-            .replica
-            .peers
-            .get(&key)
-            .is_some_and(|peer| peer.next == from);
+        // After a raw chunk the slave goes on at a record boundary within
+        // it (or at the next segment, after a BLANK: a segment start needs
+        // no proof, see `check_replica_position`).
+        let known = self.replica.peers.get(&key).is_some_and(|peer| {
+            peer.next == from
+                || peer
+                    .raw_end
+                    .is_some_and(|end| from > peer.next && from <= end)
+        });
         if first && !known {
             let last_record = match (header.last_offset, header.last_size, header.last_crc) {
                 (Some(offset), Some(size), Some(crc)) => Some(RecordMark {
@@ -445,11 +635,23 @@ impl ShardHandler {
                 return Served::Answer(response(response_code::SYSTEM_ERROR, error.to_string()));
             }
         }
-        let chunk = match self.store_mut().replica_chunk(
-            from,
-            REPLICA_CHUNK_BYTES_MAX.min(header.max_bytes.max(1) as usize),
-            read,
-        ) {
+        let max_bytes = REPLICA_CHUNK_BYTES_MAX.min(header.max_bytes.max(1) as usize);
+        // A slave that takes chunks cut anywhere gets older records spliced
+        // (not when the pull runs again after a read: it started copying).
+        let shipped = if header.raw == Some(true) && read == PullRead::Background {
+            self.start_replica_ship(from, max_bytes)
+        } else {
+            Ok(None)
+        };
+        let chunk = match shipped {
+            Ok(Some((ticket, pipe))) => Ok(Chunk::Shipping(ticket, pipe)),
+            Ok(None) => self
+                .store_mut()
+                .replica_chunk(from, max_bytes, read)
+                .map(Chunk::Copied),
+            Err(error) => Err(error),
+        };
+        let chunk = match chunk {
             Ok(chunk) => chunk,
             Err(error) => {
                 return Served::Answer(self.replica_pull_failed(key, request.peer, &error));
@@ -472,14 +674,17 @@ impl ShardHandler {
                         .clone()
                         .unwrap_or_else(|| request.peer.to_string()),
                     transfer_from: from,
+                    raw_end: None,
+                    spliced: false,
                     transferred: BytesPerSecond::default(),
                 });
             }
         }
         self.release_slave_waits(now_ms);
         let bytes = match chunk {
-            ReplicaChunk::Bytes(bytes) => bytes,
-            ReplicaChunk::Reading(ticket) => return Served::Reading(ticket),
+            Chunk::Copied(ReplicaChunk::Bytes(bytes)) => bytes,
+            Chunk::Copied(ReplicaChunk::Reading(ticket)) => return Served::Reading(ticket),
+            Chunk::Shipping(ticket, pipe) => return Served::Shipping { ticket, pipe },
         };
         if bytes.is_empty() && first && header.suspend_millis > 0 && !self.stopping() {
             return Served::Hold {
@@ -503,6 +708,7 @@ impl ShardHandler {
         let next = self.store().replica_chunk_end(from, &bytes);
         if let Some(peer) = self.replica.peers.get_mut(&key) {
             peer.next = next;
+            peer.raw_end = None;
             peer.transferred.add(now_ms, bytes.len() as u64);
         }
         let master_offset = self.store().commit_log().appender().ack_position();
@@ -697,6 +903,7 @@ impl ShardHandler {
     /// Whether replication holds answers (a stop waits for them).
     pub(crate) fn replica_pending(&self) -> bool {
         !self.replica.held.is_empty()
+            || !self.replica.shipping.is_empty()
             || !self.replica.waits.is_empty()
             || !self.replica.slave_waits.is_empty()
     }

@@ -9,8 +9,10 @@
 //! last record (`lastOffset`, `lastSize`, `lastCrc`), which the master
 //! checks against its own log before serving it; a slave whose log holds
 //! no record names none, and its `offset` must be a segment start. The
-//! answer's body is whole records from `offset`, possibly empty; a slave
-//! with no record below the master's log is told where to start instead
+//! answer's body is whole records from `offset`, possibly empty, or, to a
+//! slave that says `raw`, possibly the log's bytes cut anywhere (the
+//! answer says `raw`: the master spliced them from the disk); a slave with
+//! no record below the master's log is told where to start instead
 //! (`startOffset`).
 //!
 //! RINGMQ_REPLICA_OFFSETS (9102): the consumer offsets of the master's
@@ -49,6 +51,11 @@ custom_header! {
         /// the master's HA status (older slaves send none: the connection's
         /// address names it then).
         slave_addr: optional String = "slaveAddr",
+        /// `raw`: the slave takes a chunk cut anywhere (it appends the
+        /// whole records and asks again from their end), which lets the
+        /// master splice older records from its segment to the socket.
+        /// Older slaves send none: whole records only.
+        raw: optional bool = "raw",
     }
 }
 
@@ -61,6 +68,10 @@ custom_header! {
         /// below the master's log must start it (the master's min offset,
         /// a segment base); the body is then empty.
         start_offset: optional i64 = "startOffset",
+        /// `raw`: the body is the log's bytes from the slave's `offset`,
+        /// cut anywhere (a BLANK's padding included), as a slave that said
+        /// `raw` accepts; otherwise whole records.
+        raw: optional bool = "raw",
     }
 }
 

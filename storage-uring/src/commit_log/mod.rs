@@ -45,7 +45,7 @@ pub mod recovery;
 mod replica;
 mod ship;
 mod span_reads;
-pub use replica::{RecordMark, ReplicaChunk, ReplicaPosition};
+pub use replica::{RecordMark, ReplicaChunk, ReplicaPosition, replica_whole_len};
 pub use ship::{ShipPipe, Shipment};
 pub mod segment;
 pub(crate) mod write_bufs;

@@ -178,6 +178,33 @@ impl CommitLog {
         }
     }
 
+    /// Master side: how many bytes from a slave's position, local `from`,
+    /// to ship with splice ([`CommitLog::start_ship`]) rather than copy: up
+    /// to `max_bytes` of the acknowledgeable bytes of `from`'s segment, when
+    /// the first of them is in no cache (bytes in memory are copied: a
+    /// splice would read them from the disk again). None when they are in
+    /// memory or there are none yet. The range is cut anywhere; the slave
+    /// takes its whole records ([`replica_whole_len`]) and asks again from
+    /// there.
+    ///
+    /// # Errors
+    /// As [`CommitLog::replica_chunk`] for a position that may not be
+    /// served.
+    pub fn replica_ship_len(
+        &self,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Option<usize>, StorageError> {
+        self.check_replica_from(from)?;
+        let bound = self.appender.ack_position().min(self.segment_end(from));
+        if bound <= from || max_bytes == 0 || self.cached_local(from, 1).is_some() {
+            return Ok(None);
+        }
+        Ok(Some(
+            usize::try_from(bound - from).map_or(max_bytes, |len| len.min(max_bytes)),
+        ))
+    }
+
     /// Master side: whether a slave may be served from `from` at all: within
     /// this log's acknowledgeable bytes, and not between the fence of its
     /// last crash recovery and that segment's end.
@@ -582,6 +609,24 @@ pub enum ReplicaChunk {
 /// holds (the log moved under a pull).
 fn not_readable(from: u64) -> StorageError {
     StorageError::InvalidArgument(format!("replication from {from}: not readable"))
+}
+
+/// Slave side: the bytes of whole records at the start of a chunk the
+/// master shipped cut anywhere (through a first BLANK's 8 bytes, as
+/// [`CommitLog::replica_chunk`] would have sent them); 0 when not even the
+/// first record is whole.
+///
+/// # Errors
+/// [`StorageError::Record`] when the chunk does not start with a record.
+pub fn replica_whole_len(from: u64, bytes: &[u8]) -> Result<usize, StorageError> {
+    match whole_records(bytes) {
+        Ok(Prefix::Whole(len)) => Ok(len),
+        Ok(Prefix::FirstNeeds(_)) => Ok(0),
+        Err(error) => Err(StorageError::Record {
+            commit_log_offset: from,
+            reason: format!("a shipped chunk from {from} does not start with a record: {error}"),
+        }),
+    }
 }
 
 /// What the bytes read at a record boundary give a slave.

@@ -37,7 +37,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use super::CommitLog;
 use super::appender::{SEQ_SHIP, commit_log_op_id, op_counter};
@@ -97,6 +97,12 @@ impl ShipPipe {
     /// The read end, to splice the shipped bytes on from.
     pub fn read_fd(&self) -> RawFd {
         self.read.as_raw_fd()
+    }
+
+    /// The write end, for filling the pipe by other means (tests, tools);
+    /// a ship's bytes must not be mixed with others.
+    pub fn write_fd(&self) -> RawFd {
+        self.write.as_raw_fd()
     }
 
     /// Bytes in the pipe now (`FIONREAD`).
@@ -232,7 +238,7 @@ struct Ship {
     left: usize,
     /// Held until the ship is done, so its descriptor cannot be closed
     /// (and reused) under a splice in flight.
-    pipe: Rc<ShipPipe>,
+    pipe: Arc<ShipPipe>,
 }
 
 /// The ships of one CommitLog in flight, and those done since the last
@@ -267,7 +273,7 @@ impl CommitLog {
         disk: &mut impl Disk,
         offset: u64,
         len: usize,
-        pipe: &Rc<ShipPipe>,
+        pipe: &Arc<ShipPipe>,
     ) -> Result<Option<u64>, StorageError> {
         if len == 0 {
             return Err(StorageError::InvalidArgument(format!(
@@ -314,7 +320,7 @@ impl CommitLog {
             path,
             next: range.file_offset,
             left: range.len,
-            pipe: Rc::clone(pipe),
+            pipe: Arc::clone(pipe),
         };
         self.submit_ship(disk, &ship)?;
         self.ships.in_flight.push(ship);

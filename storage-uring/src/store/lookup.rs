@@ -134,7 +134,7 @@ impl<D: Disk> Store<D> {
         &mut self,
         offset: u64,
         len: usize,
-        pipe: &std::rc::Rc<ShipPipe>,
+        pipe: &std::sync::Arc<ShipPipe>,
     ) -> Result<Option<u64>, StorageError> {
         self.commit_log
             .start_ship(&mut self.disk, offset, len, pipe)

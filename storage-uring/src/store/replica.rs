@@ -35,6 +35,20 @@ impl<D: Disk> Store<D> {
         )
     }
 
+    /// Master side: how many bytes from a slave at local `from` to ship
+    /// with splice instead of copying
+    /// ([`crate::commit_log::CommitLog::replica_ship_len`]).
+    ///
+    /// # Errors
+    /// As `CommitLog::replica_ship_len`.
+    pub fn replica_ship_len(
+        &self,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Option<usize>, StorageError> {
+        self.commit_log.replica_ship_len(from, max_bytes)
+    }
+
     /// Master side: where a slave continues after a chunk from local
     /// `from` ([`crate::commit_log::CommitLog::replica_chunk_end`]).
     pub fn replica_chunk_end(&self, from: u64, chunk: &[u8]) -> u64 {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use ringmq_protocol::message::{CrcCheck, Properties, decode_record};
 
 use super::*;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::aligned::BLOCK_SIZE;
 use crate::commit_log::shard_offset;
@@ -2580,7 +2580,7 @@ fn await_ship(store: &mut Store<SimDisk>, ticket: u64) -> Result<Shipment, Stora
 /// pipe as their owner would: head dropped, range kept, tail dropped.
 fn ship_and_take(
     store: &mut Store<SimDisk>,
-    pipe: &Rc<ShipPipe>,
+    pipe: &Arc<ShipPipe>,
     local: u64,
     len: usize,
 ) -> Vec<u8> {
@@ -2612,7 +2612,7 @@ fn ship_and_take(
 fn ranges_shipped_through_a_pipe_hold_the_bytes_a_read_gives() {
     let mut store = uncached_four_segments(41);
     let segment = store.config().segment_size_bytes;
-    let pipe = Rc::new(ShipPipe::new(1 << 20).unwrap());
+    let pipe = Arc::new(ShipPipe::new(1 << 20).unwrap());
     let ranges = [
         (0, 1),
         (100, 5_000),
@@ -2644,7 +2644,7 @@ fn a_ship_is_refused_what_a_read_is_refused_and_a_pipe_it_does_not_fit() {
     let mut store = uncached_four_segments(42);
     let segment = store.config().segment_size_bytes;
     let end = store.commit_log().max_offset();
-    let pipe = Rc::new(ShipPipe::new(1 << 20).unwrap());
+    let pipe = Arc::new(ShipPipe::new(1 << 20).unwrap());
     // Nothing past the acknowledgeable end, nothing of another shard, not
     // nothing.
     assert_eq!(store.start_ship(end - 10, 11, &pipe).unwrap(), None);
@@ -2661,7 +2661,7 @@ fn a_ship_is_refused_what_a_read_is_refused_and_a_pipe_it_does_not_fit() {
     assert!(matches!(across, Err(StorageError::InvalidArgument(m)) if m.contains("segment end")));
     // Not into a pipe its blocks do not fit in: 2 bytes across a block
     // boundary are two blocks.
-    let small = Rc::new(ShipPipe::new(BLOCK_SIZE).unwrap());
+    let small = Arc::new(ShipPipe::new(BLOCK_SIZE).unwrap());
     assert_eq!(small.capacity(), BLOCK_SIZE);
     let refused = store.start_ship(shard_offset(0, BLOCK_SIZE as u64 - 1), 2, &small);
     assert!(
@@ -2678,7 +2678,7 @@ fn a_ship_is_refused_what_a_read_is_refused_and_a_pipe_it_does_not_fit() {
         matches!(again, Err(StorageError::InvalidArgument(m)) if m.contains("still holds 4096"))
     );
     // A failed splice comes back with its ticket and the error.
-    let fresh = Rc::new(ShipPipe::new(1 << 20).unwrap());
+    let fresh = Arc::new(ShipPipe::new(1 << 20).unwrap());
     // (`faults_mut` counts reads from 0 again.)
     store.disk_mut().faults_mut().read_eio_nth = Some(1);
     let ticket = store
