@@ -41,8 +41,9 @@ use ringmq_storage::commit_log::ShipPipe;
 
 use super::ConnectionId;
 
-/// A response body the server splices from a pipe to the socket instead of
-/// copying it (CommitLog bytes shipped with `Store::start_ship`).
+/// A response body, or one part of it, that the server splices from a pipe
+/// to the socket instead of copying it (CommitLog bytes shipped with
+/// `Store::start_ship`).
 #[derive(Debug)]
 pub struct SplicedBody {
     /// The pipe holding it; no one else reads from it until the body is
@@ -141,15 +142,17 @@ impl Connection {
         }
     }
 
-    /// Queues `response` with `body` as its body, spliced from its pipe.
-    pub(super) fn queue_spliced(&mut self, response: &RemotingCommand, body: SplicedBody) {
-        if body.len == 0 {
-            write_response(self.out_tail(), response);
-            return;
-        }
+    /// Queues `response` with `parts` as its body, each spliced from its
+    /// pipe in turn.
+    pub(super) fn queue_spliced(&mut self, response: &RemotingCommand, parts: Vec<SplicedBody>) {
+        let len: usize = parts.iter().map(|part| part.len).sum();
         let out = self.out_tail();
-        match response.encode_head_for_body(SerializeType::Json, body.len, out) {
-            Ok(_) => self.spliced.push_back((body, BytesMut::new())),
+        match response.encode_head_for_body(SerializeType::Json, len, out) {
+            Ok(_) => {
+                let parts = parts.into_iter().filter(|part| part.len > 0);
+                self.spliced
+                    .extend(parts.map(|part| (part, BytesMut::new())));
+            }
             Err(error) => write_encode_failure(out, response, &error),
         }
     }
@@ -425,24 +428,25 @@ mod tests {
         let answer = RemotingCommand::new_response(0, 5, None);
         write_response(conn.out_tail(), &answer);
         let before = conn.out_queue.len();
-        conn.queue_spliced(&answer, body(1_000));
+        conn.queue_spliced(&answer, vec![body(600), body(400)]);
         // The spliced answer's head joins the queue, its length word
         // counting the body; what comes next waits behind the body.
         let head = conn.out_queue.len() - before;
         let length = u32::from_be_bytes(conn.out_queue[before..before + 4].try_into().unwrap());
         assert_eq!(length as usize, head - LENGTH_SIZE + 1_000);
         write_response(conn.out_tail(), &answer);
-        assert_eq!(conn.spliced.len(), 1);
-        assert_eq!(conn.spliced[0].1.len(), before);
+        assert_eq!(conn.spliced.len(), 2);
+        assert!(conn.spliced[0].1.is_empty(), "the parts follow each other");
+        assert_eq!(conn.spliced[1].1.len(), before);
         assert_eq!(conn.output_pending(), 2 * before + head + 1_000);
         // An empty body is an ordinary answer.
-        conn.queue_spliced(&answer, body(0));
-        assert_eq!(conn.spliced.len(), 1);
-        assert_eq!(conn.spliced[0].1.len(), 2 * before);
+        conn.queue_spliced(&answer, vec![body(0)]);
+        assert_eq!(conn.spliced.len(), 2);
+        assert_eq!(conn.spliced[1].1.len(), 2 * before);
         // Closing keeps only a body whose splice is in flight.
         conn.send_in_flight = true;
         conn.splice_left = Some(10);
-        conn.queue_spliced(&answer, body(3));
+        conn.queue_spliced(&answer, vec![body(3)]);
         conn.drop_output();
         assert!(conn.out_queue.is_empty());
         assert_eq!(conn.spliced.len(), 1);

@@ -214,11 +214,11 @@ pub trait RequestHandler {
     }
 
     /// As [`RequestHandler::take_outbound`], for answers whose body the
-    /// server splices from a pipe to the socket (the command's own body is
-    /// not sent). The server asks every turn, after `take_outbound`, so a
+    /// server splices from pipes to the socket, the parts in order (the
+    /// command's own body is not sent). The server asks every turn, after `take_outbound`, so a
     /// connection's command from `take_outbound` in the same turn goes out
     /// before these.
-    fn take_spliced(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand, SplicedBody)>) {
+    fn take_spliced(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand, Vec<SplicedBody>)>) {
         let _ = out;
     }
 
@@ -355,7 +355,7 @@ pub struct Server<H: RequestHandler> {
     close_requests: Vec<ConnectionId>,
     outbound: Vec<(ConnectionId, RemotingCommand)>,
     /// Reused buffer for [`RequestHandler::take_spliced`].
-    spliced: Vec<(ConnectionId, RemotingCommand, SplicedBody)>,
+    spliced: Vec<(ConnectionId, RemotingCommand, Vec<SplicedBody>)>,
     connection_tag: u8,
     shutdown: ShutdownHandle,
     phase: Phase,
@@ -773,9 +773,9 @@ impl<H: RequestHandler> Server<H> {
         self.outbound = outbound;
         self.handler.take_spliced(&mut self.spliced);
         let mut spliced = std::mem::take(&mut self.spliced);
-        for (id, command, body) in spliced.drain(..) {
+        for (id, command, parts) in spliced.drain(..) {
             if let Some(key) = self.live_connection(id) {
-                self.connections[key].queue_spliced(&command, body);
+                self.connections[key].queue_spliced(&command, parts);
                 self.queued_output(key);
             }
         }
@@ -1219,8 +1219,8 @@ mod tests {
         wait_until("five closes", || probe.closed.lock().unwrap().len() == 5);
     }
 
-    /// Answers code 201 later with a body spliced from a pipe that holds
-    /// junk around it, and everything else at once, as `Probe` does.
+    /// Answers code 201 later with a body spliced from two pipes that hold
+    /// junk around its parts, and everything else at once, as `Probe` does.
     #[derive(Default)]
     struct Splicing {
         owed: Vec<(ConnectionId, i32)>,
@@ -1256,29 +1256,40 @@ mod tests {
             (!self.owed.is_empty()).then_some(Duration::ZERO)
         }
 
-        fn take_spliced(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand, SplicedBody)>) {
+        fn take_spliced(
+            &mut self,
+            out: &mut Vec<(ConnectionId, RemotingCommand, Vec<SplicedBody>)>,
+        ) {
             for (conn, opaque) in self.owed.drain(..) {
-                let pipe = ringmq_storage::commit_log::ShipPipe::new(1 << 20).unwrap();
-                let mut bytes = vec![0xEE; 100];
-                bytes.extend(spliced_body(opaque));
-                bytes.extend([0xDD; 50]);
-                let mut written = 0;
-                while written < bytes.len() {
-                    let rest = &bytes[written..];
-                    // SAFETY: a live slice into the pipe's write end.
-                    let count =
-                        unsafe { libc::write(pipe.write_fd(), rest.as_ptr().cast(), rest.len()) };
-                    assert!(count > 0);
-                    written += count as usize;
-                }
+                // The body in two parts, each between junk in its own pipe.
+                let body = spliced_body(opaque);
+                let parts = [&body[..100_000], &body[100_000..]]
+                    .into_iter()
+                    .map(|part| {
+                        let pipe = ringmq_storage::commit_log::ShipPipe::new(1 << 20).unwrap();
+                        let mut bytes = vec![0xEE; 100];
+                        bytes.extend(part);
+                        bytes.extend([0xDD; 50]);
+                        let mut written = 0;
+                        while written < bytes.len() {
+                            let rest = &bytes[written..];
+                            // SAFETY: a live slice into the pipe's write end.
+                            let count = unsafe {
+                                libc::write(pipe.write_fd(), rest.as_ptr().cast(), rest.len())
+                            };
+                            assert!(count > 0);
+                            written += count as usize;
+                        }
+                        SplicedBody {
+                            pipe: Arc::new(pipe),
+                            head: 100,
+                            len: part.len(),
+                            tail: 50,
+                        }
+                    })
+                    .collect();
                 let answer = RemotingCommand::new_response(0, opaque, Some("spliced".into()));
-                let body = SplicedBody {
-                    pipe: Arc::new(pipe),
-                    head: 100,
-                    len: bytes.len() - 150,
-                    tail: 50,
-                };
-                out.push((conn, answer, body));
+                out.push((conn, answer, parts));
             }
         }
     }

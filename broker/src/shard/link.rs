@@ -62,8 +62,8 @@ pub enum ShardMsg {
     Request(Box<Request>),
     /// A finished command for a connection of the target's server.
     Outbound(ConnectionId, RemotingCommand),
-    /// As `Outbound`, its body spliced from a pipe.
-    SplicedOutbound(ConnectionId, RemotingCommand, SplicedBody),
+    /// As `Outbound`, its body spliced from pipes, part by part.
+    SplicedOutbound(ConnectionId, RemotingCommand, Vec<SplicedBody>),
     /// A new topic table.
     Topics(Arc<TopicConfigSnapshot>),
     /// A new subscription group table.

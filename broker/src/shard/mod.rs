@@ -142,7 +142,7 @@ pub struct ShardHandler {
     store_times: HashMap<u64, i64>,
     outbound: Vec<(ConnectionId, RemotingCommand)>,
     /// Answers whose bodies the server splices from pipes (replica chunks).
-    spliced_out: Vec<(ConnectionId, RemotingCommand, SplicedBody)>,
+    spliced_out: Vec<(ConnectionId, RemotingCommand, Vec<SplicedBody>)>,
     closes: Vec<ConnectionId>,
     acks: Vec<AppendAck>,
     next_opaque: i32,
@@ -343,19 +343,19 @@ impl ShardHandler {
         self.deliver(to.shard, to.conn, cmd);
     }
 
-    /// As [`ShardHandler::reply`], with `body` spliced from its pipe by the
-    /// connection's shard instead of the command's own body.
+    /// As [`ShardHandler::reply`], with `parts` spliced from their pipes by
+    /// the connection's shard instead of the command's own body.
     pub(crate) fn reply_spliced(
         &mut self,
         to: ReplyTo,
         mut cmd: RemotingCommand,
-        body: SplicedBody,
+        parts: Vec<SplicedBody>,
     ) {
         tracing::trace!(
             shard = self.id,
             opaque = to.opaque,
             code = cmd.code,
-            len = body.len,
+            parts = parts.len(),
             "spliced answer"
         );
         if to.oneway {
@@ -364,9 +364,9 @@ impl ShardHandler {
         cmd.opaque = to.opaque;
         cmd.flag = (cmd.flag | flag::RESPONSE) & !flag::ONEWAY;
         if to.shard == self.id {
-            self.spliced_out.push((to.conn, cmd, body));
+            self.spliced_out.push((to.conn, cmd, parts));
         } else if let Some(links) = &mut self.links {
-            links.send(to.shard, ShardMsg::SplicedOutbound(to.conn, cmd, body));
+            links.send(to.shard, ShardMsg::SplicedOutbound(to.conn, cmd, parts));
         }
     }
 
@@ -803,7 +803,7 @@ impl RequestHandler for ShardHandler {
         out.append(&mut self.outbound);
     }
 
-    fn take_spliced(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand, SplicedBody)>) {
+    fn take_spliced(&mut self, out: &mut Vec<(ConnectionId, RemotingCommand, Vec<SplicedBody>)>) {
         out.append(&mut self.spliced_out);
     }
 

@@ -10,11 +10,11 @@
 //! behind never holds the shard on the disk); a pull that finds nothing new is
 //! held until the store acknowledges more or its `suspendMillis` passes. A
 //! slave that says `raw` gets older records spliced instead: the bytes
-//! from its end to at most [`REPLICA_SHIP_BYTES_MAX`] on, cut anywhere, go
-//! from the segment into a pipe ([`Store::start_ship`], the pull parked
-//! until the splice is done) and from the pipe to the socket on the
-//! connection's shard ([`crate::server::SplicedBody`]); the slave appends
-//! their whole records and asks again from there. Records in memory are
+//! from its end on, cut anywhere, go from the segment into pipes, up to
+//! [`REPLICA_SHIP_BYTES_MAX`] each ([`Store::start_ship`], side by side,
+//! the pull parked until they are all in), and from the pipes to the socket
+//! on the connection's shard ([`crate::server::SplicedBody`]); the slave
+//! appends their whole records and asks again from there. Records in memory are
 //! copied as before. A slave that holds no record below this log's start is
 //! told where it starts (`startOffset`), and its shard moves its empty log
 //! there ([`ReplicaCall::StartAt`]).
@@ -94,9 +94,11 @@ pub const REPLICA_SHIP_PIPE_BYTES: usize = 1024 * 1024;
 /// Most bytes of one spliced chunk: a pipe less the partial blocks around
 /// the range (a splice from an O_DIRECT segment moves whole blocks).
 pub const REPLICA_SHIP_BYTES_MAX: usize = REPLICA_SHIP_PIPE_BYTES - 2 * BLOCK_SIZE;
-/// Pipes one master shard keeps for splicing (each holds a chunk in flight
-/// to one slave; with none free a pull is copied).
-pub const REPLICA_SHIP_PIPES_MAX: usize = 4;
+/// Pipes one master shard keeps for splicing: a chunk of
+/// [`REPLICA_CHUNK_BYTES_MAX`] takes five (spliced from the disk side by
+/// side), and the pipes of the answer before may not all be back yet. A
+/// chunk takes what is free; with none free it is copied.
+pub const REPLICA_SHIP_PIPES_MAX: usize = 8;
 /// Longest a master holds a replica pull that finds nothing new.
 pub const REPLICA_SUSPEND_MS_MAX: i64 = 5_000;
 /// A slave connection not heard from for this long is forgotten (its
@@ -335,17 +337,26 @@ pub(crate) struct ReplicaState {
 /// spliced into a pipe.
 enum Chunk {
     Copied(ReplicaChunk),
-    Shipping(u64, Arc<ShipPipe>),
+    Shipping(Vec<ShipPart>),
 }
 
-/// A replica pull waiting for its chunk's splice into `pipe`.
+/// A replica pull waiting for its chunk's splices into pipes.
 #[derive(Debug)]
 pub(crate) struct ShippingPull {
-    ticket: u64,
     request: Request,
     key: PeerKey,
     from: u64,
+    /// The chunk's consecutive ranges, in order.
+    parts: Vec<ShipPart>,
+}
+
+/// One range of a chunk, spliced into its own pipe.
+#[derive(Debug)]
+pub(crate) struct ShipPart {
+    ticket: u64,
     pipe: Arc<ShipPipe>,
+    /// Where its bytes are in the pipe, once they are all in.
+    shipment: Option<Shipment>,
 }
 
 /// A master shard's pipes for splicing older records to slaves.
@@ -395,12 +406,9 @@ enum Served {
     /// Its records are being read from the segment: executed again once
     /// the read with this ticket is done (as a consumer's pull).
     Reading(u64),
-    /// Its chunk is being spliced into `pipe`: answered once the ship with
-    /// this ticket is done.
-    Shipping {
-        ticket: u64,
-        pipe: Arc<ShipPipe>,
-    },
+    /// Its chunk is being spliced into pipes: answered once every part's
+    /// ship is done.
+    Shipping(Vec<ShipPart>),
 }
 
 /// A slave connection: (server shard, connection).
@@ -446,44 +454,60 @@ impl ShardHandler {
             Served::Reading(ticket) => {
                 self.park_reading_pull(request, ticket, first, super::pull::Parked::ReplicaPull);
             }
-            Served::Shipping { ticket, pipe } => {
+            Served::Shipping(parts) => {
                 let key = (request.reply.shard, request.reply.conn);
                 let from = self.replica.peers.get(&key).map_or(0, |peer| peer.next);
                 self.replica.shipping.push(ShippingPull {
-                    ticket,
                     request,
                     key,
                     from,
-                    pipe,
+                    parts,
                 });
             }
         }
     }
 
-    /// Starts splicing the chunk of a slave at local `from` into a free
-    /// pipe, when its bytes are not in memory; None to copy it instead.
+    /// Starts splicing the chunk of a slave at local `from`, up to
+    /// `max_bytes`, into free pipes, one range each, when its bytes are
+    /// not in memory; None to copy it instead. On an error, ships already
+    /// started complete with no one waiting (their pipes, left holding
+    /// bytes, are dropped).
     fn start_replica_ship(
         &mut self,
         from: u64,
         max_bytes: usize,
-    ) -> Result<Option<(u64, Arc<ShipPipe>)>, StorageError> {
-        let max_bytes = max_bytes.min(REPLICA_SHIP_BYTES_MAX);
-        let Some(len) = self.store().replica_ship_len(from, max_bytes)? else {
+    ) -> Result<Option<Vec<ShipPart>>, StorageError> {
+        let Some(mut left) = self.store().replica_ship_len(from, max_bytes)? else {
             return Ok(None);
         };
-        let Some(pipe) = self.replica.pipes.free(self.id) else {
-            return Ok(None);
-        };
-        let offset = shard_offset(self.store().config().shard_id, from);
-        Ok(self
-            .store_mut()
-            .start_ship(offset, len, &pipe)?
-            .map(|ticket| (ticket, pipe)))
+        let shard_id = self.store().config().shard_id;
+        let mut parts = Vec::new();
+        let mut at = from;
+        while left > 0 {
+            let Some(pipe) = self.replica.pipes.free(self.id) else {
+                break;
+            };
+            let len = left.min(REPLICA_SHIP_BYTES_MAX);
+            let Some(ticket) =
+                self.store_mut()
+                    .start_ship(shard_offset(shard_id, at), len, &pipe)?
+            else {
+                break;
+            };
+            parts.push(ShipPart {
+                ticket,
+                pipe,
+                shipment: None,
+            });
+            at += len as u64;
+            left -= len;
+        }
+        Ok((!parts.is_empty()).then_some(parts))
     }
 
     /// After the store's poll: answers the replica pulls whose chunks are
-    /// now in their pipes, with the pipe as the body, spliced on by the
-    /// connection's shard.
+    /// now all in their pipes, with the pipes as the body, spliced on by
+    /// the connection's shard.
     pub(crate) fn run_replica_ships(&mut self, now_ms: i64) {
         if self.replica.shipping.is_empty() || self.store.is_none() {
             return;
@@ -499,14 +523,23 @@ impl ShardHandler {
                 .replica
                 .shipping
                 .iter()
-                .position(|pull| pull.ticket == ticket)
+                .position(|pull| pull.parts.iter().any(|part| part.ticket == ticket))
             else {
                 continue;
             };
-            let pull = self.replica.shipping.swap_remove(index);
             match shipped {
-                Ok(shipment) => self.replica_shipped(pull, shipment, now_ms),
+                Ok(shipment) => {
+                    let pull = &mut self.replica.shipping[index];
+                    if let Some(part) = pull.parts.iter_mut().find(|part| part.ticket == ticket) {
+                        part.shipment = Some(shipment);
+                    }
+                    if pull.parts.iter().all(|part| part.shipment.is_some()) {
+                        let pull = self.replica.shipping.swap_remove(index);
+                        self.replica_shipped(pull, now_ms);
+                    }
+                }
                 Err((_, error)) => {
+                    let pull = self.replica.shipping.swap_remove(index);
                     let answer = self.replica_pull_failed(pull.key, pull.request.peer, &error);
                     self.reply(pull.request.reply, answer);
                 }
@@ -514,15 +547,29 @@ impl ShardHandler {
         }
     }
 
-    /// The answer to a shipped pull: its chunk, cut anywhere, in its pipe.
-    fn replica_shipped(&mut self, pull: ShippingPull, shipment: Shipment, now_ms: i64) {
+    /// The answer to a shipped pull: its chunk, cut anywhere, in its pipes.
+    fn replica_shipped(&mut self, pull: ShippingPull, now_ms: i64) {
+        let parts: Vec<SplicedBody> = pull
+            .parts
+            .into_iter()
+            .filter_map(|part| {
+                let shipment = part.shipment?;
+                Some(SplicedBody {
+                    pipe: part.pipe,
+                    head: shipment.head,
+                    len: shipment.len,
+                    tail: shipment.tail,
+                })
+            })
+            .collect();
+        let len: usize = parts.iter().map(|part| part.len).sum();
         if let Some(peer) = self.replica.peers.get_mut(&pull.key) {
             if !peer.spliced {
                 peer.spliced = true;
                 tracing::info!(shard = self.id, slave = %peer.slave, from = pull.from, "splicing older records to a slave");
             }
-            peer.raw_end = Some(pull.from + shipment.len as u64);
-            peer.transferred.add(now_ms, shipment.len as u64);
+            peer.raw_end = Some(pull.from + len as u64);
+            peer.transferred.add(now_ms, len as u64);
         }
         let master_offset = self.store().commit_log().appender().ack_position();
         let answer = RemotingCommand::new_response(response_code::SUCCESS, 0, None)
@@ -531,13 +578,7 @@ impl ShardHandler {
                 start_offset: None,
                 raw: Some(true),
             });
-        let body = SplicedBody {
-            pipe: pull.pipe,
-            head: shipment.head,
-            len: shipment.len,
-            tail: shipment.tail,
-        };
-        self.reply_spliced(pull.request.reply, answer, body);
+        self.reply_spliced(pull.request.reply, answer, parts);
     }
 
     /// The answer to a replica pull, or the word to hold it.
@@ -644,7 +685,7 @@ impl ShardHandler {
             Ok(None)
         };
         let chunk = match shipped {
-            Ok(Some((ticket, pipe))) => Ok(Chunk::Shipping(ticket, pipe)),
+            Ok(Some(parts)) => Ok(Chunk::Shipping(parts)),
             Ok(None) => self
                 .store_mut()
                 .replica_chunk(from, max_bytes, read)
@@ -684,7 +725,7 @@ impl ShardHandler {
         let bytes = match chunk {
             Chunk::Copied(ReplicaChunk::Bytes(bytes)) => bytes,
             Chunk::Copied(ReplicaChunk::Reading(ticket)) => return Served::Reading(ticket),
-            Chunk::Shipping(ticket, pipe) => return Served::Shipping { ticket, pipe },
+            Chunk::Shipping(parts) => return Served::Shipping(parts),
         };
         if bytes.is_empty() && first && header.suspend_millis > 0 && !self.stopping() {
             return Served::Hold {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::aligned::BLOCK_SIZE;
 use crate::commit_log::shard_offset;
-use crate::commit_log::{ReplicaChunk, ShipPipe, Shipment};
+use crate::commit_log::{ReplicaChunk, ShipPipe, Shipment, replica_whole_len};
 use crate::consume_queue::CQ_ENTRY_SIZE;
 use crate::disk::sim::{CrashKind, SimConfig, SimDisk, SimImage};
 use crate::disk::{Disk, OpenOptions};
@@ -2687,4 +2687,44 @@ fn a_ship_is_refused_what_a_read_is_refused_and_a_pipe_it_does_not_fit() {
         .unwrap();
     let failed = await_ship(&mut store, ticket);
     assert!(matches!(failed, Err(StorageError::Disk(e)) if e.raw_os_error() == Some(libc::EIO)));
+}
+
+#[test]
+fn a_chunk_cut_anywhere_gives_its_whole_records_through_a_blank() {
+    use ringmq_protocol::message::{Decoded, decode_entry};
+    let mut store = uncached_four_segments(43);
+    let segment = store.config().segment_size_bytes;
+    let mut read = |from: u64, to: u64| {
+        store
+            .commit_log
+            .read(&mut store.disk, shard_offset(0, from), (to - from) as usize)
+            .unwrap()
+            .unwrap()
+    };
+    // Where segment 0's records end (its BLANK), and the record before.
+    let log = read(0, segment);
+    let (mut at, mut last) = (0, 0);
+    while let Ok(Decoded::Record(record)) = decode_entry(&log[at..], CrcCheck::Skip) {
+        last = at;
+        at += record.total_size() as usize;
+    }
+    assert!(matches!(
+        decode_entry(&log[at..], CrcCheck::Skip),
+        Ok(Decoded::Blank { .. })
+    ));
+    let blank = at as u64;
+    // Through the BLANK's 8 bytes, however much of its padding came.
+    for padding in [0, 10, segment - blank - 8] {
+        let chunk = read(0, blank + 8 + padding);
+        assert_eq!(replica_whole_len(0, &chunk).unwrap(), at + 8);
+    }
+    // A cut BLANK or a cut record: up to the record before it.
+    assert_eq!(replica_whole_len(0, &read(0, blank + 5)).unwrap(), at);
+    assert_eq!(replica_whole_len(0, &read(0, blank - 3)).unwrap(), last);
+    // Not even the first record whole, or not a record at all.
+    assert_eq!(
+        replica_whole_len(last as u64, &read(last as u64, last as u64 + 40)).unwrap(),
+        0
+    );
+    assert!(replica_whole_len(1, &read(1, 2_000)).is_err());
 }
