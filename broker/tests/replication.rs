@@ -570,7 +570,7 @@ fn a_slave_catching_up_on_records_no_longer_in_memory_gets_them_spliced() {
     // disk only, so its chunks are spliced from the segments, cut anywhere.
     let cold = [
         SHARDS.to_owned(),
-        "--mapedFileSizeCommitLog=8388608".to_owned(),
+        "--mapedFileSizeCommitLog=16777216".to_owned(),
         "--tailCacheSize=0".to_owned(),
     ];
     let master_store = fresh_store("repl-master-cold");
@@ -580,7 +580,7 @@ fn a_slave_catching_up_on_records_no_longer_in_memory_gets_them_spliced() {
     };
     let mut to_master = master.connect();
     to_master.create_topic(TOPIC, QUEUES);
-    // About 19 MB per shard over three segments (so chunks meet BLANKs),
+    // About 19 MB per shard over two segments (so chunks meet a BLANK),
     // the last 10 MB more than the write buffers keep in memory.
     let mut offsets = send_sized(&mut to_master, 0, 600, |n| (n * 7_919) % 60_000);
     offsets.extend(send_sized(&mut to_master, 600, 400, |n| 50_000 + n % 3_000));
@@ -592,7 +592,7 @@ fn a_slave_catching_up_on_records_no_longer_in_memory_gets_them_spliced() {
         let header = ReplicaPullRequestHeader {
             shard: 0,
             shard_count: 2,
-            segment_size: 8 * 1024 * 1024,
+            segment_size: 16 * 1024 * 1024,
             offset: 0,
             durable_offset: 0,
             max_bytes,

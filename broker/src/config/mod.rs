@@ -70,8 +70,11 @@ pub const COMMIT_LOG_SEGMENT_SIZE_MAX: u64 = (i32::MAX as u64 / BLOCK_SIZE) * BL
 pub const RECORD_OVERHEAD_MAX: u64 = 64 * 1024;
 /// RocketMQ's default `maxMessageSize`, 4 MiB.
 pub const MESSAGE_SIZE_MAX_DEFAULT: u32 = 4 * 1024 * 1024;
-/// Largest `maxMessageSize`: a body plus its request header must fit a frame.
-pub const MESSAGE_SIZE_MAX_LIMIT: u32 = FRAME_SIZE_MAX - 64 * 1024;
+/// Largest `maxMessageSize`: the store's limit on a body (RocketMQ's
+/// default), which its write buffers are sized for; it also fits a frame
+/// with its request header.
+pub const MESSAGE_SIZE_MAX_LIMIT: u32 = ringmq_storage::limits::MESSAGE_SIZE_MAX_BYTES as u32;
+const _: () = assert!(MESSAGE_SIZE_MAX_LIMIT <= FRAME_SIZE_MAX - 64 * 1024);
 /// Most shards: the shard id lives in the top 8 bits of public offsets.
 pub const SHARD_COUNT_MAX: u32 = 256;
 /// Most queues a topic is created with by default.
@@ -96,7 +99,7 @@ pub const LISTEN_PORT_DEFAULT: u16 = 10911;
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_DEFAULT.is_multiple_of(BLOCK_SIZE));
 const _: () = assert!(COMMIT_LOG_SEGMENT_SIZE_MIN.is_multiple_of(BLOCK_SIZE));
 const _: () = assert!(
-    COMMIT_LOG_SEGMENT_SIZE_DEFAULT >= MESSAGE_SIZE_MAX_DEFAULT as u64 + RECORD_OVERHEAD_MAX
+    COMMIT_LOG_SEGMENT_SIZE_DEFAULT >= 2 * (MESSAGE_SIZE_MAX_DEFAULT as u64 + RECORD_OVERHEAD_MAX)
 );
 const _: () = assert!(MESSAGE_SIZE_MAX_DEFAULT <= MESSAGE_SIZE_MAX_LIMIT);
 
@@ -657,11 +660,12 @@ impl BrokerConfig {
                 self.commit_log_segment_size_bytes
             ));
         }
-        let record_size_max = u64::from(self.message_size_max_bytes) + RECORD_OVERHEAD_MAX;
-        if self.commit_log_segment_size_bytes < record_size_max {
+        // The store takes a record (or batch) of at most half a segment.
+        let segment_size_min = 2 * (u64::from(self.message_size_max_bytes) + RECORD_OVERHEAD_MAX);
+        if self.commit_log_segment_size_bytes < segment_size_min {
             return fail(format!(
                 "mapedFileSizeCommitLog={} cannot hold one message of maxMessageSize={} \
-                 (needs at least {record_size_max} bytes)",
+                 (a record takes at most half a segment: needs at least {segment_size_min} bytes)",
                 self.commit_log_segment_size_bytes, self.message_size_max_bytes
             ));
         }
@@ -1218,9 +1222,9 @@ mod tests {
 
     #[test]
     fn both_spellings_of_the_segment_size_key_are_accepted() {
-        let a = load("mapedFileSizeCommitLog=8388608").unwrap();
-        let b = load("mappedFileSizeCommitLog=8388608").unwrap();
-        assert_eq!(a.commit_log_segment_size_bytes, 8 << 20);
+        let a = load("mapedFileSizeCommitLog=16777216").unwrap();
+        let b = load("mappedFileSizeCommitLog=16777216").unwrap();
+        assert_eq!(a.commit_log_segment_size_bytes, 16 << 20);
         assert_eq!(a, b);
     }
 
@@ -1368,7 +1372,11 @@ mod tests {
             ),
             (
                 "maxMessageSize=-1",
-                "broker.conf:1: invalid value `-1` for `maxMessageSize`: expected an integer from 1 to 16711680",
+                "broker.conf:1: invalid value `-1` for `maxMessageSize`: expected an integer from 1 to 4194304",
+            ),
+            (
+                "maxMessageSize=4194305",
+                "broker.conf:1: invalid value `4194305` for `maxMessageSize`: expected an integer from 1 to 4194304",
             ),
         ];
         for (line, expected) in cases {
@@ -1394,6 +1402,10 @@ mod tests {
             (
                 "mapedFileSizeCommitLog=1048576",
                 "cannot hold one message of maxMessageSize=4194304",
+            ),
+            (
+                "mapedFileSizeCommitLog=8388608",
+                "a record takes at most half a segment: needs at least 8519680 bytes",
             ),
             (
                 "brokerRole=SLAVE",
@@ -1496,7 +1508,7 @@ mod tests {
     #[test]
     fn printed_config_loads_back_to_the_same_config() {
         let file = "brokerName=b\nbrokerId=2\nbrokerRole=SLAVE\nnamesrvAddr=10.0.0.1:9876;10.0.0.2:9876\n\
-                    deleteWhen=01;13\nmappedFileSizeCommitLog=8388608\nshards=3\n";
+                    deleteWhen=01;13\nmappedFileSizeCommitLog=16777216\nshards=3\n";
         let config = load(file).unwrap();
         let printed = config.print_config();
         let again = load(&printed).unwrap();
