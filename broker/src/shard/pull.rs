@@ -755,19 +755,54 @@ fn codes_of(data: &SubscriptionData) -> Option<Vec<i32>> {
     }
 }
 
+/// Where a system queue's reader (a delay level, the timer wheel) is with
+/// the store's background read of its records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SystemQueueRead {
+    /// The next pull reads in the background what is not in memory.
+    Idle,
+    /// The reader waits for this read (and is not polled meanwhile).
+    Waiting(u64),
+    /// Its read is done: the next pull reads what is still missing
+    /// synchronously (`PullRead::AfterRead`).
+    Done,
+}
+
+impl SystemQueueRead {
+    /// Whether the reader waits for a background read.
+    pub(crate) fn is_waiting(self) -> bool {
+        matches!(self, SystemQueueRead::Waiting(_))
+    }
+
+    /// The store's background read `ticket` is done: true (and now
+    /// [`SystemQueueRead::Done`]) if this reader waited for it.
+    pub(crate) fn on_read_done(&mut self, ticket: u64) -> bool {
+        if *self != SystemQueueRead::Waiting(ticket) {
+            return false;
+        }
+        *self = SystemQueueRead::Done;
+        true
+    }
+}
+
 /// Up to `count` records of system queue `topic`/`queue_id` (a delay
 /// level's, the timer wheel's) from `read_from`, as a pull reads them (see
-/// [`PullRead`]): `Err(ticket)` while the store reads the first ones in the
-/// background; `Ok(None)` when the read failed (logged; the entries are
-/// then read one by one by [`system_queue_record`]).
+/// [`PullRead`]), `read` saying where the reader's background read is:
+/// `Err(())` while the store reads the first ones in the background (`read`
+/// then waits for it); `Ok(None)` when the read failed (logged; the entries
+/// are then read one by one by [`system_queue_record`]).
 pub(crate) fn pull_system_queue(
     store: &mut Store<UringDisk>,
     topic: &str,
     queue_id: u32,
     read_from: i64,
     count: usize,
-    read: PullRead,
-) -> Result<Option<GetMessagesResult>, u64> {
+    read: &mut SystemQueueRead,
+) -> Result<Option<GetMessagesResult>, ()> {
+    let mode = match std::mem::replace(read, SystemQueueRead::Idle) {
+        SystemQueueRead::Done => PullRead::AfterRead,
+        SystemQueueRead::Idle | SystemQueueRead::Waiting(_) => PullRead::Background,
+    };
     let pulled = store.pull_messages(
         topic,
         queue_id,
@@ -775,11 +810,14 @@ pub(crate) fn pull_system_queue(
         count,
         GET_MESSAGES_BYTES_MAX,
         None,
-        read,
+        mode,
     );
     match pulled {
         Ok(Pulled::Ready(result)) => Ok(Some(result)),
-        Ok(Pulled::Reading(ticket)) => Err(ticket),
+        Ok(Pulled::Reading(ticket)) => {
+            *read = SystemQueueRead::Waiting(ticket);
+            Err(())
+        }
         Err(error) => {
             tracing::warn!(%error, topic, queue_id, "reading a system queue's records failed");
             Ok(None)

@@ -45,11 +45,10 @@ use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{CustomHeader, SendMessageRequestHeader};
 use ringmq_protocol::json::DelayOffsetFile;
 use ringmq_protocol::message::{CrcCheck, decode_record};
-use ringmq_storage::store::PullRead;
 
 use super::ShardHandler;
 use super::link::{ReplyTo, Request};
-use super::pull::{pull_system_queue, system_queue_record};
+use super::pull::{SystemQueueRead, pull_system_queue, system_queue_record};
 use crate::features::delay::{
     self, DELIVERIES_PER_POLL_MAX, DelayLevels, DelayScheduler, IDLE_RECHECK_MS,
 };
@@ -124,7 +123,7 @@ pub(crate) struct DelayState {
     /// When each level (index = level - 1) is looked at next.
     next_poll_ms: Vec<i64>,
     /// Per level: where its background read of due records stands.
-    reads: Vec<LevelRead>,
+    reads: Vec<SystemQueueRead>,
     /// Internal sends in flight: token (the opaque) → (level, offset).
     in_flight: HashMap<i32, (i32, i64)>,
     next_token: i32,
@@ -160,7 +159,7 @@ impl DelayState {
             scheduler,
             owned,
             next_poll_ms: vec![0; count],
-            reads: vec![LevelRead::Idle; count],
+            reads: vec![SystemQueueRead::Idle; count],
             in_flight: HashMap::new(),
             next_token: 0,
             board,
@@ -176,9 +175,7 @@ impl DelayState {
 
     /// Whether a level waits for a background read.
     pub(crate) fn is_reading(&self) -> bool {
-        self.reads
-            .iter()
-            .any(|read| matches!(read, LevelRead::Waiting(_)))
+        self.reads.iter().any(|read| read.is_waiting())
     }
 
     /// The store's background read `ticket` is done: the level waiting for
@@ -186,12 +183,11 @@ impl DelayState {
     pub(crate) fn on_read_done(&mut self, ticket: u64) -> bool {
         let Some(index) = self
             .reads
-            .iter()
-            .position(|read| *read == LevelRead::Waiting(ticket))
+            .iter_mut()
+            .position(|read| read.on_read_done(ticket))
         else {
             return false;
         };
-        self.reads[index] = LevelRead::Done;
         self.next_poll_ms[index] = 0;
         true
     }
@@ -203,18 +199,6 @@ impl DelayState {
             .map(|level| self.next_poll_ms[(*level - 1) as usize])
             .min()
     }
-}
-
-/// A delay level's background read of its due records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LevelRead {
-    /// The next poll reads in the background what is not in memory.
-    Idle,
-    /// The level waits for this read (and is not polled meanwhile).
-    Waiting(u64),
-    /// Its read is done: the next poll reads what is still missing
-    /// synchronously (`PullRead::AfterRead`).
-    Done,
 }
 
 /// A read schedule entry: its queue entry (tags code = due time) and record.
@@ -332,19 +316,18 @@ impl ShardHandler {
         // their neighbours while the level waits; records further on that
         // are not in memory are left to the next poll.
         let index = (level - 1) as usize;
-        let read_mode = match std::mem::replace(&mut self.delay.reads[index], LevelRead::Idle) {
-            LevelRead::Done => PullRead::AfterRead,
-            LevelRead::Idle | LevelRead::Waiting(_) => PullRead::Background,
+        let read_state = &mut self.delay.reads[index];
+        let Ok(pulled) = pull_system_queue(
+            store,
+            SCHEDULE_TOPIC,
+            queue_id,
+            read_from,
+            count,
+            read_state,
+        ) else {
+            self.delay.next_poll_ms[index] = i64::MAX;
+            return;
         };
-        let pulled =
-            match pull_system_queue(store, SCHEDULE_TOPIC, queue_id, read_from, count, read_mode) {
-                Ok(pulled) => pulled,
-                Err(ticket) => {
-                    self.delay.reads[index] = LevelRead::Waiting(ticket);
-                    self.delay.next_poll_ms[index] = i64::MAX;
-                    return;
-                }
-            };
         let levels = self.delay.scheduler.levels().clone();
         let mut read = Vec::with_capacity(cq_entries.len());
         for (i, cq) in cq_entries.iter().enumerate() {

@@ -48,7 +48,7 @@ use ringmq_protocol::message::{CrcCheck, decode_record};
 use ringmq_storage::store::{PullRead, RecordRead};
 
 use super::ShardHandler;
-use super::pull::{pull_system_queue, system_queue_record};
+use super::pull::{SystemQueueRead, pull_system_queue, system_queue_record};
 use crate::features::QueueEntry;
 use crate::features::timer::{self, TIMER_QUEUE_ID, TimerConfig, TimerWheel};
 use crate::persist::ConfigFile;
@@ -116,7 +116,7 @@ pub(crate) struct TimerState {
     /// How the wheel reads its next new records: waiting for the store's
     /// background read of them (a backlog no longer in memory, as after a
     /// restart), or after it.
-    enqueue_read: EnqueueRead,
+    enqueue_read: SystemQueueRead,
     next_poll_ms: i64,
     /// Delivered entries at or above the durable offset.
     delivered: BTreeSet<i64>,
@@ -125,17 +125,6 @@ pub(crate) struct TimerState {
     /// The progress last written.
     written: TimerProgressFile,
     last_write_ms: i64,
-}
-
-/// Where the wheel's read of its new records is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum EnqueueRead {
-    /// Nothing pending: read from memory, or start a background read.
-    Idle,
-    /// The store's background read with this ticket is running.
-    Waiting(u64),
-    /// That read is done: read again, synchronously what is still missing.
-    Done,
 }
 
 impl TimerState {
@@ -147,7 +136,7 @@ impl TimerState {
             config,
             in_flight: HashMap::new(),
             reading: Vec::new(),
-            enqueue_read: EnqueueRead::Idle,
+            enqueue_read: SystemQueueRead::Idle,
             next_poll_ms: now_ms,
             delivered: progress
                 .delivered
@@ -244,7 +233,7 @@ impl ShardHandler {
         let (Some(state), Some(store)) = (self.timer.as_mut(), self.store.as_mut()) else {
             return;
         };
-        if matches!(state.enqueue_read, EnqueueRead::Waiting(_)) {
+        if state.enqueue_read.is_waiting() {
             // The store is reading the next new records: nothing to do
             // until that read is done (`on_timer_read_done`).
             return;
@@ -271,28 +260,20 @@ impl ShardHandler {
         // background with their neighbours while the wheel waits (a backlog
         // after a restart); records further on that are not in memory are
         // left to the next turn.
-        let read_mode = match std::mem::replace(&mut state.enqueue_read, EnqueueRead::Idle) {
-            EnqueueRead::Done => PullRead::AfterRead,
-            EnqueueRead::Idle | EnqueueRead::Waiting(_) => PullRead::Background,
-        };
         let cq_entries = store
             .consume_queues()
             .get(WHEEL_TIMER_TOPIC, queue_id)
             .map(|queue| queue.entries(read_from as u64, count))
             .unwrap_or_default();
-        let pulled = match pull_system_queue(
+        let Ok(pulled) = pull_system_queue(
             store,
             WHEEL_TIMER_TOPIC,
             queue_id,
             read_from,
             count,
-            read_mode,
-        ) {
-            Ok(pulled) => pulled,
-            Err(ticket) => {
-                state.enqueue_read = EnqueueRead::Waiting(ticket);
-                return;
-            }
+            &mut state.enqueue_read,
+        ) else {
+            return;
         };
         let mut entries = Vec::with_capacity(cq_entries.len());
         for (i, cq) in cq_entries.iter().enumerate() {
@@ -336,9 +317,9 @@ impl ShardHandler {
     /// Whether due entries, or the wheel's new records, wait for the
     /// store's background reads.
     pub(crate) fn timer_is_reading(&self) -> bool {
-        self.timer.as_ref().is_some_and(|state| {
-            !state.reading.is_empty() || matches!(state.enqueue_read, EnqueueRead::Waiting(_))
-        })
+        self.timer
+            .as_ref()
+            .is_some_and(|state| !state.reading.is_empty() || state.enqueue_read.is_waiting())
     }
 
     /// The store's background read `ticket` is done: delivers the entries
@@ -347,9 +328,8 @@ impl ShardHandler {
         let Some(state) = self.timer.as_mut() else {
             return;
         };
-        if state.enqueue_read == EnqueueRead::Waiting(ticket) {
+        if state.enqueue_read.on_read_done(ticket) {
             // The wheel reads its new records again in the next turn.
-            state.enqueue_read = EnqueueRead::Done;
             return;
         }
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.reading)
