@@ -26,8 +26,8 @@
 //! - Every submitted operation completes exactly once (success or error),
 //!   including when the disk is shut down.
 //! - On O_DIRECT files, `Write`/`Read`/`SpliceToPipe` offsets, buffer ranges
-//!   and lengths are multiples of [`crate::aligned::BLOCK_SIZE`];
-//!   implementations assert it.
+//!   and lengths are multiples of [`crate::aligned::BLOCK_SIZE`]
+//!   ([`DiskOp::direct_range`]); implementations assert it.
 //! - A buffer obtained from [`Disk::buffer`] may be registered with the kernel
 //!   (io_uring fixed buffer). It is given back with [`Disk::recycle`]; dropping
 //!   a registered buffer leaks its memory rather than freeing pages the kernel
@@ -216,6 +216,25 @@ impl DiskOp {
             | DiskOp::SpliceToPipe { .. }
             | DiskOp::Fdatasync { .. }
             | DiskOp::Truncate { .. } => None,
+        }
+    }
+
+    /// What an O_DIRECT file needs aligned to
+    /// [`crate::aligned::BLOCK_SIZE`] for this op (file offset, start in
+    /// the buffer, length): writes', reads' and splices'; None for ops that
+    /// move no data.
+    pub fn direct_range(&self) -> Option<(u64, usize, usize)> {
+        match self {
+            DiskOp::Write { .. } | DiskOp::WriteShared { .. } => self
+                .write_parts()
+                .map(|(offset, _, range)| (offset, range.start, range.len())),
+            DiskOp::Read {
+                file_offset, len, ..
+            }
+            | DiskOp::SpliceToPipe {
+                file_offset, len, ..
+            } => Some((*file_offset, 0, *len)),
+            DiskOp::Fdatasync { .. } | DiskOp::Truncate { .. } => None,
         }
     }
 

@@ -1203,37 +1203,22 @@ impl Disk for SimDisk {
                 op,
             ));
         }
-        let (file, direct_check) = match &op {
-            DiskOp::Write { file, .. } | DiskOp::WriteShared { file, .. } => {
-                let (file_offset, buf, buf_range) = op.write_parts().expect("a write");
-                assert!(
-                    buf_range.end <= buf.capacity(),
-                    "write range {buf_range:?} past buffer"
-                );
-                (*file, Some((file_offset, buf_range.start, buf_range.len())))
-            }
-            DiskOp::Read {
-                file,
-                file_offset,
-                buf,
-                len,
-            } => {
-                assert!(
-                    *len <= buf.capacity(),
-                    "read of {len} into a {}-byte buffer",
-                    buf.capacity()
-                );
-                (*file, Some((*file_offset, 0, *len)))
-            }
-            DiskOp::SpliceToPipe {
-                file,
-                file_offset,
-                len,
-                ..
-            } => (*file, Some((*file_offset, 0, *len))),
-            DiskOp::Fdatasync { file } | DiskOp::Truncate { file, .. } => (*file, None),
-        };
-        if let (Some(open), Some((offset, start, len))) = (self.open.get(&file.0), direct_check)
+        if let Some((_, buf, buf_range)) = op.write_parts() {
+            assert!(
+                buf_range.end <= buf.capacity(),
+                "write range {buf_range:?} past buffer"
+            );
+        }
+        if let DiskOp::Read { buf, len, .. } = &op {
+            assert!(
+                *len <= buf.capacity(),
+                "read of {len} into a {}-byte buffer",
+                buf.capacity()
+            );
+        }
+        let file = op.file();
+        if let (Some(open), Some((offset, start, len))) =
+            (self.open.get(&file.0), op.direct_range())
             && open.options.direct
         {
             let block = BLOCK_SIZE as u64;

@@ -1178,11 +1178,12 @@ impl UringDisk {
         };
         let fd = file.fd.as_raw_fd();
         if file.direct
-            && let Some((file_offset, _, buf_range)) = op.write_parts()
+            && let Some((file_offset, start, len)) = op.direct_range()
         {
-            assert_aligned("write offset", file_offset);
-            assert_aligned("write range start", buf_range.start as u64);
-            assert_aligned("write range end", buf_range.end as u64);
+            let name = op.name();
+            assert_aligned(name, "offset", file_offset);
+            assert_aligned(name, "buffer start", start as u64);
+            assert_aligned(name, "length", len as u64);
         }
         let ring_op = match op {
             DiskOp::Write {
@@ -1212,37 +1213,25 @@ impl UringDisk {
                 buf,
                 len,
                 ..
-            } => {
-                if file.direct {
-                    assert_aligned("read offset", file_offset);
-                    assert_aligned("read length", len as u64);
-                }
-                Op::Read {
-                    fd,
-                    file_offset,
-                    buf,
-                    len,
-                }
-            }
+            } => Op::Read {
+                fd,
+                file_offset,
+                buf,
+                len,
+            },
             DiskOp::SpliceToPipe {
                 file_offset,
                 len,
                 pipe,
                 ..
-            } => {
-                if file.direct {
-                    assert_aligned("splice offset", file_offset);
-                    assert_aligned("splice length", len as u64);
-                }
-                Op::Splice {
-                    fd_in: fd,
-                    off_in: Some(file_offset),
-                    fd_out: pipe,
-                    off_out: None,
-                    len: u32::try_from(len).expect("a splice moves less than 4 GiB"),
-                    flags: 0,
-                }
-            }
+            } => Op::Splice {
+                fd_in: fd,
+                off_in: Some(file_offset),
+                fd_out: pipe,
+                off_out: None,
+                len: u32::try_from(len).expect("a splice moves less than 4 GiB"),
+                flags: 0,
+            },
             DiskOp::Fdatasync { .. } => Op::Fsync { fd, datasync: true },
             DiskOp::Truncate { len, .. } => Op::Ftruncate { fd, len },
         };
@@ -1879,10 +1868,10 @@ fn back_to_disk_op(file: FileId, op: Op) -> DiskOp {
     }
 }
 
-fn assert_aligned(what: &str, value: u64) {
+fn assert_aligned(op: &str, what: &str, value: u64) {
     assert!(
         value.is_multiple_of(BLOCK_SIZE as u64),
-        "O_DIRECT {what} {value} is not a multiple of {BLOCK_SIZE}"
+        "O_DIRECT {op} {what} {value} is not a multiple of {BLOCK_SIZE}"
     );
 }
 
@@ -1970,6 +1959,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "not a multiple")]
     fn assert_aligned_rejects_an_unaligned_offset() {
-        assert_aligned("write offset", 100);
+        assert_aligned("write", "offset", 100);
     }
 }
