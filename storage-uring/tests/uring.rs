@@ -17,6 +17,7 @@ use ringmq_storage::disk::{
 };
 use ringmq_storage::limits::{PLAIN_BUFFER_SPARE_BYTES_MAX, PLAIN_BUFFER_SPARES_MAX};
 use ringmq_storage::ring::{Completion, Op, Ring, RingConfig, SharedRing, TurnOutput};
+use ringmq_storage::store::{AppendMessage, Store, StoreConfig};
 
 /// A directory under /tmp removed when the test ends.
 struct TempDir(PathBuf);
@@ -65,6 +66,42 @@ fn small_disk_config() -> UringDiskConfig {
         fixed_buffer_count: 2,
         fixed_buffer_size: 16 * 1024,
         ..UringDiskConfig::default()
+    }
+}
+
+/// A store in `dir` on a real ring (buffered where O_DIRECT is refused),
+/// 1 MiB segments, `tweak` applied to its config; None (skipped) without
+/// io_uring.
+fn small_store(dir: &TempDir, tweak: impl FnOnce(&mut StoreConfig)) -> Option<Store<UringDisk>> {
+    let disk = disk_or_skip(UringDiskConfig {
+        allow_buffered_fallback: true,
+        ..small_disk_config()
+    })?;
+    let mut config = StoreConfig::new(&dir.0, 0, STORE_HOST);
+    config.segment_size_bytes = 1 << 20;
+    tweak(&mut config);
+    Some(Store::open(disk, config, 1).expect("opening the store").0)
+}
+
+/// The store's host in [`small_store`]s, and their messages' born host.
+const STORE_HOST: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    10911,
+));
+
+/// A message of topic `T` for `queue_id` with `body` and nothing else.
+fn message(queue_id: u32, body: &[u8]) -> AppendMessage<'_> {
+    AppendMessage {
+        topic: "T",
+        queue_id,
+        body,
+        properties: b"",
+        flag: 0,
+        sys_flag: 0,
+        born_timestamp_ms: 1,
+        born_host: STORE_HOST,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
     }
 }
 
@@ -1713,38 +1750,20 @@ fn consume_queue_entries_leave_memory_for_mappings_once_synced() {
 #[test]
 fn consume_queue_files_on_disk_take_only_the_blocks_written() {
     use ringmq_storage::consume_queue::CQ_FILE_SIZE;
-    use ringmq_storage::store::{AppendMessage, Store, StoreConfig};
     use std::os::unix::fs::MetadataExt;
     // A broker with thousands of queues must not reserve 6 MB of disk for
     // each queue's first message (RocketMQ's mapped files are sparse too).
     const QUEUES: u32 = 8;
-    let Some(disk) = disk_or_skip(UringDiskConfig {
-        allow_buffered_fallback: true,
-        ..small_disk_config()
+    let dir = TempDir::new("cq-sparse");
+    let mut queue_root = PathBuf::new();
+    let Some(mut store) = small_store(&dir, |config| {
+        config.retention.clean_file_forcibly_enable = false;
+        queue_root = config.consume_queue_root.clone();
     }) else {
         return;
     };
-    let dir = TempDir::new("cq-sparse");
-    let host = std::net::SocketAddr::from(([127, 0, 0, 1], 10911));
-    let mut config = StoreConfig::new(&dir.0, 0, host);
-    config.segment_size_bytes = 1 << 20;
-    config.retention.clean_file_forcibly_enable = false;
-    let queue_root = config.consume_queue_root.clone();
-    let (mut store, _) = Store::open(disk, config, 1).unwrap();
     for queue_id in 0..QUEUES {
-        let message = AppendMessage {
-            topic: "T",
-            queue_id,
-            body: b"x",
-            properties: b"",
-            flag: 0,
-            sys_flag: 0,
-            born_timestamp_ms: 1,
-            born_host: host,
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-        };
-        store.append(&message, 1).unwrap();
+        store.append(&message(queue_id, b"x"), 1).unwrap();
     }
     let mut acks = Vec::new();
     store.shutdown(2, &mut acks).unwrap();
@@ -1892,36 +1911,15 @@ fn fdatasyncs_of_buffered_files_run_as_one_syncfs_from_the_configured_rate() {
 #[test]
 fn a_range_shipped_from_a_segment_reaches_a_socket_through_the_pipe() {
     use ringmq_storage::commit_log::ShipPipe;
-    use ringmq_storage::store::{AppendMessage, Store, StoreConfig};
     use std::sync::Arc;
-    let Some(disk) = disk_or_skip(UringDiskConfig {
-        allow_buffered_fallback: true,
-        ..small_disk_config()
-    }) else {
+    let dir = TempDir::new("ship");
+    let Some(mut store) = small_store(&dir, |config| config.tail_cache_bytes = 0) else {
         return;
     };
-    let dir = TempDir::new("ship");
-    let host = std::net::SocketAddr::from(([127, 0, 0, 1], 10911));
-    let mut config = StoreConfig::new(&dir.0, 0, host);
-    config.segment_size_bytes = 1 << 20;
-    config.tail_cache_bytes = 0;
-    let (mut store, _) = Store::open(disk, config, 1).unwrap();
     let mut acks = Vec::new();
     for n in 0..300usize {
         let body = vec![n as u8; 200 + n * 13 % 1_500];
-        let message = AppendMessage {
-            topic: "T",
-            queue_id: 0,
-            body: &body,
-            properties: b"",
-            flag: 0,
-            sys_flag: 0,
-            born_timestamp_ms: 1,
-            born_host: host,
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-        };
-        store.append(&message, 1).unwrap();
+        store.append(&message(0, &body), 1).unwrap();
         store.poll(1, &mut acks).unwrap();
     }
     while acks.len() < 300 {
