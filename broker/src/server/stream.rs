@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 
 use bytes::BytesMut;
 use ringmq_protocol::code::flag;
-use ringmq_storage::ring::{Completion, Op};
+use ringmq_storage::ring::{Completion, Op, Token};
 
 use super::connection::{InputEnd, take_requests, write_response};
 use super::{
@@ -207,13 +207,21 @@ impl<H: RequestHandler> Server<H> {
             fd: conn.fd.as_raw_fd(),
             data,
         };
-        match self.lane.submit(token(KIND_SEND, key), op, false) {
+        self.submit_output(key, KIND_SEND, op, size);
+    }
+
+    /// Submits the connection's output operation (a Send or a Splice) of
+    /// `size` bytes; the connection is closed if the ring refuses it.
+    fn submit_output(&mut self, key: usize, kind: Token, op: Op, size: usize) {
+        let name = op.name();
+        let conn = &mut self.connections[key];
+        match self.lane.submit(token(kind, key), op, false) {
             Ok(()) => {
                 conn.send_in_flight = true;
                 conn.send_size = size;
             }
             Err((error, _)) => {
-                tracing::error!(%error, peer = %conn.peer, "submitting send failed: closing");
+                tracing::error!(%error, peer = %conn.peer, op = name, "submitting output failed: closing");
                 self.close(key);
             }
         }
@@ -246,16 +254,7 @@ impl<H: RequestHandler> Server<H> {
             flags: 0,
         };
         conn.splice_left = Some(left);
-        match self.lane.submit(token(KIND_SPLICE, key), op, false) {
-            Ok(()) => {
-                conn.send_in_flight = true;
-                conn.send_size = left;
-            }
-            Err((error, _)) => {
-                tracing::error!(%error, peer = %conn.peer, "submitting splice failed: closing");
-                self.close(key);
-            }
-        }
+        self.submit_output(key, KIND_SPLICE, op, left);
     }
 
     pub(super) fn on_send(&mut self, key: usize, completion: Completion) {
