@@ -406,9 +406,12 @@ enum Served {
     /// Its records are being read from the segment: executed again once
     /// the read with this ticket is done (as a consumer's pull).
     Reading(u64),
-    /// Its chunk is being spliced into pipes: answered once every part's
-    /// ship is done.
-    Shipping(Vec<ShipPart>),
+    /// Its chunk from `from` is being spliced into pipes: answered once
+    /// every part's ship is done.
+    Shipping {
+        from: u64,
+        parts: Vec<ShipPart>,
+    },
 }
 
 /// A slave connection: (server shard, connection).
@@ -454,9 +457,8 @@ impl ShardHandler {
             Served::Reading(ticket) => {
                 self.park_reading_pull(request, ticket, first, super::pull::Parked::ReplicaPull);
             }
-            Served::Shipping(parts) => {
+            Served::Shipping { from, parts } => {
                 let key = (request.reply.shard, request.reply.conn);
-                let from = self.replica.peers.get(&key).map_or(0, |peer| peer.next);
                 self.replica.shipping.push(ShippingPull {
                     request,
                     key,
@@ -725,7 +727,7 @@ impl ShardHandler {
         let bytes = match chunk {
             Chunk::Copied(ReplicaChunk::Bytes(bytes)) => bytes,
             Chunk::Copied(ReplicaChunk::Reading(ticket)) => return Served::Reading(ticket),
-            Chunk::Shipping(parts) => return Served::Shipping(parts),
+            Chunk::Shipping(parts) => return Served::Shipping { from, parts },
         };
         if bytes.is_empty() && first && header.suspend_millis > 0 && !self.stopping() {
             return Served::Hold {
