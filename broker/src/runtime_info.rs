@@ -20,7 +20,10 @@
 //! (`StoreStatsService.getRuntimeInfo`, `DefaultMessageStore.getRuntimeInfo`,
 //! `ScheduleMessageService.buildRunningStats`, `prepareRuntimeInfo`), plus
 //! both spellings of the outbound TPS key: `getTransferedTps` (4.x) and
-//! `getTransferredTps` (5.x), so both tool generations find it.
+//! `getTransferredTps` (5.x), so both tool generations find it. One key is
+//! ringmq's own: `commitLogSyncReads`, the CommitLog reads the shards
+//! waited for on their threads (older records read anywhere but in the
+//! background), which `brokerStatus` prints like any other.
 //!
 //! Where ringmq has no such thing the value says so the way Java would
 //! when idle: thread pool queue sizes are the requests waiting in shard
@@ -275,6 +278,10 @@ pub struct RuntimeStats {
     pub dispatch_behind_bytes: u64,
     /// CommitLog bytes written but not yet durable (`remainHowManyDataToFlush`).
     pub flush_behind_bytes: u64,
+    /// CommitLog reads a shard waited for on its thread, their bytes in no
+    /// cache (`commitLogSyncReads`, ringmq's own key; most reads of older
+    /// records go in the background).
+    pub commit_log_sync_reads: u64,
     /// Smallest CommitLog offset still stored (`commitLogMinOffset`).
     pub commit_log_min_offset: i64,
     /// CommitLog offset after the last record (`commitLogMaxOffset`).
@@ -417,6 +424,9 @@ impl RuntimeStats {
         self.flush_behind_bytes = self
             .flush_behind_bytes
             .saturating_add(other.flush_behind_bytes);
+        self.commit_log_sync_reads = self
+            .commit_log_sync_reads
+            .saturating_add(other.commit_log_sync_reads);
         self.commit_log_min_offset = self.commit_log_min_offset.min(other.commit_log_min_offset);
         self.commit_log_max_offset = self.commit_log_max_offset.max(other.commit_log_max_offset);
         self.earliest_message_store_timestamp_ms = match (
@@ -654,6 +664,10 @@ pub fn runtime_info_table(
         stats.dispatch_behind_bytes.to_string(),
     );
     put("pageCacheLockTimeMills", "0".to_owned());
+    put(
+        "commitLogSyncReads",
+        stats.commit_log_sync_reads.to_string(),
+    );
     put(
         "earliestMessageTimeStamp",
         stats
@@ -922,7 +936,10 @@ mod tests {
         other.commit_log_max_offset = 10_000;
         other.earliest_message_store_timestamp_ms = Some(BOOT);
         other.put_tps.last_10s = 0.5;
+        total.commit_log_sync_reads = 2;
+        other.commit_log_sync_reads = 3;
         total.merge(&other);
+        assert_eq!(total.commit_log_sync_reads, 5);
         assert_eq!(total.msg_put.now, 5);
         assert_eq!(total.put_message_size_total_bytes, 450);
         assert_eq!(total.put_latency_buckets[3], 1);

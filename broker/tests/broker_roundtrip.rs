@@ -24,11 +24,11 @@ use ringmq_protocol::header::{
     GetEarliestMsgStoretimeResponseHeader, GetKvConfigRequestHeader, PullMessageRequestHeader,
     PullMessageResponseHeader, PullSysFlag, PutKvConfigRequestHeader,
     QueryConsumeTimeSpanRequestHeader, QueryConsumerOffsetRequestHeader,
-    QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader, SearchOffsetRequestHeader,
-    SearchOffsetResponseHeader, SendMessageResponseHeader,
+    QueryConsumerOffsetResponseHeader, QueryMessageRequestHeader, ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader, SearchOffsetResponseHeader, SendMessageResponseHeader,
 };
 use ringmq_protocol::json::{
-    JsonValue, KvTable, SubscriptionGroupConfig, SubscriptionGroupWrapper,
+    JsonValue, KvTable, ResetOffsetBody, SubscriptionGroupConfig, SubscriptionGroupWrapper,
     TopicConfigSerializeWrapper, parse as json_parse,
 };
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
@@ -182,6 +182,17 @@ impl Client {
             request_code::CONSUMER_SEND_MSG_BACK,
             header.to_ext_fields(),
         ))
+    }
+
+    /// `commitLogSyncReads` of GET_BROKER_RUNTIME_INFO: the CommitLog reads
+    /// the shards waited for on their threads.
+    fn sync_reads(&mut self) -> u64 {
+        let info = self.call_ok(RemotingCommand::new_request(
+            request_code::GET_BROKER_RUNTIME_INFO,
+            ExtFields::new(),
+        ));
+        let table = KvTable::from_json(info.body_bytes()).unwrap().table;
+        table["commitLogSyncReads"].parse().unwrap()
     }
 
     fn query_offset(&mut self, topic: &str, queue_id: i32) -> (i32, i64) {
@@ -1086,6 +1097,7 @@ fn a_record_no_longer_in_memory_is_viewed_and_sent_back() {
         client.push_out_of_memory("Filler");
     }
     let (sent_back, viewed) = (offsets[0], offsets[1]);
+    let sync_reads = client.sync_reads();
     assert_eq!(client.send_back(sent_back, -1), response_code::SUCCESS);
     let dead = client.pull_records("%DLQ%cg", 0);
     assert_eq!(dead.len(), 1);
@@ -1096,6 +1108,7 @@ fn a_record_no_longer_in_memory_is_viewed_and_sent_back() {
         ringmq_protocol::message::decode_record(answer.body_bytes(), CrcCheck::Verify).unwrap();
     assert_eq!(view.body(), b"viewed");
     assert_eq!(view.commit_log_offset(), viewed);
+    assert_eq!(client.sync_reads(), sync_reads, "read on a shard's thread");
     // An offset past the end is refused, not waited for.
     let past = client.view(viewed + (1 << 40));
     assert_eq!(past.code, response_code::SYSTEM_ERROR);
@@ -1128,6 +1141,7 @@ fn records_no_longer_in_memory_are_found_by_key_on_every_shard() {
         end_timestamp: i64::MAX,
         unique_key_query: Some(false),
     };
+    let sync_reads = client.sync_reads();
     for _ in 0..2 {
         let found = client.call_ok(RemotingCommand::new_request(
             request_code::QUERY_MESSAGE,
@@ -1142,6 +1156,7 @@ fn records_no_longer_in_memory_are_found_by_key_on_every_shard() {
             [b"cold on queue 0".to_vec(), b"cold on queue 1".to_vec()]
         );
     }
+    assert_eq!(client.sync_reads(), sync_reads, "read on a shard's thread");
     drop(client);
     assert!(broker.stop().success());
 }
@@ -1187,7 +1202,8 @@ fn offsets_by_time_are_found_among_records_no_longer_in_memory() {
     assert!(bursts[1].1 + 1 < bursts[2].0);
     // Queue 0 is shard 0's on both topics.
     client.push_out_of_memory_on("Filler", 0);
-    let mut search = |timestamp: i64, boundary: BoundaryType| -> i64 {
+    let sync_reads = client.sync_reads();
+    let search = |client: &mut Client, timestamp: i64, boundary: BoundaryType| -> i64 {
         let header = SearchOffsetRequestHeader {
             topic: "Timed".to_owned(),
             queue_id: 0,
@@ -1204,11 +1220,11 @@ fn offsets_by_time_are_found_among_records_no_longer_in_memory() {
     };
     // Between the second and the third burst.
     let between = bursts[1].1 + 1;
-    assert_eq!(search(between, BoundaryType::Lower), 40);
-    assert_eq!(search(between, BoundaryType::Upper), 39);
-    assert_eq!(search(0, BoundaryType::Lower), 0);
-    assert_eq!(search(0, BoundaryType::Upper), 0);
-    assert_eq!(search(i64::MAX, BoundaryType::Lower), 60);
+    assert_eq!(search(&mut client, between, BoundaryType::Lower), 40);
+    assert_eq!(search(&mut client, between, BoundaryType::Upper), 39);
+    assert_eq!(search(&mut client, 0, BoundaryType::Lower), 0);
+    assert_eq!(search(&mut client, 0, BoundaryType::Upper), 0);
+    assert_eq!(search(&mut client, i64::MAX, BoundaryType::Lower), 60);
     let header = GetEarliestMsgStoretimeRequestHeader {
         topic: "Timed".to_owned(),
         queue_id: 0,
@@ -1225,6 +1241,8 @@ fn offsets_by_time_are_found_among_records_no_longer_in_memory() {
         earliest.timestamp,
         bursts[0]
     );
+    // Every probe's record was read in the background.
+    assert_eq!(client.sync_reads(), sync_reads);
     drop(client);
     assert!(broker.stop().success());
 }
@@ -1264,6 +1282,7 @@ fn consume_stats_and_time_spans_read_store_times_no_longer_in_memory() {
             })
             .unwrap_or_else(|| panic!("no {name} in {value:?}"))
     };
+    let sync_reads = client.sync_reads();
     let header = GetConsumeStatsRequestHeader {
         consumer_group: "cg".to_owned(),
         topic: Some("Spans".to_owned()),
@@ -1303,6 +1322,61 @@ fn consume_stats_and_time_spans_read_store_times_no_longer_in_memory() {
         within(field(span, "minTimeStamp"), 0, "oldest");
         within(field(span, "maxTimeStamp"), 1, "newest");
         within(field(span, "consumeTimeStamp"), 0, "last consumed");
+    }
+    // Every store time was read in the background.
+    assert_eq!(client.sync_reads(), sync_reads);
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+/// INVOKE_BROKER_TO_RESET_OFFSET by time over records no longer in memory
+/// on both shards: each queue's binary search goes on across its probes'
+/// background reads (several rounds: the bursts' records are too far apart
+/// for one read to bring two probes), and only then are the offsets stored.
+#[test]
+fn a_reset_by_time_searches_records_no_longer_in_memory() {
+    let store = fresh_store("roundtrip");
+    let Some((broker, mut client)) = start_cold(&store, 2, "Rewound") else {
+        return;
+    };
+    let bursts = send_bursts(&mut client, "Rewound", &[0, 1], 3);
+    for queue_id in 0..2 {
+        // The group's first pull creates it; it consumed everything.
+        client.pull("Rewound", queue_id, 60, Some(60));
+        client.push_out_of_memory_on("Filler", queue_id);
+    }
+    let reset = |client: &mut Client, timestamp: i64| -> Vec<(i32, i64)> {
+        let header = ResetOffsetRequestHeader {
+            topic: "Rewound".to_owned(),
+            group: "cg".to_owned(),
+            timestamp,
+            ..ResetOffsetRequestHeader::default()
+        };
+        let answer = client.call_ok(RemotingCommand::new_request(
+            request_code::INVOKE_BROKER_TO_RESET_OFFSET,
+            header.to_ext_fields(),
+        ));
+        ResetOffsetBody::from_json(answer.body_bytes())
+            .unwrap()
+            .offset_table
+            .into_iter()
+            .map(|(queue, offset)| (queue.queue_id, offset))
+            .collect()
+    };
+    // Between the second and the third burst, then between the first and
+    // the second: each queue's first message stored at or after the time,
+    // and no probe read on a shard's thread.
+    let sync_reads = client.sync_reads();
+    assert_eq!(reset(&mut client, bursts[1].1 + 1), vec![(0, 40), (1, 40)]);
+    assert_eq!(reset(&mut client, bursts[0].1 + 1), vec![(0, 20), (1, 20)]);
+    assert_eq!(client.sync_reads(), sync_reads);
+    // Stored: the group's committed offsets are the new ones.
+    for queue_id in 0..2 {
+        assert_eq!(
+            client.query_offset("Rewound", queue_id),
+            (response_code::SUCCESS, 20),
+            "queue {queue_id}"
+        );
     }
     drop(client);
     assert!(broker.stop().success());

@@ -736,6 +736,7 @@ impl ShardHandler {
             stats.commit_log_max_offset = store.commit_log_max_offset() as i64;
             let appender = store.commit_log().appender();
             stats.flush_behind_bytes = appender.encoded().saturating_sub(appender.durable());
+            stats.commit_log_sync_reads = store.commit_log().sync_reads();
         }
         stats.send_queue_size = self.pending_sends.len() as u64;
         stats.pull_queue_size = self.held.len() as u64;

@@ -271,27 +271,9 @@ impl ShardHandler {
         self.reply(request.reply, answer);
     }
 
-    /// [`ShardHandler::search_offset`] reading synchronously (an admin's
-    /// reset by time, which answers for every queue at once).
-    pub(crate) fn search_offset_now(
-        &mut self,
-        topic: &str,
-        queue_id: i32,
-        timestamp: i64,
-        boundary: BoundaryType,
-    ) -> i64 {
-        let mut read = PullRead::Sync;
-        // Reading synchronously, the search never waits for a ticket.
-        self.search_offset(topic, queue_id, timestamp, boundary, &mut read)
-            .unwrap_or_else(|_| self.max_offset(topic, queue_id))
-    }
-
     /// SEARCH_OFFSET_BY_TIMESTAMP by binary search over the queue's store
-    /// timestamps: Lower, the first offset stored at or after `timestamp`;
-    /// Upper, the last stored at or before it. Past the end: the max
-    /// offset; before the start: the min offset. `Err(ticket)`: a probe's
-    /// record is being read in the background (see
-    /// [`ShardHandler::time_query`]).
+    /// timestamps (see [`OffsetSearch`]). `Err(ticket)`: a probe's record
+    /// is being read in the background (see [`ShardHandler::time_query`]).
     fn search_offset(
         &mut self,
         topic: &str,
@@ -300,35 +282,78 @@ impl ShardHandler {
         boundary: BoundaryType,
         read: &mut PullRead,
     ) -> Result<i64, u64> {
+        let mut search = self.offset_search(topic, queue_id, timestamp, boundary);
+        self.continue_search(topic, queue_id, &mut search, read)
+    }
+
+    /// A search by `timestamp` over the offsets `topic`/`queue_id` holds now.
+    pub(crate) fn offset_search(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        timestamp: i64,
+        boundary: BoundaryType,
+    ) -> OffsetSearch {
         let min = self.min_offset(topic, queue_id);
-        let max = self.max_offset(topic, queue_id);
-        if max <= min {
-            return Ok(max);
+        let max = self.max_offset(topic, queue_id).max(min);
+        OffsetSearch {
+            timestamp,
+            boundary,
+            min,
+            low: min,
+            high: max,
         }
-        // First offset in [min, max) whose store time is >= timestamp (Lower)
-        // or > timestamp (Upper, then one back).
-        let (mut low, mut high) = (min, max);
-        while low < high {
-            let middle = low + (high - low) / 2;
+    }
+
+    /// Goes on with `search` until it ends (its offset) or a probe's record
+    /// is being read (`Err(ticket)`; `search` keeps what the probes so far
+    /// narrowed it to, so that going on after the read needs none of them
+    /// again).
+    pub(crate) fn continue_search(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+        search: &mut OffsetSearch,
+        read: &mut PullRead,
+    ) -> Result<i64, u64> {
+        while search.low < search.high {
+            let middle = search.low + (search.high - search.low) / 2;
             let time = match self.store_time_reading(topic, queue_id, middle, read) {
                 TimeAt::Known(time) => time.unwrap_or(i64::MAX),
                 TimeAt::Reading(ticket) => return Err(ticket),
             };
-            let before = match boundary {
-                BoundaryType::Lower => time < timestamp,
-                BoundaryType::Upper => time <= timestamp,
+            let before = match search.boundary {
+                BoundaryType::Lower => time < search.timestamp,
+                BoundaryType::Upper => time <= search.timestamp,
             };
             if before {
-                low = middle + 1;
+                search.low = middle + 1;
             } else {
-                high = middle;
+                search.high = middle;
             }
         }
-        Ok(match boundary {
-            BoundaryType::Lower => low,
-            BoundaryType::Upper => (low - 1).max(min),
+        Ok(match search.boundary {
+            BoundaryType::Lower => search.low,
+            BoundaryType::Upper => (search.low - 1).max(search.min),
         })
     }
+}
+
+/// A binary search over a queue's store timestamps, as Java's
+/// `getOffsetInQueueByTime`: Lower, the first offset stored at or after
+/// `timestamp`; Upper, the last stored at or before it. Past the end: the
+/// max offset (as it was when the search began); before the start: the min
+/// offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OffsetSearch {
+    timestamp: i64,
+    boundary: BoundaryType,
+    min: i64,
+    /// The first offset in `[low, high)` whose store time is >= `timestamp`
+    /// (Lower) or > it (Upper, then one back) is the answer; `high` when
+    /// there is none.
+    low: i64,
+    high: i64,
 }
 
 /// What a store-time probe has ([`ShardHandler::store_time_reading`]).

@@ -11,10 +11,15 @@
 //! # Invariants
 //! - A body never holds more than the query's maximum number of records,
 //!   and only whole records.
-//! - A parked part is computed again and delivered exactly once, when its
-//!   last read is done (every ticket comes back from the store, a failed
-//!   read's too; the second computation reads synchronously what it then
-//!   lacks).
+//! - A parked part is computed again when its last read is done (every
+//!   ticket comes back from the store, a failed read's too) and delivered
+//!   exactly once: then, since that computation reads synchronously what it
+//!   lacks; except a reset's, whose searches by time may need more reads
+//!   and park it again, each round moving every search on by at least one
+//!   probe, so it too is delivered, after at most a search's probes'
+//!   rounds.
+
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use ringmq_protocol::code::response_code;
@@ -26,6 +31,7 @@ use ringmq_storage::store::{PullRead, RecordRead};
 use super::ShardHandler;
 use super::gather::{Ask, Part};
 use super::link::ShardMsg;
+use super::offsets::OffsetSearch;
 
 /// Records a unique-key query returns at most (Java's `defaultQueryMaxNum`).
 pub const UNIQUE_KEY_QUERY_MAX: usize = 32;
@@ -76,6 +82,9 @@ pub(crate) struct ReadingQuery {
     to: PartTo,
     /// The reads not done yet.
     tickets: Vec<u64>,
+    /// A reset's searches by time so far, by queue id (see
+    /// [`ShardHandler::reset_part`]).
+    searches: BTreeMap<u32, OffsetSearch>,
 }
 
 /// A query part, or the reads it waits for.
@@ -103,7 +112,23 @@ impl ShardHandler {
     /// background reads `tickets` are all done; it is then computed again
     /// and delivered ([`ShardHandler::on_query_read_done`]).
     pub(crate) fn park_part(&mut self, ask: Ask, to: PartTo, tickets: Vec<u64>) {
-        self.reading_queries.push(ReadingQuery { ask, to, tickets });
+        self.park_searching_part(ask, to, tickets, BTreeMap::new());
+    }
+
+    /// [`ShardHandler::park_part`] for a reset, with its searches so far.
+    pub(crate) fn park_searching_part(
+        &mut self,
+        ask: Ask,
+        to: PartTo,
+        tickets: Vec<u64>,
+        searches: BTreeMap<u32, OffsetSearch>,
+    ) {
+        self.reading_queries.push(ReadingQuery {
+            ask,
+            to,
+            tickets,
+            searches,
+        });
     }
 
     /// Whether a parked part waited for the background read `ticket`; the
@@ -119,19 +144,42 @@ impl ShardHandler {
         let waiting = &mut self.reading_queries[index].tickets;
         waiting.retain(|waited| *waited != ticket);
         if waiting.is_empty() {
-            let query = self.reading_queries.swap_remove(index);
-            let part = match &query.ask {
+            let ReadingQuery {
+                ask,
+                to,
+                mut searches,
+                ..
+            } = self.reading_queries.swap_remove(index);
+            let part = match &ask {
                 Ask::Messages(cmd) => {
                     Part::Messages(match self.query_part(cmd, PullRead::AfterRead) {
                         Ok(QueryRead::Ready(part)) => part,
                         Ok(QueryRead::Reading(_)) | Err(_) => QueryPart::default(),
                     })
                 }
+                // A search goes on after its read and may need others: the
+                // part waits again, its searches kept.
+                Ask::Reset(reset) => {
+                    let mut tickets = Vec::new();
+                    match self.reset_part(
+                        reset,
+                        &mut searches,
+                        PullRead::AfterRead,
+                        &mut tickets,
+                        now_ms,
+                    ) {
+                        Some(part) => part,
+                        None => {
+                            self.park_searching_part(ask, to, tickets, searches);
+                            return true;
+                        }
+                    }
+                }
                 // AfterRead reads what is still missing synchronously: no
                 // ticket comes back.
                 other => self.timed_part(other, PullRead::AfterRead, &mut Vec::new(), now_ms),
             };
-            match query.to {
+            match to {
                 PartTo::Own(id) => self.on_part(id, part, now_ms),
                 PartTo::Shard { shard, query: id } => {
                     if let Some(links) = &mut self.links {

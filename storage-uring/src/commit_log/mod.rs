@@ -213,6 +213,8 @@ pub struct CommitLog {
     /// Completions reaped while waiting for a synchronous read; handed to the
     /// store's next poll.
     stash: Vec<DiskCompletion>,
+    /// Reads [`CommitLog::read`] waited for (bytes in no cache).
+    sync_reads: u64,
     /// Min local offset (start of the oldest segment).
     min_offset: u64,
     /// Powers of `x` for the record CRC, kept from record to record.
@@ -407,6 +409,7 @@ impl CommitLog {
             appender,
             last_flush_ms: now_ms,
             stash: Vec::new(),
+            sync_reads: 0,
             min_offset,
             sealer: record_crc::Sealer::default(),
             creating: None,
@@ -913,6 +916,12 @@ impl CommitLog {
         }
     }
 
+    /// How many reads [`CommitLog::read`] waited for, its bytes in no cache
+    /// (each holds the caller's thread on the disk).
+    pub fn sync_reads(&self) -> u64 {
+        self.sync_reads
+    }
+
     /// Counters of segment creation and removal.
     pub fn segment_stats(&self) -> SegmentStats {
         self.stats
@@ -1133,6 +1142,7 @@ impl CommitLog {
         let Some(range) = self.segment_range(local, size)? else {
             return Ok(None);
         };
+        self.sync_reads += 1;
         let buf = sync_read(
             disk,
             range.file,

@@ -332,9 +332,11 @@ impl ShardHandler {
 /// records park their parts).
 fn empty_part(ask: &Ask) -> Part {
     match ask {
+        Ask::Messages(_) => Part::Messages(QueryPart::default()),
         Ask::Queues(_) => Part::Queues(Vec::new(), Rates::new()),
         Ask::TimeSpans { .. } => Part::TimeSpans(Vec::new()),
-        _ => Part::Messages(QueryPart::default()),
+        Ask::Reset(_) => Part::Reset(Ok(Vec::new())),
+        other => unreachable!("{other:?} reads no records, so its part is never late"),
     }
 }
 

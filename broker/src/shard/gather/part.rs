@@ -1,6 +1,7 @@
 //! One shard's part of a gathered request: computed from the queues,
 //! offsets and index this shard owns, in the turn the ask arrives.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ringmq_protocol::header::BoundaryType;
@@ -11,7 +12,7 @@ use ringmq_storage::store::PullRead;
 use super::{Ask, Part, QueueAsk, QueueFigures, Rates, ResetAsk};
 use crate::route::ShardId;
 use crate::shard::ShardHandler;
-use crate::shard::offsets::TimeAt;
+use crate::shard::offsets::{OffsetSearch, TimeAt};
 use crate::shard::query::PartTo;
 use crate::stats_table::{StatsName, group_key};
 use crate::topic_config::{SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS};
@@ -67,7 +68,22 @@ impl ShardHandler {
                 Part::Done
             }
             Ask::OffsetKeys => Part::Names(self.offsets.keys().map(str::to_owned).collect()),
-            Ask::Reset(reset) => Part::Reset(self.reset_owned(reset, now_ms)),
+            Ask::Reset(reset) => {
+                let (mut searches, mut tickets) = (BTreeMap::new(), Vec::new());
+                match self.reset_part(
+                    reset,
+                    &mut searches,
+                    PullRead::Background,
+                    &mut tickets,
+                    now_ms,
+                ) {
+                    Some(part) => part,
+                    None => {
+                        self.park_searching_part(ask.clone(), to, tickets, searches);
+                        return None;
+                    }
+                }
+            }
             Ask::CloneOffsets { src, dest, topics } => {
                 for topic in topics {
                     self.offsets.clone_offsets(src, dest, topic, now_ms);
@@ -245,9 +261,21 @@ impl ShardHandler {
         }
     }
 
-    /// This shard's part of a reset: each owned queue's new offset, stored.
-    fn reset_owned(&mut self, ask: &ResetAsk, now_ms: i64) -> Result<Vec<(u32, i64)>, String> {
-        let mut reset = Vec::new();
+    /// This shard's part of a reset: each owned queue's new offset, stored
+    /// once all are known. By time, each queue's search goes on from
+    /// `searches` (kept there), its records not in memory read as `read`
+    /// says, each queue's on its own (`AfterRead`: one probe of each may
+    /// read synchronously, which makes every round of reads move each
+    /// search on); `None` while a probe's record is being read in the
+    /// background (its ticket in `tickets`; nothing stored yet).
+    pub(crate) fn reset_part(
+        &mut self,
+        ask: &ResetAsk,
+        searches: &mut BTreeMap<u32, OffsetSearch>,
+        read: PullRead,
+        tickets: &mut Vec<u64>,
+        now_ms: i64,
+    ) -> Option<Part> {
         let owned: Vec<u32> = match ask.queue {
             Some(queue) => self
                 .owned_queues(ask.queues)
@@ -255,6 +283,7 @@ impl ShardHandler {
                 .collect(),
             None => self.owned_queues(ask.queues).collect(),
         };
+        let mut reset = Vec::new();
         for queue_id in owned {
             let wire_id = queue_id as i32;
             let offset = match ask.offset {
@@ -262,21 +291,36 @@ impl ShardHandler {
                     let min = self.min_offset(&ask.topic, wire_id);
                     let max = self.max_offset(&ask.topic, wire_id);
                     if offset < min || offset > max {
-                        return Err(format!(
+                        return Some(Part::Reset(Err(format!(
                             "Target offset {offset} not in consume queue range [{min}-{max}]"
-                        ));
+                        ))));
                     }
                     offset
                 }
                 None if ask.timestamp < 0 => self.max_offset(&ask.topic, wire_id),
                 None => {
-                    self.search_offset_now(&ask.topic, wire_id, ask.timestamp, BoundaryType::Lower)
+                    let search = searches.entry(queue_id).or_insert_with(|| {
+                        self.offset_search(&ask.topic, wire_id, ask.timestamp, BoundaryType::Lower)
+                    });
+                    let mut read = read;
+                    match self.continue_search(&ask.topic, wire_id, search, &mut read) {
+                        Ok(offset) => offset,
+                        Err(ticket) => {
+                            tickets.push(ticket);
+                            continue;
+                        }
+                    }
                 }
             };
-            self.offsets
-                .assign_reset(&ask.group, &ask.topic, wire_id, offset, now_ms);
             reset.push((queue_id, offset));
         }
-        Ok(reset)
+        if !tickets.is_empty() {
+            return None;
+        }
+        for &(queue_id, offset) in &reset {
+            self.offsets
+                .assign_reset(&ask.group, &ask.topic, queue_id as i32, offset, now_ms);
+        }
+        Some(Part::Reset(Ok(reset)))
     }
 }
