@@ -304,7 +304,11 @@ impl ShardHandler {
                     });
                     let mut read = read;
                     match self.continue_search(&ask.topic, wire_id, search, &mut read) {
-                        Ok(offset) => offset,
+                        // Within the queue as it is now: retention may
+                        // have moved its start since the search began.
+                        Ok(offset) => offset
+                            .max(self.min_offset(&ask.topic, wire_id))
+                            .min(self.max_offset(&ask.topic, wire_id)),
                         Err(ticket) => {
                             tickets.push(ticket);
                             continue;
