@@ -21,6 +21,7 @@
 
 mod common;
 
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
@@ -72,7 +73,8 @@ struct Target {
     addr: SocketAddr,
     /// The whole stderr (the log), once the process has exited.
     log: mpsc::Receiver<String>,
-    _store: Option<StoreDir>,
+    /// Its files: the broker's store, the name server's KV file.
+    _store: StoreDir,
 }
 
 /// Why a target did not start.
@@ -82,14 +84,16 @@ enum Unavailable {
 }
 
 impl Target {
-    fn command(kind: TargetKind, store: Option<&StoreDir>) -> Command {
+    fn command(kind: TargetKind, store: &StoreDir) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_ringmq"));
         match kind {
             TargetKind::NameServer => {
                 command.args(["namesrv", "--listen-port", "0", "--bind", "127.0.0.1"]);
+                command
+                    .arg("--kv-config-path")
+                    .arg(store.join("kvConfig.json"));
             }
             TargetKind::Broker => {
-                let store = store.expect("a broker needs a store");
                 command.args([
                     "broker".to_owned(),
                     "--listenPort=0".to_owned(),
@@ -112,11 +116,8 @@ impl Target {
 
     /// Starts `kind` and waits for its boot line.
     fn start(kind: TargetKind) -> Result<Target, Unavailable> {
-        let store = match kind {
-            TargetKind::NameServer => None,
-            TargetKind::Broker => Some(fresh_store("malformed")),
-        };
-        let mut child = Self::command(kind, store.as_ref())
+        let store = fresh_store("malformed");
+        let mut child = Self::command(kind, &store)
             .spawn()
             .expect("spawning ringmq");
         let stdout = child.stdout.take().unwrap();
@@ -273,6 +274,13 @@ impl Target {
         std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
             .unwrap()
             .count()
+    }
+
+    /// Kills the process and returns its log.
+    fn log_after_kill(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log.recv_timeout(READ_TIMEOUT).unwrap_or_default()
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit status and the log.
@@ -956,6 +964,427 @@ fn each_malformed_frame_is_logged_once_naming_the_peer() {
                 .collect();
             assert_eq!(lines.len(), 1, "{kind:?} logs {peer} once:\n{log}");
             assert!(lines[0].contains("WARN"), "{}", lines[0]);
+        }
+    }
+}
+
+/// Header field names the protocol's typed headers read (each random
+/// request draws from all of them, so most fields are wrong for its code).
+const HEADER_FIELDS: &[&str] = &[
+    "topic",
+    "queueId",
+    "queueOffset",
+    "consumerGroup",
+    "producerGroup",
+    "group",
+    "offset",
+    "commitOffset",
+    "maxMsgNums",
+    "sysFlag",
+    "suspendTimeoutMillis",
+    "subscription",
+    "subVersion",
+    "expressionType",
+    "defaultTopic",
+    "defaultTopicQueueNums",
+    "bornTimestamp",
+    "flag",
+    "properties",
+    "reconsumeTimes",
+    "unitMode",
+    "batch",
+    "maxReconsumeTimes",
+    "key",
+    "maxNum",
+    "beginTimestamp",
+    "endTimestamp",
+    "_UNIQUE_KEY_QUERY",
+    "commitLogOffset",
+    "tranStateTableOffset",
+    "commitOrRollback",
+    "fromTransactionCheck",
+    "msgId",
+    "transactionId",
+    "brokerName",
+    "clientId",
+    "originTopic",
+    "originMsgId",
+    "delayLevel",
+    "readQueueNums",
+    "writeQueueNums",
+    "perm",
+    "order",
+    "topicSysFlag",
+    "topicFilterType",
+    "attributes",
+    "count",
+    "isForce",
+    "timestamp",
+    "srcGroup",
+    "destGroup",
+    "offline",
+    "statsName",
+    "statsKey",
+    "jstackEnable",
+    "brokerAddr",
+    "brokerId",
+    "clusterName",
+    "namespace",
+    "value",
+    "haServerAddr",
+    "boundaryType",
+    "setZeroIfNotFound",
+    "index",
+    "maxOffset",
+    "minOffset",
+    "lo",
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "f",
+    "g",
+    "h",
+    "shard",
+    "shardCount",
+    "segmentSize",
+    "durableOffset",
+    "raw",
+    "cluster",
+    "topicList",
+    "groupName",
+    "compressed",
+    "bodyCrc32",
+    "masterAddr",
+];
+
+/// Values that have broken parsers and arithmetic elsewhere.
+const HOSTILE_VALUES: &[&str] = &[
+    "",
+    "0",
+    "-1",
+    "1",
+    "7",
+    "255",
+    "256",
+    "65535",
+    "2147483647",
+    "-2147483648",
+    "2147483648",
+    "4294967296",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "99999999999999999999",
+    "1e9",
+    "1.5",
+    "abc",
+    "true",
+    "false",
+    "null",
+    "TopicTest",
+    "%RETRY%cg",
+    "%DLQ%cg",
+    "TBW102",
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "rmq_sys_wheel_timer",
+    "*",
+    "||",
+    "a || b",
+    "a = 1 AND",
+    "LOWER",
+    "UPPER",
+    "TAG",
+    "SQL92",
+    "127.0.0.1:1",
+    ":",
+    "0A0000010000000000000000",
+    "\u{0}",
+    "é",
+    "{}",
+    "[]",
+];
+
+/// Plausible values for a field the server asked for (see [`FieldKind`]).
+const TEXT_VALUES: &[&str] = &[
+    "TopicTest",
+    "cg",
+    "pg",
+    "*",
+    "TBW102",
+    "%RETRY%cg",
+    "TAG",
+    "LOWER",
+    "broker-a",
+];
+/// Numbers every integer field takes (an `i32` one too).
+const NUMBER_VALUES: &[&str] = &["0", "1", "3", "-1", "100", "2147483647"];
+
+/// The kind of value a request sent each header field (None: hostile).
+type SentKinds = Vec<(String, Option<FieldKind>)>;
+
+/// What a header field seems to be, learned from the server's answers: a
+/// value it called invalid moves the field to the next kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FieldKind {
+    Text,
+    Number,
+    Boolean,
+}
+
+/// Every known request code many times over, each with a random handful
+/// of header fields set to hostile values and a random body (or none),
+/// some of them one-way, so that every handler meets headers it does not
+/// expect. The fields an answer says are missing (`the custom field <x> is
+/// null`) are sent with every later request of that code, with plausible
+/// or hostile values, and a field called invalid is tried as text, number
+/// and boolean in turn: the requests get past header decoding into the
+/// handlers (sends store messages, topics are created with odd queue
+/// counts, pulls are held). The server may answer anything, close the
+/// connection or stay silent (one-way, held pulls); it must not die, must
+/// still serve a fresh connection, and must stop cleanly with no panic in
+/// its log.
+#[test]
+fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
+    const ROUNDS: usize = 400;
+    let seed = seed();
+    eprintln!("hostile headers seed {seed} (replay with RINGMQ_TEST_SEED={seed})");
+    let codes: Vec<i32> = (0..=2_000)
+        .chain(200_000..=200_300)
+        .filter(|code| ringmq_protocol::code::request_code_name(*code).is_some())
+        .collect();
+    assert!(
+        codes.len() > 100,
+        "only {} known request codes",
+        codes.len()
+    );
+    for mut target in start_targets(&TARGETS) {
+        eprintln!(
+            "{} codes x {ROUNDS} rounds against {:?} at {}",
+            codes.len(),
+            target.kind,
+            target.addr
+        );
+        let mut random = Garbage(seed);
+        let mut learned: HashMap<i32, BTreeMap<String, FieldKind>> = HashMap::new();
+        // Each request in flight: its code and the kind of value it sent
+        // each field (None: hostile, whose refusal says nothing of its kind).
+        let mut in_flight: HashMap<i32, (i32, SentKinds)> = HashMap::new();
+        // Codes answered SUCCESS at least once: how far the requests got.
+        let mut succeeded = std::collections::BTreeSet::new();
+        let mut sent = 0;
+        let mut connection = HostileConnection::open(&target).expect("a first connection");
+        for round in 0..ROUNDS {
+            for &code in &codes {
+                for (opaque, answer, remark) in connection.answers.try_iter() {
+                    if let Some((code, sent_kinds)) = in_flight.remove(&opaque) {
+                        if answer == response_code::SUCCESS {
+                            succeeded.insert(code);
+                        }
+                        learn(learned.entry(code).or_default(), &remark, &sent_kinds);
+                    }
+                }
+                let mut fields = ExtFields::new();
+                let mut sent_kinds = Vec::new();
+                let pick = |random: &mut Garbage, values: &[&str]| {
+                    values[(random.next() % values.len() as u64) as usize].to_owned()
+                };
+                for (name, kind) in learned.get(&code).into_iter().flatten() {
+                    let (value, sent) = match (random.next() % 4, kind) {
+                        (0, _) => (hostile_value(&mut random), None),
+                        (_, FieldKind::Text) => (pick(&mut random, TEXT_VALUES), Some(*kind)),
+                        (_, FieldKind::Number) => (pick(&mut random, NUMBER_VALUES), Some(*kind)),
+                        (_, FieldKind::Boolean) => {
+                            (pick(&mut random, &["true", "false"]), Some(*kind))
+                        }
+                    };
+                    sent_kinds.push((name.clone(), sent));
+                    fields.insert(name, &value);
+                }
+                for _ in 0..random.next() % 5 {
+                    let name = pick(&mut random, HEADER_FIELDS);
+                    fields.insert(&name, &hostile_value(&mut random));
+                    sent_kinds.push((name, None));
+                }
+                let mut request = RemotingCommand::new_request(code, fields);
+                if random.next().is_multiple_of(4) {
+                    request.flag |= ringmq_protocol::code::flag::ONEWAY;
+                }
+                let body = match random.next() % 5 {
+                    0 => None,
+                    1 => Some(b"{}".to_vec()),
+                    2 => Some(b"[]".to_vec()),
+                    _ => Some(random.bytes()),
+                };
+                if let Some(body) = body {
+                    request = request.with_body(Bytes::from(body));
+                }
+                match connection.send(request) {
+                    Some(opaque) => {
+                        in_flight.insert(opaque, (code, sent_kinds));
+                    }
+                    None => {
+                        // Closed by the server, which must serve on.
+                        connection = HostileConnection::open(&target).unwrap_or_else(|| {
+                            let log = target.log_after_kill();
+                            panic!(
+                                "{:?} stopped serving at code {code}, round {round} \
+                                 (seed {seed}); its log:\n{log}",
+                                target.kind
+                            )
+                        });
+                    }
+                }
+                sent += 1;
+            }
+        }
+        let known: usize = learned.values().map(BTreeMap::len).sum();
+        let answered = connection.close();
+        eprintln!(
+            "{sent} requests sent, {answered} answers on the last connection, \
+             {known} required fields learned, {} codes answered SUCCESS at least once {succeeded:?}",
+            succeeded.len()
+        );
+        target.assert_serving();
+        let (status, log) = target.terminate();
+        assert!(
+            !log.contains("panicked"),
+            "a panic under hostile headers (seed {seed}):\n{log}"
+        );
+        assert!(status.success(), "exit {status} (seed {seed}):\n{log}");
+    }
+}
+
+/// A value from [`HOSTILE_VALUES`], a long one or a random number.
+fn hostile_value(random: &mut Garbage) -> String {
+    match random.next() % 16 {
+        0 => "x".repeat(300),
+        1 => format!("{}", random.next() as i64),
+        _ => HOSTILE_VALUES[(random.next() % HOSTILE_VALUES.len() as u64) as usize].to_owned(),
+    }
+}
+
+/// What an answer's remark says of a header field: `<name> is null` (the
+/// field is required) or `<name> has invalid value` (try the next kind, if
+/// the request sent it a value of the kind it has now: `sent`, the kind of
+/// each field's value, None for a hostile one, the last one the value).
+fn learn(
+    fields: &mut BTreeMap<String, FieldKind>,
+    remark: &str,
+    sent: &[(String, Option<FieldKind>)],
+) {
+    let Some(name) = remark
+        .split_once('<')
+        .and_then(|(_, rest)| rest.split_once('>'))
+        .map(|(name, _)| name.to_owned())
+    else {
+        return;
+    };
+    if remark.contains("is null") {
+        fields.entry(name).or_insert(FieldKind::Text);
+    } else if remark.contains("invalid value") {
+        let sent_kind = sent
+            .iter()
+            .rev()
+            .find(|(field, _)| *field == name)
+            .and_then(|(_, kind)| *kind);
+        let Some(kind) = fields
+            .get_mut(&name)
+            .filter(|kind| Some(**kind) == sent_kind)
+        else {
+            return;
+        };
+        *kind = match kind {
+            FieldKind::Text => FieldKind::Number,
+            FieldKind::Number => FieldKind::Boolean,
+            FieldKind::Boolean => FieldKind::Text,
+        };
+    }
+}
+
+/// A connection whose answers a thread reads, passing on each one's opaque
+/// and remark.
+struct HostileConnection {
+    client: Client,
+    answers: mpsc::Receiver<(i32, i32, String)>,
+    reader: std::thread::JoinHandle<usize>,
+}
+
+impl HostileConnection {
+    /// A new connection, or None when none can be made.
+    fn open(target: &Target) -> Option<HostileConnection> {
+        let stream = TcpStream::connect(target.addr).ok()?;
+        stream.set_write_timeout(Some(READ_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let client = Client {
+            stream,
+            next_opaque: 1,
+        };
+        let mut stream = client.stream.try_clone().unwrap();
+        stream.set_read_timeout(None).unwrap();
+        let (answers_tx, answers) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut count = 0;
+            let mut length = [0u8; 4];
+            while stream.read_exact(&mut length).is_ok() {
+                let size = u32::from_be_bytes(length) as usize;
+                if size > FRAME_SIZE_MAX as usize {
+                    break;
+                }
+                let mut frame_bytes = vec![0u8; 4 + size];
+                frame_bytes[..4].copy_from_slice(&length);
+                if stream.read_exact(&mut frame_bytes[4..]).is_err() {
+                    break;
+                }
+                count += 1;
+                let answer = frame::decode_frame(&Bytes::from(frame_bytes), FRAME_SIZE_MAX)
+                    .ok()
+                    .flatten()
+                    .and_then(|raw| RemotingCommand::from_frame(&raw).ok());
+                if let Some(answer) = answer {
+                    let _ = answers_tx.send((
+                        answer.opaque,
+                        answer.code,
+                        answer.remark.unwrap_or_default(),
+                    ));
+                }
+            }
+            count
+        });
+        Some(HostileConnection {
+            client,
+            answers,
+            reader,
+        })
+    }
+
+    /// Writes `request`; its opaque, or None when the server has closed
+    /// the connection.
+    fn send(&mut self, mut request: RemotingCommand) -> Option<i32> {
+        request.opaque = self.client.next_opaque;
+        self.client.next_opaque += 1;
+        self.client
+            .stream
+            .write_all(&Client::encode(&request))
+            .ok()
+            .map(|()| request.opaque)
+    }
+
+    /// Closes the writing side and returns how many answers came.
+    fn close(self) -> usize {
+        let _ = self.client.stream.shutdown(std::net::Shutdown::Write);
+        // The reader ends at the server's close; held pulls may keep it
+        // open, so it is waited for only so long.
+        let deadline = Instant::now() + READ_TIMEOUT;
+        while !self.reader.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(self.client);
+        if self.reader.is_finished() {
+            self.reader.join().unwrap()
+        } else {
+            0
         }
     }
 }
