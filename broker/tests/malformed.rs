@@ -84,7 +84,7 @@ enum Unavailable {
 }
 
 impl Target {
-    fn command(kind: TargetKind, store: &StoreDir) -> Command {
+    fn command(kind: TargetKind, store: &StoreDir, shards: u16) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_ringmq"));
         match kind {
             TargetKind::NameServer => {
@@ -100,9 +100,10 @@ impl Target {
                     "--namesrvListenPort=0".to_owned(),
                     format!("--storePathRootDir={}", store.display()),
                     "--brokerIP1=127.0.0.1".to_owned(),
-                    // Small segments and one shard: the machine is shared.
+                    // Small segments and one shard unless asked: the
+                    // machine is shared.
                     "--mapedFileSizeCommitLog=16777216".to_owned(),
-                    "--shards=1".to_owned(),
+                    format!("--shards={shards}"),
                 ]);
             }
         }
@@ -114,10 +115,11 @@ impl Target {
         command
     }
 
-    /// Starts `kind` and waits for its boot line.
-    fn start(kind: TargetKind) -> Result<Target, Unavailable> {
+    /// Starts `kind` (a broker with `shards` shards) and waits for its boot
+    /// line.
+    fn start_sharded(kind: TargetKind, shards: u16) -> Result<Target, Unavailable> {
         let store = fresh_store("malformed");
-        let mut child = Self::command(kind, &store)
+        let mut child = Self::command(kind, &store, shards)
             .spawn()
             .expect("spawning ringmq");
         let stdout = child.stdout.take().unwrap();
@@ -327,9 +329,14 @@ fn boot_address(kind: TargetKind, line: &str) -> Option<SocketAddr> {
 /// Starts every target of `kinds` that can run here, printing a line for
 /// each one skipped.
 fn start_targets(kinds: &[TargetKind]) -> Vec<Target> {
+    start_sharded_targets(kinds.iter().map(|kind| (*kind, 1)))
+}
+
+/// [`start_targets`], each broker with its number of shards.
+fn start_sharded_targets(kinds: impl IntoIterator<Item = (TargetKind, u16)>) -> Vec<Target> {
     let mut targets = Vec::new();
-    for &kind in kinds {
-        match Target::start(kind) {
+    for (kind, shards) in kinds {
+        match Target::start_sharded(kind, shards) {
             Ok(target) => targets.push(target),
             Err(Unavailable::Skip(reason)) => eprintln!("SKIPPED {kind:?}: {reason}"),
         }
@@ -1136,7 +1143,7 @@ enum FieldKind {
 /// Every known request code many times over, each with a random handful
 /// of header fields set to hostile values and a random body (or none),
 /// some of them one-way, so that every handler meets headers it does not
-/// expect. The fields an answer says are missing (`the custom field <x> is
+/// expect (a broker with two shards too). The fields an answer says are missing (`the custom field <x> is
 /// null`) are sent with every later request of that code, with plausible
 /// or hostile values, and a field called invalid is tried as text, number
 /// and boolean in turn: the requests get past header decoding into the
@@ -1159,7 +1166,13 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
         "only {} known request codes",
         codes.len()
     );
-    for mut target in start_targets(&TARGETS) {
+    // Two shards too: forwarded requests, and parts gathered from both.
+    let targets = [
+        (TargetKind::NameServer, 1),
+        (TargetKind::Broker, 1),
+        (TargetKind::Broker, 2),
+    ];
+    for mut target in start_sharded_targets(targets) {
         eprintln!(
             "{} codes x {ROUNDS} rounds against {:?} at {}",
             codes.len(),
