@@ -4,7 +4,7 @@
 # consumer catching up from the oldest message. A benchmark, not a test.
 #
 #   scripts/bench-catchup.sh [--bin RINGMQ] [--loadgen LOADGEN] [--fill-seconds 4]
-#                            [--slave-at 5 | --no-slave | --consumer-at S]
+#                            [--slave-at 5 | --no-slave | --consumer-at S] [--drop-caches]
 #                            [--seconds 24] --out DIR
 #
 # One run: a name server and a 2-shard ASYNC_MASTER (ports 9876, 10911) on a
@@ -12,20 +12,25 @@
 # senders of 128 B for SECONDS (3 s warm-up), and a fresh SLAVE (port 10921)
 # started SLAVE_AT seconds into it (--no-slave: none, the baseline). Every
 # 0.25 s the master's and the slave's commitLogMaxOffset (shard 1's, the
-# highest) go to DIR/progress.txt. DIR/summary.txt says how many bytes the
+# highest) go to DIR/progress.txt, the master's major page faults while
+# the senders run to DIR/major-faults.txt. DIR/summary.txt says how many bytes the
 # slave copied in how long, and how fast the master's log grew before,
 # during and after the copy, next to the load generator's figures and the
 # disk floor measured first. Master, slave and load generator share this
 # machine's CPUs and disk. With --consumer-at, no slave: S seconds into the
 # senders, `ringmq-loadgen consume --from earliest` (2 threads, group
 # CatchUp) pulls the whole backlog until the senders stop; its figures go
-# to DIR/consumer.json and the summary.
+# to DIR/consumer.json and the summary. --drop-caches (root): after the
+# fill, the page cache's clean pages are dropped (/proc/sys/vm/drop_caches),
+# so the ConsumeQueue pages a catching-up consumer reads, which the broker
+# has not mapped in yet, come from the disk (the CommitLog is read with
+# O_DIRECT either way).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/target/release/ringmq
 LOADGEN=$ROOT/target/release/ringmq-loadgen
-FILL=4 SLAVE_AT=5 CONSUMER_AT=-1 SECONDS_RUN=24 OUT=""
+FILL=4 SLAVE_AT=5 CONSUMER_AT=-1 SECONDS_RUN=24 OUT="" DROP_CACHES=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --bin) BIN=$2; shift 2 ;;
@@ -36,6 +41,7 @@ while [[ $# -gt 0 ]]; do
         --no-slave) SLAVE_AT=-1; shift ;;
         --consumer-at) CONSUMER_AT=$2; SLAVE_AT=-1; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --drop-caches) DROP_CACHES=1; shift ;;
         *) echo "bench-catchup.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -64,7 +70,7 @@ trap cleanup EXIT
 {
     echo "binary $BIN, script at commit $(git -C "$ROOT" rev-parse --short HEAD)"
     echo "nproc $(nproc), kernel $(uname -r), $(date -u +%FT%TZ)"
-    echo "fill ${FILL} s, senders ${SECONDS_RUN} s, slave at ${SLAVE_AT} s, consumer at ${CONSUMER_AT} s"
+    echo "fill ${FILL} s, senders ${SECONDS_RUN} s, slave at ${SLAVE_AT} s, consumer at ${CONSUMER_AT} s, drop caches ${DROP_CACHES}"
 } >"$OUT/machine.txt"
 "$LOADGEN" disk-floor --dir "$STORE" --seconds 6 --json-out "$OUT/disk-floor.json" \
     >"$OUT/disk-floor.txt" 2>&1
@@ -89,6 +95,10 @@ produce() {
 produce --mode batch --size 4096 --batch 16 --senders 2 --inflight 8 --seconds "$FILL" \
     --warmup 0 --json-out "$OUT/fill.json" >"$OUT/fill.txt" 2>&1
 sleep 2
+if [[ "$DROP_CACHES" == 1 ]]; then
+    sync
+    echo 1 >/proc/sys/vm/drop_caches
+fi
 
 python3 - "$OUT/progress.txt" <<'PY' &
 import json, re, socket, struct, sys, time
@@ -135,8 +145,15 @@ if [[ "$CONSUMER_AT" -ge 0 ]]; then
     ) >"$OUT/consumer.txt" 2>&1 &
     PIDS+=($!)
 fi
+# The master's major page faults (field 12 of /proc/PID/stat): reads of
+# mapped files (ConsumeQueue, index) that waited for the disk.
+MASTER_PID=${PIDS[1]}
+major_faults() { awk '{ print $12 }' "/proc/$MASTER_PID/stat"; }
+FAULTS_BEFORE=$(major_faults)
 produce --mode sync --size 128 --senders 64 --seconds "$SECONDS_RUN" --warmup 3 \
     --json-out "$OUT/senders.json" --hlog-out "$OUT/senders.hlog" >"$OUT/senders.txt" 2>&1
+echo "master major faults during the senders: $(($(major_faults) - FAULTS_BEFORE))" \
+    >"$OUT/major-faults.txt"
 sleep 1
 
 python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"
