@@ -1170,7 +1170,10 @@ impl CommitLog {
                 "offset {offset} is shard {shard}'s"
             )));
         }
-        let kept = local >= self.min_offset && local + size as u64 <= self.appender.ack_position();
+        let kept = local >= self.min_offset
+            && local
+                .checked_add(size as u64)
+                .is_some_and(|end| end <= self.appender.ack_position());
         Ok(kept.then_some(local))
     }
 

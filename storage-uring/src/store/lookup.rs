@@ -14,7 +14,7 @@ use crate::error::StorageError;
 use crate::index_file::IndexQueryResult;
 use crate::limits::{
     GET_MESSAGES_BYTES_MAX, GET_MESSAGES_COUNT_MAX, GET_MESSAGES_READ_SPAN_MAX,
-    GET_MESSAGES_SCAN_ENTRIES_MAX, RECORD_READ_SPAN_BYTES,
+    GET_MESSAGES_SCAN_ENTRIES_MAX, RECORD_READ_SPAN_BYTES, RECORD_SIZE_MAX,
 };
 
 impl<D: Disk> Store<D> {
@@ -156,9 +156,8 @@ impl<D: Disk> Store<D> {
         let Some(head) = self.commit_log.read(&mut self.disk, commit_log_offset, 4)? else {
             return Ok(None);
         };
-        let size = match peek_total_size(&head) {
-            Ok(size) if size > 0 => size as usize,
-            _ => return Ok(None),
+        let Some(size) = record_size(&head) else {
+            return Ok(None);
         };
         self.commit_log
             .read(&mut self.disk, commit_log_offset, size)
@@ -180,12 +179,13 @@ impl<D: Disk> Store<D> {
         commit_log_offset: u64,
         read: PullRead,
     ) -> Result<RecordRead, StorageError> {
+        // A head no record can have is answered at once, as read_record does.
         let in_memory = self
             .commit_log
             .cached(commit_log_offset, 4)
-            .and_then(|head| peek_total_size(head).ok())
-            .is_some_and(|size| {
-                size == 0 || self.commit_log.is_cached(commit_log_offset, size as usize)
+            .is_some_and(|head| {
+                record_size(head)
+                    .is_none_or(|size| self.commit_log.is_cached(commit_log_offset, size))
             });
         if in_memory || read != PullRead::Background {
             return self.read_record(commit_log_offset).map(RecordRead::Ready);
@@ -376,4 +376,14 @@ impl<D: Disk> Store<D> {
         result.next_begin_offset = next;
         Ok(Pulled::Ready(result))
     }
+}
+
+/// The TOTALSIZE at the head of a record, if a record can have it: bytes
+/// at an offset that is no record's start (an id or offset a client made
+/// up, a BLANK's) may say anything, negative or far past a record's size.
+fn record_size(head: &[u8]) -> Option<usize> {
+    let size = peek_total_size(head).ok()?;
+    usize::try_from(size)
+        .ok()
+        .filter(|size| (1..=RECORD_SIZE_MAX).contains(size))
 }

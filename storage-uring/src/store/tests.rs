@@ -2728,3 +2728,43 @@ fn a_chunk_cut_anywhere_gives_its_whole_records_through_a_blank() {
     );
     assert!(replica_whole_len(1, &read(1, 2_000)).is_err());
 }
+
+/// An offset that is no record's start (a made-up message id or VIEW
+/// offset) points at bytes that may read as any TOTALSIZE: negative, or
+/// far past a record's size. Both are answered "no record", in memory and
+/// from the disk, where a negative one overflowed the range check and a
+/// huge one would have read up to a whole segment.
+#[test]
+fn an_offset_inside_a_record_whose_bytes_read_as_a_wild_size_is_no_record() {
+    let (mut store, _) =
+        Store::open(SimDisk::new(SimConfig::new(1)), config(FlushMode::Sync), 0).unwrap();
+    let mut body = b"negative:".to_vec();
+    body.extend_from_slice(&(-7_i32).to_be_bytes());
+    body.extend_from_slice(b"huge:");
+    body.extend_from_slice(&(1_i32 << 30).to_be_bytes());
+    body.extend_from_slice(b"zero:");
+    body.extend_from_slice(&0_i32.to_be_bytes());
+    let ticket = store.append(&message(&body), 42).unwrap();
+    let mut acks = Vec::new();
+    settle(&mut store, 43, &mut acks);
+    let record = store
+        .read_record(ticket.commit_log_offset)
+        .unwrap()
+        .unwrap();
+    for marker in [&b"negative:"[..], b"huge:", b"zero:"] {
+        let at = record
+            .windows(marker.len())
+            .position(|window| window == marker)
+            .unwrap()
+            + marker.len();
+        let offset = ticket.commit_log_offset + at as u64;
+        assert_eq!(store.read_record(offset).unwrap(), None, "{marker:?}");
+        for read in [PullRead::Background, PullRead::AfterRead, PullRead::Sync] {
+            assert_eq!(
+                store.record_at(offset, read).unwrap(),
+                RecordRead::Ready(None),
+                "{marker:?} {read:?}"
+            );
+        }
+    }
+}
