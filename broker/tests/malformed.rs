@@ -1183,7 +1183,9 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
         let mut learned: HashMap<i32, BTreeMap<String, FieldKind>> = HashMap::new();
         // Each request in flight: its code and the kind of value it sent
         // each field (None: hostile, whose refusal says nothing of its kind).
-        let mut in_flight: HashMap<i32, (i32, SentKinds)> = HashMap::new();
+        let mut in_flight: HashMap<i32, (i32, SentKinds, ExtFields)> = HashMap::new();
+        // Each code's last header answered SUCCESS, mutated in later requests.
+        let mut templates: HashMap<i32, ExtFields> = HashMap::new();
         // Codes answered SUCCESS at least once: how far the requests got.
         let mut succeeded = std::collections::BTreeSet::new();
         let mut sent = 0;
@@ -1191,9 +1193,10 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
         for round in 0..ROUNDS {
             for &code in &codes {
                 for (opaque, answer, remark) in connection.answers.try_iter() {
-                    if let Some((code, sent_kinds)) = in_flight.remove(&opaque) {
+                    if let Some((code, sent_kinds, fields)) = in_flight.remove(&opaque) {
                         if answer == response_code::SUCCESS {
                             succeeded.insert(code);
+                            templates.insert(code, fields);
                         }
                         learn(learned.entry(code).or_default(), &remark, &sent_kinds);
                     }
@@ -1203,7 +1206,29 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
                 let pick = |random: &mut Garbage, values: &[&str]| {
                     values[(random.next() % values.len() as u64) as usize].to_owned()
                 };
-                for (name, kind) in learned.get(&code).into_iter().flatten() {
+                // Half the time a header that succeeded before, with a
+                // field or two made hostile below; else learned fields.
+                let template = templates
+                    .get(&code)
+                    .filter(|_| random.next().is_multiple_of(2));
+                if let Some(template) = template {
+                    fields = template.clone();
+                    let names: Vec<String> = fields.iter().map(|(key, _)| key.to_owned()).collect();
+                    for _ in 0..random.next() % 3 {
+                        if names.is_empty() {
+                            break;
+                        }
+                        let name = &names[(random.next() % names.len() as u64) as usize];
+                        fields.insert(name, &hostile_value(&mut random));
+                        sent_kinds.push((name.clone(), None));
+                    }
+                }
+                for (name, kind) in learned
+                    .get(&code)
+                    .into_iter()
+                    .flatten()
+                    .filter(|_| template.is_none())
+                {
                     let (value, sent) = match (random.next() % 4, kind) {
                         (0, _) => (hostile_value(&mut random), None),
                         (_, FieldKind::Text) => (pick(&mut random, TEXT_VALUES), Some(*kind)),
@@ -1220,6 +1245,24 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
                     fields.insert(&name, &hostile_value(&mut random));
                     sent_kinds.push((name, None));
                 }
+                // A send's properties, mostly ones the broker acts on, with
+                // hostile values (delays, timers, transactions, retries).
+                let properties_field = match code {
+                    request_code::SEND_MESSAGE
+                    | request_code::SEND_BATCH_MESSAGE
+                    | request_code::SEND_REPLY_MESSAGE => Some("properties"),
+                    request_code::SEND_MESSAGE_V2 | request_code::SEND_REPLY_MESSAGE_V2 => {
+                        Some("i")
+                    }
+                    _ => None,
+                };
+                if let Some(field) = properties_field
+                    && !random.next().is_multiple_of(4)
+                {
+                    fields.insert(field, &hostile_properties(&mut random));
+                    sent_kinds.push((field.to_owned(), None));
+                }
+                let sent_fields = fields.clone();
                 let mut request = RemotingCommand::new_request(code, fields);
                 if random.next().is_multiple_of(4) {
                     request.flag |= ringmq_protocol::code::flag::ONEWAY;
@@ -1235,7 +1278,7 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
                 }
                 match connection.send(request) {
                     Some(opaque) => {
-                        in_flight.insert(opaque, (code, sent_kinds));
+                        in_flight.insert(opaque, (code, sent_kinds, sent_fields));
                     }
                     None => {
                         // Closed by the server, which must serve on.
@@ -1259,6 +1302,13 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
              {known} required fields learned, {} codes answered SUCCESS at least once {succeeded:?}",
             succeeded.len()
         );
+        if target.child.try_wait().unwrap().is_some() || TcpStream::connect(target.addr).is_err() {
+            let log = target.log_after_kill();
+            panic!(
+                "{:?} stopped serving (seed {seed}); its log:\n{log}",
+                target.kind
+            );
+        }
         target.assert_serving();
         let (status, log) = target.terminate();
         assert!(
@@ -1276,6 +1326,67 @@ fn hostile_value(random: &mut Garbage) -> String {
         1 => format!("{}", random.next() as i64),
         _ => HOSTILE_VALUES[(random.next() % HOSTILE_VALUES.len() as u64) as usize].to_owned(),
     }
+}
+
+/// Message properties the broker acts on, for [`hostile_properties`].
+const ACTED_ON_PROPERTIES: &[&str] = &[
+    "DELAY",
+    "TIMER_DELIVER_MS",
+    "TIMER_DELAY_SEC",
+    "TIMER_DELAY_MS",
+    "__STARTDELIVERTIME",
+    "TRAN_MSG",
+    "PGROUP",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "TRANSACTION_CHECK_TIMES",
+    "UNIQ_KEY",
+    "KEYS",
+    "TAGS",
+    "WAIT",
+    "REAL_TOPIC",
+    "REAL_QID",
+    "RETRY_TOPIC",
+    "MAX_RECONSUME_TIMES",
+    "RECONSUME_TIME",
+    "CLUSTER",
+    "REPLY_TO_CLIENT",
+    "MSG_TYPE",
+    "TIMER_DEL_UNIQKEY",
+    "__CRC32#",
+    "ORIGIN_MESSAGE_ID",
+    "DLQ_ORIGIN_TOPIC",
+];
+
+/// A properties string (`key\u{1}value\u{2}`...) of one to four properties
+/// the broker acts on, with hostile or plausible values, now and then cut
+/// short or missing a separator.
+fn hostile_properties(random: &mut Garbage) -> String {
+    let mut text = String::new();
+    for _ in 0..=random.next() % 4 {
+        let key = ACTED_ON_PROPERTIES[(random.next() % ACTED_ON_PROPERTIES.len() as u64) as usize];
+        let value = match random.next() % 3 {
+            0 => NUMBER_VALUES[(random.next() % NUMBER_VALUES.len() as u64) as usize].to_owned(),
+            _ => hostile_value(random),
+        };
+        text.push_str(key);
+        text.push('\u{1}');
+        text.push_str(&value);
+        text.push('\u{2}');
+    }
+    match random.next() % 8 {
+        0 => {
+            text.pop();
+        }
+        1 => {
+            let half = (0..=text.len() / 2)
+                .rev()
+                .find(|at| text.is_char_boundary(*at))
+                .unwrap_or(0);
+            text.truncate(half);
+        }
+        _ => {}
+    }
+    text
 }
 
 /// What an answer's remark says of a header field: `<name> is null` (the
