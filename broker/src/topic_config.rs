@@ -1073,9 +1073,12 @@ fn alter_attributes(
         .map(str::trim)
         .filter(|item| !item.is_empty())
     {
-        let (sign, rest) = item.split_at(1);
+        // By char, not byte: an item may start with any character.
+        let mut chars = item.chars();
+        let sign = chars.next();
+        let rest = chars.as_str();
         match sign {
-            "+" => {
+            Some('+') => {
                 let Some((key, value)) = rest.split_once('=') else {
                     return Err(format!("add/alter attribute format is wrong: {item}"));
                 };
@@ -1088,7 +1091,7 @@ fn alter_attributes(
                 }
                 attributes.insert(key.to_owned(), value.to_owned());
             }
-            "-" => {
+            Some('-') => {
                 if creating {
                     return Err(format!(
                         "only add attribute is supported while creating topic. key: {rest}"
@@ -1424,6 +1427,9 @@ mod tests {
             "+message.type=WEIRD",
             "-message.type",
             "message.type",
+            // A multi-byte first character (split by byte, it panicked).
+            "é",
+            "+é=1",
         ] {
             let mut request = create_request("A", 4, 6);
             request.ext_fields.insert("attributes", bad);
