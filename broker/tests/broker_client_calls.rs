@@ -20,9 +20,11 @@ use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
     CustomHeader, GetConsumerRunningInfoRequestHeader, GetConsumerStatusRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
 };
 use ringmq_protocol::json::{
-    ConsumerData, GetConsumerStatusBody, HeartbeatData, JsonStyle, MessageQueue, SubscriptionData,
+    ConsumeStatsList, ConsumerData, GetConsumerStatusBody, HeartbeatData, JsonStyle, MessageQueue,
+    SubscriptionData,
 };
 
 const GROUP: &str = "CallsGroup";
@@ -160,6 +162,43 @@ fn consumer_calls_end_with_the_answers_there_are() {
         "{:?}",
         refused.remark
     );
+    drop(admin);
+    assert!(broker.stop().success());
+}
+
+/// GET_BROKER_CONSUME_STATS over offsets a client committed at i64::MAX on
+/// every queue: the total lag saturates (adding the queues' lags
+/// overflowed, a panic of the shard; found by the hostile-headers test).
+#[test]
+fn broker_consume_stats_over_offsets_committed_at_the_largest_value() {
+    let store = fresh_store("client-calls");
+    let Some(broker) = start_broker(&store, &["--shards=2".to_owned()]) else {
+        return;
+    };
+    let mut admin = broker.connect();
+    admin.create_topic(TOPIC, 2);
+    let mut consumer = broker.connect();
+    register_consumer(&mut consumer, "127.0.0.1@greedy");
+    for queue_id in 0..2 {
+        let header = UpdateConsumerOffsetRequestHeader {
+            consumer_group: GROUP.to_owned(),
+            topic: TOPIC.to_owned(),
+            queue_id,
+            commit_offset: i64::MAX,
+            broker_name: None,
+        };
+        admin.call_ok(RemotingCommand::new_request(
+            request_code::UPDATE_CONSUMER_OFFSET,
+            header.to_ext_fields(),
+        ));
+    }
+    let answer = admin.call_ok(RemotingCommand::new_request(
+        request_code::GET_BROKER_CONSUME_STATS,
+        ExtFields::new(),
+    ));
+    let stats = ConsumeStatsList::from_json(answer.body_bytes()).unwrap();
+    assert_eq!(stats.total_diff, i64::MIN, "{stats:?}");
+    drop(consumer);
     drop(admin);
     assert!(broker.stop().success());
 }

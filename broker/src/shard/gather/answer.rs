@@ -140,7 +140,7 @@ impl ShardHandler {
             .names()
             .map(|group| (group.to_owned(), BTreeMap::new()))
             .collect();
-        let mut total_diff = 0;
+        let mut total_diff: i64 = 0;
         for f in figures {
             let Some(group) = f.group.clone() else {
                 continue;
@@ -148,7 +148,8 @@ impl ShardHandler {
             let queue = self.message_queue(&f.topic, f.queue_id);
             let topic = f.topic.clone();
             let offsets = offset_wrapper(&f);
-            total_diff += offsets.broker_offset - offsets.consumer_offset;
+            // Saturating: a client may commit any offset, i64::MAX too.
+            total_diff = total_diff.saturating_add(offsets.broker_offset - offsets.consumer_offset);
             by_group
                 .entry(group)
                 .or_default()
