@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1412,5 +1413,82 @@ fn a_message_sent_back_with_delay_level_minus_one_goes_straight_to_the_dlq_acros
     assert_eq!(dead[0].2.as_deref(), Some("Failing"));
     assert_eq!(dead[0].3, b"poison");
     drop(client);
+    assert!(broker.stop().success());
+}
+
+/// Thousands of sends to a topic that does not exist (and cannot be
+/// auto-created), pipelined on connections to both shards: each one that
+/// reaches the shard of the topic table finds the topic missing and looks
+/// in its inbox for a snapshot creating it. That look ran the requests
+/// waiting behind it too, each of which looked again, one nested call
+/// chain per waiting send, until the shard's stack overflowed and the
+/// broker aborted (found by the hostile-headers test). Every send is now
+/// refused and the broker stops cleanly.
+#[test]
+fn a_stream_of_sends_to_a_missing_topic_is_refused_without_nesting() {
+    const CONNECTIONS: usize = 4;
+    const SENDS: usize = 5_000;
+    let store = fresh_store("roundtrip");
+    let Some(broker) = start(&store, 2) else {
+        return;
+    };
+    let mut workers = Vec::new();
+    for connection in 0..CONNECTIONS {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", broker.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let sender = std::thread::spawn(move || {
+            let mut frames = Vec::new();
+            for index in 0..SENDS {
+                let mut request = common::send_message_request(
+                    "pg",
+                    "NoSuchTopic",
+                    (index % 8) as i32,
+                    1_700_000_000_000,
+                    String::new(),
+                    b"lost",
+                );
+                // No default topic to create it from.
+                request.ext_fields.insert("c", "NoSuchDefault");
+                request.opaque = (connection * SENDS + index) as i32;
+                request
+                    .encode(ringmq_protocol::code::SerializeType::Json, &mut frames)
+                    .unwrap();
+            }
+            std::io::Write::write_all(&mut writer, &frames).unwrap();
+        });
+        let reader = std::thread::spawn(move || {
+            let mut stream = stream;
+            let mut codes = BTreeMap::new();
+            for _ in 0..SENDS {
+                let mut length = [0u8; 4];
+                std::io::Read::read_exact(&mut stream, &mut length).unwrap();
+                let mut frame = vec![0u8; 4 + u32::from_be_bytes(length) as usize];
+                frame[..4].copy_from_slice(&length);
+                std::io::Read::read_exact(&mut stream, &mut frame[4..]).unwrap();
+                let raw = ringmq_protocol::frame::decode_frame(
+                    &bytes::Bytes::from(frame),
+                    ringmq_protocol::limits::FRAME_SIZE_MAX,
+                )
+                .unwrap()
+                .unwrap();
+                let answer = RemotingCommand::from_frame(&raw).unwrap();
+                *codes.entry(answer.code).or_insert(0) += 1;
+            }
+            codes
+        });
+        workers.push((sender, reader));
+    }
+    for (sender, reader) in workers {
+        sender.join().unwrap();
+        let codes = reader.join().unwrap();
+        assert_eq!(
+            codes,
+            BTreeMap::from([(response_code::TOPIC_NOT_EXIST, SENDS)]),
+            "answers by code"
+        );
+    }
     assert!(broker.stop().success());
 }

@@ -50,7 +50,7 @@ pub mod subs;
 pub mod timer; // wired by schedule
 pub mod transaction; // wired by txn
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,6 +144,13 @@ pub struct ShardHandler {
     /// Answers whose bodies the server splices from pipes (replica chunks).
     spliced_out: Vec<(ConnectionId, RemotingCommand, Vec<SplicedBody>)>,
     closes: Vec<ConnectionId>,
+    /// Inbox messages a [`ShardHandler::refresh_snapshots`] took out but
+    /// does not run (requests, parts, ...), in arrival order, for the
+    /// turn's [`ShardHandler::drain_inbox`].
+    deferred: VecDeque<ShardMsg>,
+    /// A snapshot applied by a refresh may let held pulls go on: retried
+    /// by the turn's drain.
+    retry_held_due: bool,
     acks: Vec<AppendAck>,
     next_opaque: i32,
     queue_pick: u32,
@@ -264,6 +271,8 @@ impl ShardHandler {
             outbound: Vec::new(),
             spliced_out: Vec::new(),
             closes: Vec::new(),
+            deferred: VecDeque::new(),
+            retry_held_due: false,
             acks: Vec::new(),
             next_opaque: 0,
             queue_pick: u32::from(id),
@@ -641,67 +650,98 @@ impl ShardHandler {
 
     // ----- inbox -----
 
-    /// Applies what waits in the inbox now. A request that finds a topic or
-    /// group missing calls this before refusing: shard 0 sent the snapshot
-    /// creating it before answering the client's previous request (its
-    /// heartbeat, say), so it is in the inbox by the time the client's next
-    /// request arrives, though maybe not yet applied. The common path reads
-    /// no channel.
-    pub(crate) fn refresh_snapshots(&mut self, now_ms: i64) {
-        self.drain_inbox(now_ms);
-    }
-
-    fn drain_inbox(&mut self, now_ms: i64) {
+    /// Applies the snapshots waiting in the inbox now. A request that finds
+    /// a topic or group missing calls this before refusing: shard 0 sent
+    /// the snapshot creating it before answering the client's previous
+    /// request (its heartbeat, say), so it is in the inbox by the time the
+    /// client's next request arrives, though maybe not yet applied. The
+    /// common path reads no channel. Everything else taken out meanwhile
+    /// (requests above all) waits, in order, for the turn's drain: run from
+    /// here, a request that refreshed in turn nested another, one frame
+    /// chain per waiting request, until a stream of sends to a missing
+    /// topic overflowed the shard's stack (thirty-seventh session).
+    pub(crate) fn refresh_snapshots(&mut self) {
         for _ in 0..INBOX_MESSAGES_PER_TURN_MAX {
             let Some(msg) = self.links.as_mut().and_then(Links::receive) else {
                 return;
             };
             match msg {
-                ShardMsg::Request(request) => self.execute(request, now_ms),
-                ShardMsg::Outbound(conn, cmd) => self.deliver(self.id, conn, cmd), // wired by txn
-                ShardMsg::SplicedOutbound(conn, cmd, body) => {
-                    self.spliced_out.push((conn, cmd, body))
-                }
                 ShardMsg::Topics(topics) => {
                     self.topics = topics;
-                    self.retry_held_after_snapshot(now_ms);
+                    self.retry_held_due = true;
                 }
                 ShardMsg::Groups(groups) => self.groups = groups,
                 ShardMsg::Settings(settings) => self.apply_settings(settings),
                 ShardMsg::Subscriptions(subs) => {
                     self.subs = subs;
-                    self.retry_held_after_snapshot(now_ms);
+                    self.retry_held_due = true;
                 }
-                ShardMsg::Closed(conn) => self.control_connection_closed(conn, now_ms),
-                ShardMsg::Close(conn) => self.closes.push(conn),
-                ShardMsg::TopicDeleted(topic) => self.forget_deleted_topic(&topic),
-                ShardMsg::GroupOffsetsDeleted(group) => {
-                    self.offsets.remove_group(&group);
-                }
-                ShardMsg::EnsureGroup(group) => self.control_ensure_group(&group, now_ms),
-                ShardMsg::StatsRequest(query) => {
-                    let stats = Box::new(self.current_stats());
-                    if let Some(links) = &mut self.links {
-                        links.send(0, ShardMsg::Stats(query, stats));
-                    }
-                }
-                ShardMsg::Stats(query, stats) => self.on_shard_stats(query, &stats, now_ms),
-                ShardMsg::Ask { query, from, ask } => {
-                    let to = query::PartTo::Shard { shard: from, query };
-                    if let Some(part) = self.answer_ask(&ask, to, now_ms)
-                        && let Some(links) = &mut self.links
-                    {
-                        links.send(from, ShardMsg::Part(query, Box::new(part)));
-                    }
-                }
-                ShardMsg::Part(query, part) => self.on_part(query, *part, now_ms),
-                ShardMsg::ClientAnswer(conn, answer) => self.on_client_answer(conn, answer),
-                ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
-                ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
-                ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),
-                ShardMsg::ReplicaStatus(status) => self.replica.status = Some(status),
-                ShardMsg::CallConsumer(request) => self.call_consumer(request, now_ms),
+                other => self.deferred.push_back(other),
             }
+        }
+    }
+
+    fn drain_inbox(&mut self, now_ms: i64) {
+        for _ in 0..INBOX_MESSAGES_PER_TURN_MAX {
+            let msg = match self.deferred.pop_front() {
+                Some(msg) => msg,
+                None => match self.links.as_mut().and_then(Links::receive) {
+                    Some(msg) => msg,
+                    None => break,
+                },
+            };
+            self.apply_inbox_message(msg, now_ms);
+        }
+        if std::mem::take(&mut self.retry_held_due) {
+            self.retry_held_after_snapshot(now_ms);
+        }
+    }
+
+    /// Runs or applies one inbox message.
+    fn apply_inbox_message(&mut self, msg: ShardMsg, now_ms: i64) {
+        match msg {
+            ShardMsg::Request(request) => self.execute(request, now_ms),
+            ShardMsg::Outbound(conn, cmd) => self.deliver(self.id, conn, cmd), // wired by txn
+            ShardMsg::SplicedOutbound(conn, cmd, body) => self.spliced_out.push((conn, cmd, body)),
+            ShardMsg::Topics(topics) => {
+                self.topics = topics;
+                self.retry_held_after_snapshot(now_ms);
+            }
+            ShardMsg::Groups(groups) => self.groups = groups,
+            ShardMsg::Settings(settings) => self.apply_settings(settings),
+            ShardMsg::Subscriptions(subs) => {
+                self.subs = subs;
+                self.retry_held_after_snapshot(now_ms);
+            }
+            ShardMsg::Closed(conn) => self.control_connection_closed(conn, now_ms),
+            ShardMsg::Close(conn) => self.closes.push(conn),
+            ShardMsg::TopicDeleted(topic) => self.forget_deleted_topic(&topic),
+            ShardMsg::GroupOffsetsDeleted(group) => {
+                self.offsets.remove_group(&group);
+            }
+            ShardMsg::EnsureGroup(group) => self.control_ensure_group(&group, now_ms),
+            ShardMsg::StatsRequest(query) => {
+                let stats = Box::new(self.current_stats());
+                if let Some(links) = &mut self.links {
+                    links.send(0, ShardMsg::Stats(query, stats));
+                }
+            }
+            ShardMsg::Stats(query, stats) => self.on_shard_stats(query, &stats, now_ms),
+            ShardMsg::Ask { query, from, ask } => {
+                let to = query::PartTo::Shard { shard: from, query };
+                if let Some(part) = self.answer_ask(&ask, to, now_ms)
+                    && let Some(links) = &mut self.links
+                {
+                    links.send(from, ShardMsg::Part(query, Box::new(part)));
+                }
+            }
+            ShardMsg::Part(query, part) => self.on_part(query, *part, now_ms),
+            ShardMsg::ClientAnswer(conn, answer) => self.on_client_answer(conn, answer),
+            ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
+            ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
+            ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),
+            ShardMsg::ReplicaStatus(status) => self.replica.status = Some(status),
+            ShardMsg::CallConsumer(request) => self.call_consumer(request, now_ms),
         }
     }
 
@@ -833,6 +873,10 @@ impl RequestHandler for ShardHandler {
             // wakes the ring: polling meanwhile would only spin.)
             return Some(Duration::ZERO);
         }
+        if !self.deferred.is_empty() {
+            // Inbox messages a refresh set aside after this turn's drain.
+            return Some(Duration::ZERO);
+        }
         if self.links.as_ref().is_some_and(Links::has_backlog) {
             // Another shard's inbox is full: retry soon, without spinning.
             return Some(BACKLOG_RETRY);
@@ -866,7 +910,8 @@ impl RequestHandler for ShardHandler {
     }
 
     fn has_pending(&self) -> bool {
-        !self.pending_sends.is_empty()
+        !self.deferred.is_empty()
+            || !self.pending_sends.is_empty()
             || !self.held.is_empty()
             || !self.reading_pulls.is_empty()
             || !self.reading_queries.is_empty()

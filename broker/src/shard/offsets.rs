@@ -52,7 +52,7 @@ impl ShardHandler {
                             .is_some_and(|topic| handler.topics.contains(topic))
                 };
                 if !known(self) {
-                    self.refresh_snapshots(now_ms);
+                    self.refresh_snapshots();
                 }
                 self.offsets
                     .update_consumer_offset(cmd, &self.topics, &self.groups, now_ms)

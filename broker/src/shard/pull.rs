@@ -283,7 +283,7 @@ impl ShardHandler {
             );
         }
         if !self.topics.contains(&header.topic) {
-            self.refresh_snapshots(now_ms);
+            self.refresh_snapshots();
         }
         let Some(topic) = self.topics.get(&header.topic) else {
             let remark = format!("topic[{}] not exist, apply first please!", header.topic);

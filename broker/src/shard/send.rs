@@ -193,7 +193,7 @@ impl ShardHandler {
             return self.send_direct(&header, request, now_ms);
         }
         if !self.topics.contains(&header.topic) {
-            self.refresh_snapshots(now_ms);
+            self.refresh_snapshots();
         }
         let Some(config) = self.topics.get(&header.topic).cloned() else {
             if self.id != 0 {
