@@ -873,8 +873,9 @@ impl RequestHandler for ShardHandler {
             // wakes the ring: polling meanwhile would only spin.)
             return Some(Duration::ZERO);
         }
-        if !self.deferred.is_empty() {
-            // Inbox messages a refresh set aside after this turn's drain.
+        if !self.deferred.is_empty() || self.retry_held_due {
+            // A refresh after this turn's drain set messages aside, or
+            // applied a snapshot held pulls may wait for.
             return Some(Duration::ZERO);
         }
         if self.links.as_ref().is_some_and(Links::has_backlog) {
