@@ -660,8 +660,13 @@ impl ShardHandler {
     /// here, a request that refreshed in turn nested another, one frame
     /// chain per waiting request, until a stream of sends to a missing
     /// topic overflowed the shard's stack (thirty-seventh session).
+    ///
+    /// Set-aside messages are bounded by [`INBOX_MESSAGES_PER_TURN_MAX`]:
+    /// past it the inbox is left as it is (a snapshot behind a full backlog
+    /// is then not seen, and the request refused), so the bounded channel
+    /// still pushes back on the shards that fill it.
     pub(crate) fn refresh_snapshots(&mut self) {
-        for _ in 0..INBOX_MESSAGES_PER_TURN_MAX {
+        while self.deferred.len() < INBOX_MESSAGES_PER_TURN_MAX {
             let Some(msg) = self.links.as_mut().and_then(Links::receive) else {
                 return;
             };
