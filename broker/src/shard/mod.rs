@@ -670,20 +670,30 @@ impl ShardHandler {
             let Some(msg) = self.links.as_mut().and_then(Links::receive) else {
                 return;
             };
-            match msg {
-                ShardMsg::Topics(topics) => {
-                    self.topics = topics;
-                    self.retry_held_due = true;
-                }
-                ShardMsg::Groups(groups) => self.groups = groups,
-                ShardMsg::Settings(settings) => self.apply_settings(settings),
-                ShardMsg::Subscriptions(subs) => {
-                    self.subs = subs;
-                    self.retry_held_due = true;
-                }
-                other => self.deferred.push_back(other),
+            if let Some(other) = self.apply_snapshot(msg) {
+                self.deferred.push_back(other);
             }
         }
+    }
+
+    /// Applies `msg` if it is a snapshot (topics, groups, settings,
+    /// subscriptions), noting when held pulls may wait for it
+    /// (`retry_held_due`); any other message is given back.
+    fn apply_snapshot(&mut self, msg: ShardMsg) -> Option<ShardMsg> {
+        match msg {
+            ShardMsg::Topics(topics) => {
+                self.topics = topics;
+                self.retry_held_due = true;
+            }
+            ShardMsg::Groups(groups) => self.groups = groups,
+            ShardMsg::Settings(settings) => self.apply_settings(settings),
+            ShardMsg::Subscriptions(subs) => {
+                self.subs = subs;
+                self.retry_held_due = true;
+            }
+            other => return Some(other),
+        }
+        None
     }
 
     fn drain_inbox(&mut self, now_ms: i64) {
@@ -702,22 +712,23 @@ impl ShardHandler {
         }
     }
 
-    /// Runs or applies one inbox message.
+    /// Runs or applies one inbox message; held pulls a snapshot may let go
+    /// on are retried at once.
     fn apply_inbox_message(&mut self, msg: ShardMsg, now_ms: i64) {
+        let Some(msg) = self.apply_snapshot(msg) else {
+            if std::mem::take(&mut self.retry_held_due) {
+                self.retry_held_after_snapshot(now_ms);
+            }
+            return;
+        };
         match msg {
             ShardMsg::Request(request) => self.execute(request, now_ms),
             ShardMsg::Outbound(conn, cmd) => self.deliver(self.id, conn, cmd), // wired by txn
             ShardMsg::SplicedOutbound(conn, cmd, body) => self.spliced_out.push((conn, cmd, body)),
-            ShardMsg::Topics(topics) => {
-                self.topics = topics;
-                self.retry_held_after_snapshot(now_ms);
-            }
-            ShardMsg::Groups(groups) => self.groups = groups,
-            ShardMsg::Settings(settings) => self.apply_settings(settings),
-            ShardMsg::Subscriptions(subs) => {
-                self.subs = subs;
-                self.retry_held_after_snapshot(now_ms);
-            }
+            ShardMsg::Topics(_)
+            | ShardMsg::Groups(_)
+            | ShardMsg::Settings(_)
+            | ShardMsg::Subscriptions(_) => unreachable!("snapshots are applied above"),
             ShardMsg::Closed(conn) => self.control_connection_closed(conn, now_ms),
             ShardMsg::Close(conn) => self.closes.push(conn),
             ShardMsg::TopicDeleted(topic) => self.forget_deleted_topic(&topic),
