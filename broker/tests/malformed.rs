@@ -177,14 +177,19 @@ impl Target {
     }
 
     fn connect(&self) -> Client {
-        let stream = TcpStream::connect(self.addr).expect("connecting to the target");
+        self.try_connect().expect("connecting to the target")
+    }
+
+    /// A new connection, or None when none can be made.
+    fn try_connect(&self) -> Option<Client> {
+        let stream = TcpStream::connect(self.addr).ok()?;
         stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(READ_TIMEOUT)).unwrap();
         stream.set_nodelay(true).unwrap();
-        Client {
+        Some(Client {
             stream,
             next_opaque: 1,
-        }
+        })
     }
 
     /// A request with a known answer, checked by [`Target::assert_probe_answer`].
@@ -367,29 +372,38 @@ impl Client {
     }
 
     /// Sends `command` with a fresh opaque; returns the opaque.
-    fn send(&mut self, mut command: RemotingCommand) -> i32 {
+    fn send(&mut self, command: RemotingCommand) -> i32 {
+        self.try_send(command).expect("writing a request")
+    }
+
+    /// [`Client::send`]; None when the server has closed the connection.
+    fn try_send(&mut self, mut command: RemotingCommand) -> Option<i32> {
         command.opaque = self.next_opaque;
         self.next_opaque += 1;
-        self.stream.write_all(&Self::encode(&command)).unwrap();
-        command.opaque
+        self.stream.write_all(&Self::encode(&command)).ok()?;
+        Some(command.opaque)
     }
 
     fn read_response(&mut self) -> RemotingCommand {
+        let response = self.next_frame().expect("a response");
+        assert!(response.is_response(), "response flag on {response:?}");
+        response
+    }
+
+    /// The next command the server sends; None when the connection ends
+    /// (or fails) before a whole frame.
+    fn next_frame(&mut self) -> Option<RemotingCommand> {
         let mut length = [0u8; 4];
-        self.stream.read_exact(&mut length).expect("a response");
+        self.stream.read_exact(&mut length).ok()?;
         let size = u32::from_be_bytes(length) as usize;
         assert!(size <= FRAME_SIZE_MAX as usize, "response of {size} bytes");
         let mut frame_bytes = vec![0u8; 4 + size];
         frame_bytes[..4].copy_from_slice(&length);
-        self.stream
-            .read_exact(&mut frame_bytes[4..])
-            .expect("the rest of the response");
+        self.stream.read_exact(&mut frame_bytes[4..]).ok()?;
         let raw = frame::decode_frame(&Bytes::from(frame_bytes), FRAME_SIZE_MAX)
             .unwrap()
             .expect("a whole frame");
-        let response = RemotingCommand::from_frame(&raw).unwrap();
-        assert!(response.is_response(), "response flag on {response:?}");
-        response
+        Some(RemotingCommand::from_frame(&raw).unwrap())
     }
 
     fn call(&mut self, command: RemotingCommand) -> RemotingCommand {
@@ -1276,7 +1290,7 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
                 if let Some(body) = body {
                     request = request.with_body(Bytes::from(body));
                 }
-                match connection.send(request) {
+                match connection.client.try_send(request) {
                     Some(opaque) => {
                         in_flight.insert(opaque, (code, sent_kinds, sent_fields));
                     }
@@ -1438,41 +1452,23 @@ struct HostileConnection {
 impl HostileConnection {
     /// A new connection, or None when none can be made.
     fn open(target: &Target) -> Option<HostileConnection> {
-        let stream = TcpStream::connect(target.addr).ok()?;
-        stream.set_write_timeout(Some(READ_TIMEOUT)).unwrap();
-        stream.set_nodelay(true).unwrap();
-        let client = Client {
-            stream,
+        let client = target.try_connect()?;
+        let mut reading = Client {
+            stream: client.stream.try_clone().unwrap(),
             next_opaque: 1,
         };
-        let mut stream = client.stream.try_clone().unwrap();
-        stream.set_read_timeout(None).unwrap();
+        // Held pulls may keep the reader waiting past any read timeout.
+        reading.stream.set_read_timeout(None).unwrap();
         let (answers_tx, answers) = mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut count = 0;
-            let mut length = [0u8; 4];
-            while stream.read_exact(&mut length).is_ok() {
-                let size = u32::from_be_bytes(length) as usize;
-                if size > FRAME_SIZE_MAX as usize {
-                    break;
-                }
-                let mut frame_bytes = vec![0u8; 4 + size];
-                frame_bytes[..4].copy_from_slice(&length);
-                if stream.read_exact(&mut frame_bytes[4..]).is_err() {
-                    break;
-                }
+            while let Some(answer) = reading.next_frame() {
                 count += 1;
-                let answer = frame::decode_frame(&Bytes::from(frame_bytes), FRAME_SIZE_MAX)
-                    .ok()
-                    .flatten()
-                    .and_then(|raw| RemotingCommand::from_frame(&raw).ok());
-                if let Some(answer) = answer {
-                    let _ = answers_tx.send((
-                        answer.opaque,
-                        answer.code,
-                        answer.remark.unwrap_or_default(),
-                    ));
-                }
+                let _ = answers_tx.send((
+                    answer.opaque,
+                    answer.code,
+                    answer.remark.unwrap_or_default(),
+                ));
             }
             count
         });
@@ -1481,18 +1477,6 @@ impl HostileConnection {
             answers,
             reader,
         })
-    }
-
-    /// Writes `request`; its opaque, or None when the server has closed
-    /// the connection.
-    fn send(&mut self, mut request: RemotingCommand) -> Option<i32> {
-        request.opaque = self.client.next_opaque;
-        self.client.next_opaque += 1;
-        self.client
-            .stream
-            .write_all(&Client::encode(&request))
-            .ok()
-            .map(|()| request.opaque)
     }
 
     /// Closes the writing side and returns how many answers came.
