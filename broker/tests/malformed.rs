@@ -36,6 +36,7 @@ use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::frame;
 use ringmq_protocol::json::TopicConfigSerializeWrapper;
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
+use ringmq_protocol::message::{BatchEntry, encode_batch};
 
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -71,6 +72,8 @@ struct Target {
     kind: TargetKind,
     child: Child,
     addr: SocketAddr,
+    /// A broker's name server (its embedded one, or the one it was given).
+    namesrv: Option<SocketAddr>,
     /// The whole stderr (the log), once the process has exited.
     log: mpsc::Receiver<String>,
     /// Its files: the broker's store, the name server's KV file.
@@ -84,7 +87,7 @@ enum Unavailable {
 }
 
 impl Target {
-    fn command(kind: TargetKind, store: &StoreDir, shards: u16) -> Command {
+    fn command(kind: TargetKind, store: &StoreDir, shards: u16, extra: &[String]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_ringmq"));
         match kind {
             TargetKind::NameServer => {
@@ -105,6 +108,7 @@ impl Target {
                     "--mapedFileSizeCommitLog=16777216".to_owned(),
                     format!("--shards={shards}"),
                 ]);
+                command.args(extra);
             }
         }
         command
@@ -118,8 +122,13 @@ impl Target {
     /// Starts `kind` (a broker with `shards` shards) and waits for its boot
     /// line.
     fn start_sharded(kind: TargetKind, shards: u16) -> Result<Target, Unavailable> {
+        Self::start_with(kind, shards, &[])
+    }
+
+    /// [`Target::start_sharded`], a broker with `extra` options too.
+    fn start_with(kind: TargetKind, shards: u16, extra: &[String]) -> Result<Target, Unavailable> {
         let store = fresh_store("malformed");
-        let mut child = Self::command(kind, &store, shards)
+        let mut child = Self::command(kind, &store, shards, extra)
             .spawn()
             .expect("spawning ringmq");
         let stdout = child.stdout.take().unwrap();
@@ -143,18 +152,19 @@ impl Target {
             let left = deadline.saturating_duration_since(Instant::now());
             match lines_rx.recv_timeout(left) {
                 Ok(Ok(line)) => {
-                    if let Some(addr) = boot_address(kind, &line) {
-                        break Some(addr);
+                    if let Some(addresses) = boot_addresses(kind, &line) {
+                        break Some(addresses);
                     }
                 }
                 _ => break None,
             }
         };
-        if let Some(addr) = addr {
+        if let Some((addr, namesrv)) = addr {
             return Ok(Target {
                 kind,
                 child,
                 addr,
+                namesrv,
                 log: log_rx,
                 _store: store,
             });
@@ -319,16 +329,18 @@ impl Drop for Target {
     }
 }
 
-fn boot_address(kind: TargetKind, line: &str) -> Option<SocketAddr> {
-    let addr = match kind {
-        TargetKind::NameServer => line.strip_prefix(NAMESRV_BOOT_PREFIX)?,
+/// The address a boot line gives, and a broker's name server.
+fn boot_addresses(kind: TargetKind, line: &str) -> Option<(SocketAddr, Option<SocketAddr>)> {
+    let parse =
+        |addr: &str| -> SocketAddr { addr.trim().parse().expect("an address in the boot line") };
+    match kind {
+        TargetKind::NameServer => Some((parse(line.strip_prefix(NAMESRV_BOOT_PREFIX)?), None)),
         TargetKind::Broker => {
             let rest = line.strip_prefix(BROKER_BOOT_PREFIX)?;
-            let (identity, _) = rest.split_once(BROKER_BOOT_INFIX)?;
-            identity.rsplit_once(", ")?.1
+            let (identity, namesrv) = rest.split_once(BROKER_BOOT_INFIX)?;
+            Some((parse(identity.rsplit_once(", ")?.1), Some(parse(namesrv))))
         }
-    };
-    Some(addr.trim().parse().expect("an address in the boot line"))
+    }
 }
 
 /// Starts every target of `kinds` that can run here, printing a line for
@@ -366,8 +378,12 @@ struct Client {
 
 impl Client {
     fn encode(command: &RemotingCommand) -> Vec<u8> {
+        Self::encode_as(command, SerializeType::Json)
+    }
+
+    fn encode_as(command: &RemotingCommand, serialize_type: SerializeType) -> Vec<u8> {
         let mut out = Vec::new();
-        command.encode(SerializeType::Json, &mut out).unwrap();
+        command.encode(serialize_type, &mut out).unwrap();
         out
     }
 
@@ -377,10 +393,21 @@ impl Client {
     }
 
     /// [`Client::send`]; None when the server has closed the connection.
-    fn try_send(&mut self, mut command: RemotingCommand) -> Option<i32> {
+    fn try_send(&mut self, command: RemotingCommand) -> Option<i32> {
+        self.try_send_as(command, SerializeType::Json)
+    }
+
+    /// [`Client::try_send`] with the header in `serialize_type`.
+    fn try_send_as(
+        &mut self,
+        mut command: RemotingCommand,
+        serialize_type: SerializeType,
+    ) -> Option<i32> {
         command.opaque = self.next_opaque;
         self.next_opaque += 1;
-        self.stream.write_all(&Self::encode(&command)).ok()?;
+        self.stream
+            .write_all(&Self::encode_as(&command, serialize_type))
+            .ok()?;
         Some(command.opaque)
     }
 
@@ -1155,10 +1182,13 @@ enum FieldKind {
 }
 
 /// Every known request code many times over, each with a random handful
-/// of header fields set to hostile values and a random body (or none),
-/// some of them one-way, so that every handler meets headers it does not
-/// expect (a broker with two shards too). The fields an answer says are missing (`the custom field <x> is
-/// null`) are sent with every later request of that code, with plausible
+/// of header fields set to hostile values, in the JSON or the binary
+/// header form, and a random body (or none; JSON in the shapes of the
+/// bodies the server reads, batches of messages for sends), some of them
+/// one-way, so that every handler meets headers and bodies it does not
+/// expect (a broker with two shards too). The fields an answer says are
+/// missing (`the custom field <x> is null`) are sent with every later
+/// request of that code, with plausible
 /// or hostile values, and a field called invalid is tried as text, number
 /// and boolean in turn: the requests get past header decoding into the
 /// handlers (sends store messages, topics are created with odd queue
@@ -1187,150 +1217,191 @@ fn every_request_code_with_hostile_headers_leaves_the_server_serving() {
         (TargetKind::Broker, 2),
     ];
     for mut target in start_sharded_targets(targets) {
-        eprintln!(
-            "{} codes x {ROUNDS} rounds against {:?} at {}",
-            codes.len(),
-            target.kind,
-            target.addr
-        );
-        let mut random = Garbage(seed);
-        let mut learned: HashMap<i32, BTreeMap<String, FieldKind>> = HashMap::new();
-        // Each request in flight: its code and the kind of value it sent
-        // each field (None: hostile, whose refusal says nothing of its kind).
-        let mut in_flight: HashMap<i32, (i32, SentKinds, ExtFields)> = HashMap::new();
-        // Each code's last header answered SUCCESS, mutated in later requests.
-        let mut templates: HashMap<i32, ExtFields> = HashMap::new();
-        // Codes answered SUCCESS at least once: how far the requests got.
-        let mut succeeded = std::collections::BTreeSet::new();
-        let mut sent = 0;
-        let mut connection = HostileConnection::open(&target).expect("a first connection");
-        for round in 0..ROUNDS {
-            for &code in &codes {
-                for (opaque, answer, remark) in connection.answers.try_iter() {
-                    if let Some((code, sent_kinds, fields)) = in_flight.remove(&opaque) {
-                        if answer == response_code::SUCCESS {
-                            succeeded.insert(code);
-                            templates.insert(code, fields);
-                        }
-                        learn(learned.entry(code).or_default(), &remark, &sent_kinds);
-                    }
-                }
-                let mut fields = ExtFields::new();
-                let mut sent_kinds = Vec::new();
-                let pick = |random: &mut Garbage, values: &[&str]| {
-                    values[(random.next() % values.len() as u64) as usize].to_owned()
-                };
-                // Half the time a header that succeeded before, with a
-                // field or two made hostile below; else learned fields.
-                let template = templates
-                    .get(&code)
-                    .filter(|_| random.next().is_multiple_of(2));
-                if let Some(template) = template {
-                    fields = template.clone();
-                    let names: Vec<String> = fields.iter().map(|(key, _)| key.to_owned()).collect();
-                    for _ in 0..random.next() % 3 {
-                        if names.is_empty() {
-                            break;
-                        }
-                        let name = &names[(random.next() % names.len() as u64) as usize];
-                        fields.insert(name, &hostile_value(&mut random));
-                        sent_kinds.push((name.clone(), None));
-                    }
-                }
-                for (name, kind) in learned
-                    .get(&code)
-                    .into_iter()
-                    .flatten()
-                    .filter(|_| template.is_none())
-                {
-                    let (value, sent) = match (random.next() % 4, kind) {
-                        (0, _) => (hostile_value(&mut random), None),
-                        (_, FieldKind::Text) => (pick(&mut random, TEXT_VALUES), Some(*kind)),
-                        (_, FieldKind::Number) => (pick(&mut random, NUMBER_VALUES), Some(*kind)),
-                        (_, FieldKind::Boolean) => {
-                            (pick(&mut random, &["true", "false"]), Some(*kind))
-                        }
-                    };
-                    sent_kinds.push((name.clone(), sent));
-                    fields.insert(name, &value);
-                }
-                for _ in 0..random.next() % 5 {
-                    let name = pick(&mut random, HEADER_FIELDS);
-                    fields.insert(&name, &hostile_value(&mut random));
-                    sent_kinds.push((name, None));
-                }
-                // A send's properties, mostly ones the broker acts on, with
-                // hostile values (delays, timers, transactions, retries).
-                let properties_field = match code {
-                    request_code::SEND_MESSAGE
-                    | request_code::SEND_BATCH_MESSAGE
-                    | request_code::SEND_REPLY_MESSAGE => Some("properties"),
-                    request_code::SEND_MESSAGE_V2 | request_code::SEND_REPLY_MESSAGE_V2 => {
-                        Some("i")
-                    }
-                    _ => None,
-                };
-                if let Some(field) = properties_field
-                    && !random.next().is_multiple_of(4)
-                {
-                    fields.insert(field, &hostile_properties(&mut random));
-                    sent_kinds.push((field.to_owned(), None));
-                }
-                let sent_fields = fields.clone();
-                let mut request = RemotingCommand::new_request(code, fields);
-                if random.next().is_multiple_of(4) {
-                    request.flag |= ringmq_protocol::code::flag::ONEWAY;
-                }
-                let body = match random.next() % 5 {
-                    0 => None,
-                    1 => Some(b"{}".to_vec()),
-                    2 => Some(b"[]".to_vec()),
-                    _ => Some(random.bytes()),
-                };
-                if let Some(body) = body {
-                    request = request.with_body(Bytes::from(body));
-                }
-                match connection.client.try_send(request) {
-                    Some(opaque) => {
-                        in_flight.insert(opaque, (code, sent_kinds, sent_fields));
-                    }
-                    None => {
-                        // Closed by the server, which must serve on.
-                        connection = HostileConnection::open(&target).unwrap_or_else(|| {
-                            let log = target.log_after_kill();
-                            panic!(
-                                "{:?} stopped serving at code {code}, round {round} \
-                                 (seed {seed}); its log:\n{log}",
-                                target.kind
-                            )
-                        });
-                    }
-                }
-                sent += 1;
-            }
-        }
-        let known: usize = learned.values().map(BTreeMap::len).sum();
-        let answered = connection.close();
-        eprintln!(
-            "{sent} requests sent, {answered} answers on the last connection, \
-             {known} required fields learned, {} codes answered SUCCESS at least once {succeeded:?}",
-            succeeded.len()
-        );
-        if target.child.try_wait().unwrap().is_some() || TcpStream::connect(target.addr).is_err() {
-            let log = target.log_after_kill();
-            panic!(
-                "{:?} stopped serving (seed {seed}); its log:\n{log}",
-                target.kind
-            );
-        }
-        target.assert_serving();
-        let (status, log) = target.terminate();
-        assert!(
-            !log.contains("panicked"),
-            "a panic under hostile headers (seed {seed}):\n{log}"
-        );
-        assert!(status.success(), "exit {status} (seed {seed}):\n{log}");
+        send_hostile_requests(&mut target, &codes, ROUNDS, seed);
+        assert_stops_cleanly(target, seed);
     }
+    // A slave: its own refusals, tables taken from its master, pulls served.
+    let mut master = match Target::start_sharded(TargetKind::Broker, 1) {
+        Ok(master) => master,
+        Err(Unavailable::Skip(reason)) => return eprintln!("SKIPPED the slave: {reason}"),
+    };
+    let slave_options = [
+        "--brokerRole=SLAVE".to_owned(),
+        "--brokerId=1".to_owned(),
+        format!(
+            "--namesrvAddr={}",
+            master.namesrv.expect("a broker's name server")
+        ),
+    ];
+    let mut slave = match Target::start_with(TargetKind::Broker, 1, &slave_options) {
+        Ok(slave) => slave,
+        Err(Unavailable::Skip(reason)) => return eprintln!("SKIPPED the slave: {reason}"),
+    };
+    send_hostile_requests(&mut slave, &codes, ROUNDS, seed);
+    master.assert_serving();
+    let log = assert_stops_cleanly(slave, seed);
+    assert!(
+        log.contains("replicating from the master"),
+        "the slave never replicated from its master:\n{log}"
+    );
+    assert_stops_cleanly(master, seed);
+}
+
+/// Sends `rounds` of every code of `codes` with hostile headers and bodies
+/// to `target` (see the test above), then checks it still serves.
+fn send_hostile_requests(target: &mut Target, codes: &[i32], rounds: usize, seed: u64) {
+    eprintln!(
+        "{} codes x {rounds} rounds against {:?} at {}",
+        codes.len(),
+        target.kind,
+        target.addr
+    );
+    let mut random = Garbage(seed);
+    let mut learned: HashMap<i32, BTreeMap<String, FieldKind>> = HashMap::new();
+    // Each request in flight: its code and the kind of value it sent
+    // each field (None: hostile, whose refusal says nothing of its kind).
+    let mut in_flight: HashMap<i32, (i32, SentKinds, ExtFields)> = HashMap::new();
+    // Each code's last header answered SUCCESS (or a pull's or a query's
+    // not found), mutated in later requests.
+    let mut templates: HashMap<i32, ExtFields> = HashMap::new();
+    // Codes answered as `templates` keeps at least once: how far the
+    // requests got.
+    let mut succeeded = std::collections::BTreeSet::new();
+    let mut sent = 0;
+    let mut connection = HostileConnection::open(target).expect("a first connection");
+    for round in 0..rounds {
+        for &code in codes {
+            for (opaque, answer, remark) in connection.answers.try_iter() {
+                if let Some((code, sent_kinds, fields)) = in_flight.remove(&opaque) {
+                    // Past header decoding: a success, or a pull or
+                    // query that found nothing (yet).
+                    if answer == response_code::SUCCESS
+                        || (response_code::PULL_NOT_FOUND..=response_code::QUERY_NOT_FOUND)
+                            .contains(&answer)
+                    {
+                        succeeded.insert(code);
+                        templates.insert(code, fields);
+                    }
+                    learn(learned.entry(code).or_default(), &remark, &sent_kinds);
+                }
+            }
+            let mut fields = ExtFields::new();
+            let mut sent_kinds = Vec::new();
+            let pick = |random: &mut Garbage, values: &[&str]| {
+                values[(random.next() % values.len() as u64) as usize].to_owned()
+            };
+            // Half the time a header that succeeded before, with a
+            // field or two made hostile below; else learned fields.
+            let template = templates
+                .get(&code)
+                .filter(|_| random.next().is_multiple_of(2));
+            if let Some(template) = template {
+                fields = template.clone();
+                let names: Vec<String> = fields.iter().map(|(key, _)| key.to_owned()).collect();
+                for _ in 0..random.next() % 3 {
+                    if names.is_empty() {
+                        break;
+                    }
+                    let name = &names[(random.next() % names.len() as u64) as usize];
+                    fields.insert(name, &hostile_value(&mut random));
+                    sent_kinds.push((name.clone(), None));
+                }
+            }
+            for (name, kind) in learned
+                .get(&code)
+                .into_iter()
+                .flatten()
+                .filter(|_| template.is_none())
+            {
+                let (value, sent) = match (random.next() % 4, kind) {
+                    (0, _) => (hostile_value(&mut random), None),
+                    (_, FieldKind::Text) => (pick(&mut random, TEXT_VALUES), Some(*kind)),
+                    (_, FieldKind::Number) => (pick(&mut random, NUMBER_VALUES), Some(*kind)),
+                    (_, FieldKind::Boolean) => (pick(&mut random, &["true", "false"]), Some(*kind)),
+                };
+                sent_kinds.push((name.clone(), sent));
+                fields.insert(name, &value);
+            }
+            for _ in 0..random.next() % 5 {
+                let name = pick(&mut random, HEADER_FIELDS);
+                fields.insert(&name, &hostile_value(&mut random));
+                sent_kinds.push((name, None));
+            }
+            // A send's properties, mostly ones the broker acts on, with
+            // hostile values (delays, timers, transactions, retries).
+            let properties_field = match code {
+                request_code::SEND_MESSAGE
+                | request_code::SEND_BATCH_MESSAGE
+                | request_code::SEND_REPLY_MESSAGE => Some("properties"),
+                request_code::SEND_MESSAGE_V2 | request_code::SEND_REPLY_MESSAGE_V2 => Some("i"),
+                _ => None,
+            };
+            if let Some(field) = properties_field
+                && !random.next().is_multiple_of(4)
+            {
+                fields.insert(field, &hostile_properties(&mut random));
+                sent_kinds.push((field.to_owned(), None));
+            }
+            let sent_fields = fields.clone();
+            let mut request = RemotingCommand::new_request(code, fields);
+            if random.next().is_multiple_of(4) {
+                request.flag |= ringmq_protocol::code::flag::ONEWAY;
+            }
+            if let Some(body) = hostile_body(&mut random, properties_field.is_some()) {
+                request = request.with_body(Bytes::from(body));
+            }
+            // Codes past 16 bits have no binary header.
+            let serialize_type = if random.next().is_multiple_of(2) || code > 0xffff {
+                SerializeType::Json
+            } else {
+                SerializeType::RocketMq
+            };
+            match connection.client.try_send_as(request, serialize_type) {
+                Some(opaque) => {
+                    in_flight.insert(opaque, (code, sent_kinds, sent_fields));
+                }
+                None => {
+                    // Closed by the server, which must serve on.
+                    connection = HostileConnection::open(target).unwrap_or_else(|| {
+                        let log = target.log_after_kill();
+                        panic!(
+                            "{:?} stopped serving at code {code}, round {round} \
+                             (seed {seed}); its log:\n{log}",
+                            target.kind
+                        )
+                    });
+                }
+            }
+            sent += 1;
+        }
+    }
+    let known: usize = learned.values().map(BTreeMap::len).sum();
+    let answered = connection.close();
+    eprintln!(
+        "{sent} requests sent, {answered} answers on the last connection, \
+         {known} required fields learned, {} codes got past their headers at least once {succeeded:?}",
+        succeeded.len()
+    );
+    if target.child.try_wait().unwrap().is_some() || TcpStream::connect(target.addr).is_err() {
+        let log = target.log_after_kill();
+        panic!(
+            "{:?} stopped serving (seed {seed}); its log:\n{log}",
+            target.kind
+        );
+    }
+    target.assert_serving();
+}
+
+/// Stops `target` with SIGTERM: a clean exit, no panic in its log; returns
+/// the log.
+fn assert_stops_cleanly(target: Target, seed: u64) -> String {
+    let (status, log) = target.terminate();
+    assert!(
+        !log.contains("panicked"),
+        "a panic under hostile headers (seed {seed}):\n{log}"
+    );
+    assert!(status.success(), "exit {status} (seed {seed}):\n{log}");
+    log
 }
 
 /// A value from [`HOSTILE_VALUES`], a long one or a random number.
@@ -1401,6 +1472,278 @@ fn hostile_properties(random: &mut Garbage) -> String {
         _ => {}
     }
     text
+}
+
+/// A request body: none, empty JSON, random bytes, a JSON object in the
+/// shapes of the bodies the server decodes ([`BODY`]) with hostile values,
+/// or, for a send, a batch of messages with hostile properties.
+fn hostile_body(random: &mut Garbage, send: bool) -> Option<Vec<u8>> {
+    let batches = if send { 2 } else { 0 };
+    match random.next() % (6 + batches) {
+        0 => None,
+        1 => Some(b"{}".to_vec()),
+        2 => Some(b"[]".to_vec()),
+        3 => Some(random.bytes()),
+        4 | 5 => {
+            let mut text = String::new();
+            hostile_json(random, &BODY, &mut text);
+            if random.next().is_multiple_of(16) {
+                let cut = (0..=text.len() / 2)
+                    .rev()
+                    .find(|at| text.is_char_boundary(*at))
+                    .unwrap_or(0);
+                text.truncate(cut);
+            }
+            Some(text.into_bytes())
+        }
+        _ => Some(hostile_batch(random)),
+    }
+}
+
+/// A SEND_BATCH_MESSAGE body of one to four messages with hostile
+/// properties (well formed, but now and then an empty body, a cut or a
+/// flipped byte).
+fn hostile_batch(random: &mut Garbage) -> Vec<u8> {
+    let messages: Vec<(i32, Vec<u8>, String)> = (0..=random.next() % 4)
+        .map(|_| {
+            let body = if random.next().is_multiple_of(16) {
+                Vec::new()
+            } else {
+                random.bytes()
+            };
+            (random.next() as i32, body, hostile_properties(random))
+        })
+        .collect();
+    let entries: Vec<BatchEntry<'_>> = messages
+        .iter()
+        .map(|(flag, body, properties)| BatchEntry::new(*flag, body, properties.as_bytes()))
+        .collect();
+    let mut out = Vec::new();
+    encode_batch(&entries, &mut out).unwrap();
+    match random.next() % 8 {
+        0 => out.truncate((random.next() % out.len() as u64) as usize),
+        1 => {
+            let at = (random.next() % out.len() as u64) as usize;
+            out[at] ^= 1 << (random.next() % 8);
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The shape of a JSON value the server decodes, for [`hostile_json`].
+enum Shape {
+    /// A text, a number, a boolean or null, plausible or hostile.
+    Scalar,
+    /// A text, plausible or hostile (a map's key).
+    Name,
+    /// An array of values of the shape.
+    List(&'static Shape),
+    /// An object from keys of the first shape (fastjson's maps keyed by
+    /// message queues too: `{{"topic":..}:5}`) to values of the second.
+    Map(&'static Shape, &'static Shape),
+    /// An object with these fields.
+    Object(&'static [(&'static str, Shape)]),
+}
+
+/// An array of texts and numbers.
+const TEXTS: Shape = Shape::List(&Shape::Scalar);
+/// An object of texts and numbers by name (topic and group attributes).
+const NAMED: Shape = Shape::Map(&Shape::Name, &Shape::Scalar);
+const MESSAGE_QUEUE: Shape = Shape::Object(&[
+    ("topic", Shape::Scalar),
+    ("brokerName", Shape::Scalar),
+    ("queueId", Shape::Scalar),
+]);
+const DATA_VERSION: Shape = Shape::Object(&[
+    ("timestamp", Shape::Scalar),
+    ("counter", Shape::Scalar),
+    ("stateVersion", Shape::Scalar),
+]);
+const SUBSCRIPTION: Shape = Shape::Object(&[
+    ("topic", Shape::Scalar),
+    ("subString", Shape::Scalar),
+    ("tagsSet", TEXTS),
+    ("codeSet", TEXTS),
+    ("subVersion", Shape::Scalar),
+    ("expressionType", Shape::Scalar),
+    ("classFilterMode", Shape::Scalar),
+]);
+const CONSUMER_DATA: Shape = Shape::Object(&[
+    ("groupName", Shape::Scalar),
+    ("consumeType", Shape::Scalar),
+    ("messageModel", Shape::Scalar),
+    ("consumeFromWhere", Shape::Scalar),
+    ("subscriptionDataSet", Shape::List(&SUBSCRIPTION)),
+    ("unitMode", Shape::Scalar),
+]);
+const PRODUCER_DATA: Shape = Shape::Object(&[("groupName", Shape::Scalar)]);
+const TOPIC_CONFIG: Shape = Shape::Object(&[
+    ("topicName", Shape::Scalar),
+    ("readQueueNums", Shape::Scalar),
+    ("writeQueueNums", Shape::Scalar),
+    ("perm", Shape::Scalar),
+    ("topicFilterType", Shape::Scalar),
+    ("topicSysFlag", Shape::Scalar),
+    ("order", Shape::Scalar),
+    ("attributes", NAMED),
+]);
+const GROUP_CONFIG: Shape = Shape::Object(&[
+    ("groupName", Shape::Scalar),
+    ("consumeEnable", Shape::Scalar),
+    ("consumeFromMinEnable", Shape::Scalar),
+    ("consumeBroadcastEnable", Shape::Scalar),
+    ("retryQueueNums", Shape::Scalar),
+    ("retryMaxTimes", Shape::Scalar),
+    ("brokerId", Shape::Scalar),
+    ("whichBrokerWhenConsumeSlowly", Shape::Scalar),
+    ("notifyConsumerIdsChangedEnable", Shape::Scalar),
+    ("groupSysFlag", Shape::Scalar),
+    ("consumeTimeoutMinute", Shape::Scalar),
+    ("attributes", NAMED),
+]);
+/// The union of the request bodies' fields: heartbeats, queue locks,
+/// offset resets, topic and group configs, registrations, topic lists.
+const BODY: Shape = Shape::Object(&[
+    ("clientID", Shape::Scalar),
+    ("heartbeatFingerprint", Shape::Scalar),
+    ("producerDataSet", Shape::List(&PRODUCER_DATA)),
+    ("consumerDataSet", Shape::List(&CONSUMER_DATA)),
+    ("consumerGroup", Shape::Scalar),
+    ("clientId", Shape::Scalar),
+    ("mqSet", Shape::List(&MESSAGE_QUEUE)),
+    ("lockOKMQSet", Shape::List(&MESSAGE_QUEUE)),
+    ("offsetTable", Shape::Map(&MESSAGE_QUEUE, &Shape::Scalar)),
+    ("topicConfigTable", Shape::Map(&Shape::Name, &TOPIC_CONFIG)),
+    (
+        "subscriptionGroupTable",
+        Shape::Map(&Shape::Name, &GROUP_CONFIG),
+    ),
+    ("topicConfigList", Shape::List(&TOPIC_CONFIG)),
+    ("groupConfigList", Shape::List(&GROUP_CONFIG)),
+    ("dataVersion", DATA_VERSION),
+    ("topicList", TEXTS),
+    ("filterServerList", TEXTS),
+    ("messageQueue", MESSAGE_QUEUE),
+    ("topic", Shape::Scalar),
+    ("brokerName", Shape::Scalar),
+    ("queueId", Shape::Scalar),
+    ("groupName", Shape::Scalar),
+    ("topicName", Shape::Scalar),
+    ("readQueueNums", Shape::Scalar),
+    ("writeQueueNums", Shape::Scalar),
+    ("perm", Shape::Scalar),
+    ("retryMaxTimes", Shape::Scalar),
+    ("brokerId", Shape::Scalar),
+    ("attributes", NAMED),
+]);
+
+/// Writes a JSON value of `shape` to `out`: each field of an object
+/// present with odds 3 in 4 and of the wrong shape 1 in 8, a stray header
+/// field now and then, numbers out of every range, texts from
+/// [`HOSTILE_VALUES`].
+fn hostile_json(random: &mut Garbage, shape: &Shape, out: &mut String) {
+    let count = |random: &mut Garbage| random.next() % 4;
+    match shape {
+        Shape::Scalar => hostile_json_scalar(random, out),
+        Shape::Name => json_string(&hostile_value(random), out),
+        Shape::List(item) => {
+            out.push('[');
+            for at in 0..count(random) {
+                if at > 0 {
+                    out.push(',');
+                }
+                hostile_json(random, item, out);
+            }
+            out.push(']');
+        }
+        Shape::Map(key, value) => {
+            out.push('{');
+            for at in 0..count(random) {
+                if at > 0 {
+                    out.push(',');
+                }
+                hostile_json(random, key, out);
+                out.push(':');
+                hostile_json(random, value, out);
+            }
+            out.push('}');
+        }
+        Shape::Object(fields) => {
+            out.push('{');
+            let mut first = true;
+            for (name, field_shape) in fields.iter() {
+                if random.next().is_multiple_of(4) {
+                    continue;
+                }
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                json_string(name, out);
+                out.push(':');
+                match random.next() % 8 {
+                    0 => {
+                        let wrong = [TEXTS, DATA_VERSION];
+                        let wrong = &wrong[(random.next() % 2) as usize];
+                        hostile_json(random, wrong, out)
+                    }
+                    _ => hostile_json(random, field_shape, out),
+                }
+            }
+            if random.next().is_multiple_of(8) {
+                if !first {
+                    out.push(',');
+                }
+                json_string(
+                    HEADER_FIELDS[(random.next() % HEADER_FIELDS.len() as u64) as usize],
+                    out,
+                );
+                out.push(':');
+                hostile_json_scalar(random, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// A JSON text, number, boolean or null, plausible or hostile.
+fn hostile_json_scalar(random: &mut Garbage, out: &mut String) {
+    let pick = |random: &mut Garbage, values: &[&'static str]| {
+        values[(random.next() % values.len() as u64) as usize]
+    };
+    match random.next() % 8 {
+        0 | 1 => json_string(pick(random, TEXT_VALUES), out),
+        2 | 3 => out.push_str(pick(random, NUMBER_VALUES)),
+        4 => out.push_str(pick(
+            random,
+            &[
+                "true",
+                "false",
+                "null",
+                "-9223372036854775808",
+                "99999999999999999999",
+                "1.5",
+                "-1e400",
+                "4294967296",
+            ],
+        )),
+        _ => json_string(&hostile_value(random), out),
+    }
+}
+
+/// `text` as a JSON string.
+fn json_string(text: &str, out: &mut String) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c < ' ' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// What an answer's remark says of a header field: `<name> is null` (the
