@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Broker, Client, commit_log_offset, fresh_store, start_broker};
+use common::{Broker, Client, commit_log_offset, fresh_store, pull_request, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
@@ -138,21 +138,7 @@ impl Client {
         topic: &str,
         queue_id: i32,
     ) -> Vec<(i64, i32, Option<String>, Vec<u8>)> {
-        let header = PullMessageRequestHeader {
-            consumer_group: "cg".to_owned(),
-            topic: topic.to_owned(),
-            queue_id,
-            queue_offset: 0,
-            max_msg_nums: 32,
-            sys_flag: PullSysFlag::SUBSCRIPTION,
-            subscription: Some("*".to_owned()),
-            expression_type: Some("TAG".to_owned()),
-            ..PullMessageRequestHeader::default()
-        };
-        let response = self.call_ok(RemotingCommand::new_request(
-            request_code::PULL_MESSAGE,
-            header.to_ext_fields(),
-        ));
+        let response = self.call_ok(pull_request("cg", topic, queue_id, 0));
         iter_pull_body(response.body_bytes(), CrcCheck::Verify)
             .map(|record| {
                 let view = record.unwrap();

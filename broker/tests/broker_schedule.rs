@@ -23,12 +23,11 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Broker, Client, fresh_store, start_broker};
+use common::{Broker, Client, fresh_store, pull_request, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
-    ConsumerSendMsgBackRequestHeader, CustomHeader, PullMessageRequestHeader, PullSysFlag,
-    SendMessageResponseHeader,
+    ConsumerSendMsgBackRequestHeader, CustomHeader, SendMessageResponseHeader,
 };
 use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
@@ -104,22 +103,7 @@ impl Client {
 
     /// Pulls once from `offset` without suspending.
     fn pull(&mut self, topic: &str, queue_id: i32, offset: i64) -> Vec<Pulled> {
-        let header = PullMessageRequestHeader {
-            consumer_group: "cg".to_owned(),
-            topic: topic.to_owned(),
-            queue_id,
-            queue_offset: offset,
-            max_msg_nums: 32,
-            sys_flag: PullSysFlag::SUBSCRIPTION,
-            suspend_timeout_millis: 0,
-            subscription: Some("*".to_owned()),
-            expression_type: Some("TAG".to_owned()),
-            ..PullMessageRequestHeader::default()
-        };
-        let response = self.call(RemotingCommand::new_request(
-            request_code::PULL_MESSAGE,
-            header.to_ext_fields(),
-        ));
+        let response = self.call(pull_request("cg", topic, queue_id, offset));
         if response.code != response_code::SUCCESS {
             return Vec::new();
         }

@@ -14,14 +14,17 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Broker, Client, commit_log_offset, fresh_store, send_message_request, start_broker};
+use common::{
+    Broker, Client, commit_log_offset, fresh_store, pull_request, send_message_request,
+    start_broker,
+};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
     CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
-    GetMinOffsetResponseHeader, PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag,
-    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader, ReplicaPullRequestHeader,
-    ReplicaPullResponseHeader, SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader,
+    GetMinOffsetResponseHeader, PullMessageResponseHeader, QueryConsumerOffsetRequestHeader,
+    QueryConsumerOffsetResponseHeader, ReplicaPullRequestHeader, ReplicaPullResponseHeader,
+    SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader,
 };
 use ringmq_protocol::json::SubscriptionGroupConfig;
 use ringmq_protocol::message::{CrcCheck, Decoded, RecordError, decode_entry, iter_pull_body};
@@ -85,21 +88,7 @@ impl Client {
         let mut records = Vec::new();
         let mut offset = self.min_offset(queue_id);
         loop {
-            let header = PullMessageRequestHeader {
-                consumer_group: "replica-readers".to_owned(),
-                topic: TOPIC.to_owned(),
-                queue_id,
-                queue_offset: offset,
-                max_msg_nums: 32,
-                sys_flag: PullSysFlag::SUBSCRIPTION,
-                subscription: Some("*".to_owned()),
-                expression_type: Some("TAG".to_owned()),
-                ..PullMessageRequestHeader::default()
-            };
-            let answer = self.call(RemotingCommand::new_request(
-                request_code::PULL_MESSAGE,
-                header.to_ext_fields(),
-            ));
+            let answer = self.call(pull_request("replica-readers", TOPIC, queue_id, offset));
             // The end of the queue: a slave whose master is online sends the
             // consumer back to it at once (PULL_RETRY_IMMEDIATELY, as Java's).
             if answer.code == response_code::PULL_NOT_FOUND

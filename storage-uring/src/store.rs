@@ -703,15 +703,19 @@ impl<D: Disk> Store<D> {
             >= self.config.consume_queue_flush_interval_ms
         {
             self.last_cq_flush_ms = now_ms;
-            for error in self.queues.take_errors() {
-                tracing::warn!(%error, "consume queue flush failed; it is retried");
+            // One line a flush interval, however many queues failed (a
+            // full disk fails every queue with something to write).
+            let errors = self.queues.take_errors();
+            if let Some(first) = errors.first() {
+                tracing::warn!(errors = errors.len(), %first, "consume queue flushes failed; they are retried");
             }
             // A durability round starts before the flush, so it completes
             // with this flush's fdatasyncs (see `current_checkpoint`).
             self.advance_durable_points();
             self.queues.flush_all(&mut self.disk)?;
-            for error in self.index.take_errors() {
-                tracing::warn!(%error, "index file flush failed; it is retried");
+            let errors = self.index.take_errors();
+            if let Some(first) = errors.first() {
+                tracing::warn!(errors = errors.len(), %first, "index file flushes failed; they are retried");
             }
             self.index.flush(&mut self.disk)?;
         } else if self.queues.flush_pass_in_progress() {

@@ -21,8 +21,8 @@ use ringmq_protocol::command::ExtFields;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
 use ringmq_protocol::header::{
-    CreateTopicRequestHeader, CustomHeader, SendMessageRequestHeaderV2, SendMessageResponseHeader,
-    ViewMessageRequestHeader,
+    CreateTopicRequestHeader, CustomHeader, PullMessageRequestHeader, PullSysFlag,
+    SendMessageRequestHeaderV2, SendMessageResponseHeader, ViewMessageRequestHeader,
 };
 use ringmq_protocol::json::{JsonStyle, SubscriptionGroupConfig};
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
@@ -389,6 +389,24 @@ impl Client {
             );
         }
     }
+}
+
+/// PULL_MESSAGE for `group` of up to 32 messages of `topic`'s queue
+/// `queue_id` from `offset`, every tag, not held.
+pub fn pull_request(group: &str, topic: &str, queue_id: i32, offset: i64) -> RemotingCommand {
+    let header = PullMessageRequestHeader {
+        consumer_group: group.to_owned(),
+        topic: topic.to_owned(),
+        queue_id,
+        queue_offset: offset,
+        max_msg_nums: 32,
+        sys_flag: PullSysFlag::SUBSCRIPTION,
+        suspend_timeout_millis: 0,
+        subscription: Some("*".to_owned()),
+        expression_type: Some("TAG".to_owned()),
+        ..PullMessageRequestHeader::default()
+    };
+    RemotingCommand::new_request(request_code::PULL_MESSAGE, header.to_ext_fields())
 }
 
 /// The UPDATE_AND_CREATE_TOPIC request of [`Client::create_topic`], for

@@ -857,8 +857,8 @@ impl ConsumeQueue {
     }
 
     fn record_error(&mut self, error: StorageError) {
+        // Logged by the store, once a flush interval for all queues.
         self.error_count += 1;
-        tracing::warn!(topic = %self.topic, queue_id = self.queue_id, %error, "consume queue flush failed");
         if self.errors.len() < CQ_ERRORS_KEPT_MAX {
             self.errors.push(error);
         }

@@ -471,7 +471,7 @@ impl IndexService {
         let submitted = match file.flush(disk, &self.dir, slots) {
             Ok(n) => n,
             Err(error) => {
-                record_error(&mut self.errors, &mut self.error_count, &file.name, error);
+                record_error(&mut self.errors, &mut self.error_count, error);
                 0
             }
         };
@@ -491,7 +491,7 @@ impl IndexService {
             match file.flush(disk, &self.dir, slots) {
                 Ok(n) => submitted += n,
                 Err(error) => {
-                    record_error(&mut self.errors, &mut self.error_count, &file.name, error);
+                    record_error(&mut self.errors, &mut self.error_count, error);
                 }
             }
             if file.can_leave_memory() {
@@ -543,7 +543,7 @@ impl IndexService {
         };
         let had_file = file.file.is_some();
         if let Some(error) = file.on_completion(local_seq, result) {
-            record_error(&mut self.errors, &mut self.error_count, &file.name, error);
+            record_error(&mut self.errors, &mut self.error_count, error);
         }
         // Completed writes are synced at once (see the ConsumeQueues), a
         // round with pages left goes on, and a file just created gets its
@@ -553,7 +553,7 @@ impl IndexService {
             && (file.flush.needs_sync || file.round_open() || created)
             && let Err(error) = file.flush(disk, &self.dir, writes_slots(at, last, file))
         {
-            record_error(&mut self.errors, &mut self.error_count, &file.name, error);
+            record_error(&mut self.errors, &mut self.error_count, error);
         }
     }
 
@@ -639,9 +639,9 @@ fn writes_slots(at: usize, last: usize, file: &IndexFile) -> bool {
     at != last || file.is_full()
 }
 
-fn record_error(errors: &mut Vec<StorageError>, count: &mut u64, file: &str, error: StorageError) {
+fn record_error(errors: &mut Vec<StorageError>, count: &mut u64, error: StorageError) {
+    // Logged by the store, once a flush interval.
     *count += 1;
-    tracing::warn!(file, %error, "index file flush failed; it is retried");
     if errors.len() < INDEX_ERRORS_KEPT_MAX {
         errors.push(error);
     }
