@@ -810,6 +810,19 @@ impl PersisterHandle {
         self.inner.shared.wake.notify_one();
     }
 
+    /// The offsets shard `shard` loaded at start: part of every later
+    /// merge, written only with the next change. Without it, the first
+    /// write after a start that only some shards' commits prompt would
+    /// leave out the others' offsets (until the shutdown wrote them all
+    /// again; a crash in between lost them).
+    pub fn seed_offsets(&self, shard: u16, file: ConsumerOffsetFile) {
+        let mut pending = self.inner.shared.lock();
+        pending
+            .shard_offsets
+            .entry(shard)
+            .or_insert_with(|| Arc::new(file));
+    }
+
     /// What the thread has done so far.
     pub fn status(&self) -> PersisterStatus {
         self.inner.shared.lock().status.clone()

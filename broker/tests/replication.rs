@@ -22,9 +22,8 @@ use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
     CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
-    GetMinOffsetResponseHeader, PullMessageResponseHeader, QueryConsumerOffsetRequestHeader,
-    QueryConsumerOffsetResponseHeader, ReplicaPullRequestHeader, ReplicaPullResponseHeader,
-    SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader,
+    GetMinOffsetResponseHeader, PullMessageResponseHeader, ReplicaPullRequestHeader,
+    ReplicaPullResponseHeader, SendMessageResponseHeader,
 };
 use ringmq_protocol::json::SubscriptionGroupConfig;
 use ringmq_protocol::message::{CrcCheck, Decoded, RecordError, decode_entry, iter_pull_body};
@@ -107,37 +106,12 @@ impl Client {
 
     /// UPDATE_CONSUMER_OFFSET of group `readers`.
     fn commit_offset(&mut self, queue_id: i32, offset: i64) {
-        let header = UpdateConsumerOffsetRequestHeader {
-            consumer_group: "readers".to_owned(),
-            topic: TOPIC.to_owned(),
-            queue_id,
-            commit_offset: offset,
-            ..UpdateConsumerOffsetRequestHeader::default()
-        };
-        self.call_ok(RemotingCommand::new_request(
-            request_code::UPDATE_CONSUMER_OFFSET,
-            header.to_ext_fields(),
-        ));
+        self.commit_offset_of("readers", TOPIC, queue_id, offset);
     }
 
     /// QUERY_CONSUMER_OFFSET of group `readers`: None when there is none.
     fn committed_offset(&mut self, queue_id: i32) -> Option<i64> {
-        let header = QueryConsumerOffsetRequestHeader {
-            consumer_group: "readers".to_owned(),
-            topic: TOPIC.to_owned(),
-            queue_id,
-            ..QueryConsumerOffsetRequestHeader::default()
-        };
-        let answer = self.call(RemotingCommand::new_request(
-            request_code::QUERY_CONSUMER_OFFSET,
-            header.to_ext_fields(),
-        ));
-        if answer.code == response_code::QUERY_NOT_FOUND {
-            return None;
-        }
-        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
-        let header: QueryConsumerOffsetResponseHeader = answer.decode_custom_header().unwrap();
-        Some(header.offset)
+        self.committed_offset_of("readers", TOPIC, queue_id)
     }
 }
 

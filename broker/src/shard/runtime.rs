@@ -309,6 +309,8 @@ fn run_shard(start: ShardStart) -> Result<(), String> {
             })
             .map_err(|error| format!("loading consumerOffset.json: {error}"))?;
     }
+    // Before any shard serves (they wait for each other's links below).
+    start.persister.seed_offsets(id, offsets.to_file());
     let mut handler = ShardHandler::new(
         id,
         start.settings.clone(),

@@ -22,7 +22,9 @@ use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
 use ringmq_protocol::header::{
     CreateTopicRequestHeader, CustomHeader, PullMessageRequestHeader, PullSysFlag,
-    SendMessageRequestHeaderV2, SendMessageResponseHeader, ViewMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
+    SendMessageRequestHeaderV2, SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
 };
 use ringmq_protocol::json::{JsonStyle, SubscriptionGroupConfig};
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
@@ -170,11 +172,22 @@ impl Broker {
         self.child.id()
     }
 
-    /// SIGTERM, then the exit status.
+    /// SIGTERM, then the exit status; panics (after SIGKILL) when the
+    /// broker has not exited within [`STOP_TIMEOUT`].
     pub fn stop(mut self) -> ExitStatus {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().unwrap()
+        let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the broker did not stop within {STOP_TIMEOUT:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGKILL: no shutdown work at all.
@@ -190,6 +203,9 @@ impl Drop for Broker {
         let _ = self.child.wait();
     }
 }
+
+/// How long [`Broker::stop`] waits for the broker to exit.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a test waits for one frame from the broker before failing.
 const READ_TIMEOUT: Duration = Duration::from_secs(20);
@@ -365,6 +381,43 @@ impl Client {
             body,
         );
         self.call_ok(request).decode_custom_header().unwrap()
+    }
+
+    /// UPDATE_CONSUMER_OFFSET of `group` on `topic`'s queue `queue_id`;
+    /// asserts SUCCESS.
+    pub fn commit_offset_of(&mut self, group: &str, topic: &str, queue_id: i32, offset: i64) {
+        let header = UpdateConsumerOffsetRequestHeader {
+            consumer_group: group.to_owned(),
+            topic: topic.to_owned(),
+            queue_id,
+            commit_offset: offset,
+            ..UpdateConsumerOffsetRequestHeader::default()
+        };
+        self.call_ok(RemotingCommand::new_request(
+            request_code::UPDATE_CONSUMER_OFFSET,
+            header.to_ext_fields(),
+        ));
+    }
+
+    /// QUERY_CONSUMER_OFFSET of `group` on `topic`'s queue `queue_id`:
+    /// None when it has none.
+    pub fn committed_offset_of(&mut self, group: &str, topic: &str, queue_id: i32) -> Option<i64> {
+        let header = QueryConsumerOffsetRequestHeader {
+            consumer_group: group.to_owned(),
+            topic: topic.to_owned(),
+            queue_id,
+            ..QueryConsumerOffsetRequestHeader::default()
+        };
+        let answer = self.call(RemotingCommand::new_request(
+            request_code::QUERY_CONSUMER_OFFSET,
+            header.to_ext_fields(),
+        ));
+        if answer.code == response_code::QUERY_NOT_FOUND {
+            return None;
+        }
+        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+        let header: QueryConsumerOffsetResponseHeader = answer.decode_custom_header().unwrap();
+        Some(header.offset)
     }
 
     /// Sends 24 MiB (three write buffers' worth, in 60 KiB messages) to
