@@ -105,10 +105,27 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("ringmq: error: {error:#}");
+            eprintln!("ringmq: error: {}", error_chain(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, `a: b: c`, leaving out a cause its parent's
+/// message already ends with (many errors here print their source).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.ends_with(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text
 }
 
 fn run() -> anyhow::Result<()> {
@@ -282,4 +299,27 @@ fn interface_addrs() -> Vec<IpAddr> {
     // SAFETY: `list` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(list) };
     addrs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+    use ringmq_broker::persist::PersistError;
+
+    #[test]
+    fn error_chain_leaves_out_a_cause_its_parent_already_prints() {
+        let persist = PersistError::Io {
+            operation: "write",
+            path: "/store/config/topics.json.tmp".into(),
+            source: std::io::Error::from_raw_os_error(28),
+        };
+        let error = anyhow::Error::new(persist).context("running the broker");
+        assert_eq!(
+            error_chain(&error),
+            "running the broker: write /store/config/topics.json.tmp: \
+             No space left on device (os error 28)"
+        );
+        let plain = anyhow::anyhow!("no source").context("outer");
+        assert_eq!(error_chain(&plain), "outer: no source");
+    }
 }

@@ -317,7 +317,8 @@ impl ConfigDir {
     /// new content: `<file>.tmp` written and fsynced, the previous non-empty
     /// content copied to `<file>.bak` and fsynced, the tmp renamed over the
     /// file, the directory fsynced. Creates the directory (and fsyncs its
-    /// parent) if needed.
+    /// parent) if needed. A file that already holds `content` is left as
+    /// it is.
     ///
     /// # Errors
     ///
@@ -328,10 +329,16 @@ impl ConfigDir {
         if content.is_empty() {
             return Err(PersistError::EmptyContent { path });
         }
+        let previous = read_if_present(&path)?;
+        // The same content: nothing to write (the shutdown hands in every
+        // file, changed or not; on a full disk the write would only fail).
+        if previous.as_deref() == Some(content) {
+            return Ok(());
+        }
         self.ensure_dir()?;
         let temp_path = self.temp_path(file);
         write_synced(&temp_path, content)?;
-        if let Some(previous) = read_if_present(&path)? {
+        if let Some(previous) = previous {
             write_synced(&self.backup_path(file), &previous)?;
         }
         fs::rename(&temp_path, &path).map_err(io_error("rename tmp over", &path))?;
@@ -970,6 +977,34 @@ mod tests {
         assert_eq!(main, b"three");
         assert_eq!(backup, b"two");
         assert!(!dir.temp_path(ConfigFile::SubscriptionGroups).exists());
+    }
+
+    #[test]
+    fn write_atomic_of_the_content_the_file_holds_writes_nothing() {
+        use std::os::unix::fs::MetadataExt;
+        let temp = TempDir::new("unchanged");
+        let dir = temp.config();
+        let path = dir.file_path(ConfigFile::Topics);
+        dir.write_atomic(ConfigFile::Topics, b"one").unwrap();
+        dir.write_atomic(ConfigFile::Topics, b"two").unwrap();
+        let inode = fs::metadata(&path).unwrap().ino();
+        dir.write_atomic(ConfigFile::Topics, b"two").unwrap();
+        assert_eq!(
+            fs::metadata(&path).unwrap().ino(),
+            inode,
+            "not renamed over"
+        );
+        assert_eq!(
+            fs::read(dir.backup_path(ConfigFile::Topics)).unwrap(),
+            b"one",
+            "the backup keeps the content before the last change"
+        );
+        dir.write_atomic(ConfigFile::Topics, b"three").unwrap();
+        assert_ne!(fs::metadata(&path).unwrap().ino(), inode);
+        assert_eq!(
+            fs::read(dir.backup_path(ConfigFile::Topics)).unwrap(),
+            b"two"
+        );
     }
 
     #[test]

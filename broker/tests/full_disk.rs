@@ -253,7 +253,8 @@ fn start(store: &Path) -> Option<Broker> {
 /// Another file fills the disk while sends go on: sends are refused with
 /// SERVICE_NOT_AVAILABLE naming the full disk (nothing else, and the
 /// broker does not stop), flush failures are logged once a second rather
-/// than once per queue, sends are stored again once the file is gone, and
+/// than once per queue, a stop and a start on the full disk work, sends
+/// are stored again once the file is gone, and
 /// every acknowledged message is pulled back, byte for byte at its offset,
 /// then and after a restart; a topic created meanwhile, which takes effect
 /// with its config file write retried, exists after the restart.
@@ -273,6 +274,8 @@ fn a_disk_filled_by_another_file_refuses_sends_and_keeps_every_acknowledged_mess
     for _ in 0..200 {
         assert!(acknowledged.send(&mut client), "a send with space left");
     }
+    // The readers' group is created (and its file written) now.
+    acknowledged.assert_pulled(&mut client, "before the disk filled");
 
     let filler = fill(&store);
     let full_since = Instant::now();
@@ -282,6 +285,20 @@ fn a_disk_filled_by_another_file_refuses_sends_and_keeps_every_acknowledged_mess
         acknowledged.send(&mut client);
     }
     acknowledged.assert_pulled(&mut client, "disk full");
+
+    // Stopped and started again while the disk is still full: a clean exit
+    // (the config files hold what they held), and a broker that boots,
+    // serves what it acknowledged and refuses sends.
+    drop(client);
+    let status = broker.stop();
+    assert!(status.success(), "stopping on a full disk: exit {status}");
+    let Some(broker) = start(&store) else {
+        panic!("the broker ran on this store before");
+    };
+    let mut client = broker.connect();
+    acknowledged.assert_pulled(&mut client, "restarted on a full disk");
+    acknowledged.send_until_refused(&mut client, SPACE_CHECK_WAIT);
+
     let late_topic = client.call(common::create_topic_request(LATE_TOPIC, QUEUES));
     // Stored, or in effect with its config file write retried: either way
     // it must be there after the space came back and a restart.

@@ -107,6 +107,11 @@ pub const GET_MESSAGES_SCAN_ENTRIES_MAX: usize = 800;
 /// healthy disk.
 pub const SHUTDOWN_IDLE_POLL_ROUNDS_MAX: u32 = 600;
 
+/// Rounds of a shutdown in which ConsumeQueue or index writes failed (each
+/// round retries them) before they are left to the next start's recovery:
+/// on a full disk they fail every time.
+pub const SHUTDOWN_DERIVED_FAILED_ROUNDS_MAX: u32 = 10;
+
 /// Most completions reaped per poll turn (style.md section 2).
 pub const COMPLETIONS_PER_TURN_MAX: usize = 256;
 

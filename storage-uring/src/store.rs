@@ -87,7 +87,7 @@ use crate::error::StorageError;
 use crate::index_file::{IndexDurablePoint, IndexRecord, IndexService};
 use crate::limits::{
     CHECKPOINT_FILE_SIZE, COMPLETIONS_PER_TURN_MAX, DISK_SPACE_CHECK_INTERVAL_MS,
-    MESSAGE_SIZE_MAX_BYTES, SHUTDOWN_IDLE_POLL_ROUNDS_MAX,
+    MESSAGE_SIZE_MAX_BYTES, SHUTDOWN_DERIVED_FAILED_ROUNDS_MAX, SHUTDOWN_IDLE_POLL_ROUNDS_MAX,
 };
 
 mod cleaning;
@@ -969,7 +969,10 @@ impl<D: Disk> Store<D> {
 
     /// Flushes everything, writes the checkpoint, removes the abort file and
     /// closes the files; returns the disk. Acks that become due are appended
-    /// to `acks`.
+    /// to `acks`. ConsumeQueue or index writes that fail in
+    /// [`SHUTDOWN_DERIVED_FAILED_ROUNDS_MAX`] rounds (a full disk) are given
+    /// up: the abort file stays and the next start recovers them from the
+    /// CommitLog.
     ///
     /// # Errors
     /// Disk errors; [`StorageError::FlushTimeout`] if the disk completes
@@ -977,19 +980,25 @@ impl<D: Disk> Store<D> {
     /// row.
     pub fn shutdown(mut self, now_ms: u64, acks: &mut Vec<AppendAck>) -> Result<D, StorageError> {
         let mut idle_rounds = 0;
+        // ConsumeQueue and index writes that failed in this many rounds (a
+        // full disk fails them every time, and each failure is a completion,
+        // so the idle bound never ends the loop) are left to the next start.
+        let mut failed_rounds = 0;
+        let mut derived_failure: Option<StorageError> = None;
         loop {
             self.commit_log.start_flush_now(&mut self.disk)?;
-            self.queues.flush_all(&mut self.disk)?;
-            self.index.flush_everything(&mut self.disk)?;
+            if derived_failure.is_none() {
+                self.queues.flush_all(&mut self.disk)?;
+                self.index.flush_everything(&mut self.disk)?;
+            }
             let log_done = self.commit_log.appender().is_idle()
                 || self.commit_log.appender().failure().is_some();
-            if log_done
-                && self.queues.is_idle()
-                && self.queues.is_clean()
-                && self.index.is_idle()
-                && self.index.is_clean()
-                && !self.checkpoint_in_flight
-                && self.disk.in_flight() == 0
+            let derived_done = derived_failure.is_some()
+                || (self.queues.is_idle()
+                    && self.queues.is_clean()
+                    && self.index.is_idle()
+                    && self.index.is_clean());
+            if log_done && derived_done && !self.checkpoint_in_flight && self.disk.in_flight() == 0
             {
                 break;
             }
@@ -1015,6 +1024,20 @@ impl<D: Disk> Store<D> {
             }
             self.completions = completions;
             self.collect_acks(now_ms, acks);
+            let failed = self
+                .queues
+                .take_errors()
+                .into_iter()
+                .chain(self.index.take_errors())
+                .next();
+            if let Some(error) = failed
+                && derived_failure.is_none()
+            {
+                failed_rounds += 1;
+                if failed_rounds >= SHUTDOWN_DERIVED_FAILED_ROUNDS_MAX {
+                    derived_failure = Some(error);
+                }
+            }
         }
         self.collect_acks(now_ms, acks);
         if let Some(reason) = self.commit_log.appender().failure() {
@@ -1022,6 +1045,15 @@ impl<D: Disk> Store<D> {
             tracing::error!(
                 reason,
                 "shutdown after a commit log failure; recovery will run at the next start"
+            );
+        } else if let Some(error) = derived_failure {
+            // The checkpoint on disk holds the queues' and the index's
+            // durable points; with the abort file kept, the next start
+            // rebuilds what lies beyond them from the CommitLog.
+            tracing::error!(
+                %error,
+                "consume queue or index files could not be written at shutdown; \
+                 recovery will rebuild them from the commit log at the next start"
             );
         } else {
             self.commit_log.zero_block_after_clean_end(&mut self.disk)?;

@@ -121,6 +121,10 @@ pub struct ControlPlane {
     /// Topics created or updated whose snapshot is not shown yet, with the
     /// ticket it waits for.
     unshown_topics: HashMap<String, WriteTicket>,
+    /// The tables' versions as loaded at the start: a table still at its
+    /// version is what its file holds (or, with no file, what the next
+    /// start builds again), so the shutdown need not write it.
+    loaded_versions: (DataVersion, DataVersion),
 }
 
 impl ControlPlane {
@@ -136,6 +140,7 @@ impl ControlPlane {
         config_updates: BTreeMap<String, String>,
         now_ms: i64,
     ) -> Self {
+        let loaded_versions = (topics.data_version(), groups.data_version());
         ControlPlane {
             topics,
             groups,
@@ -148,13 +153,20 @@ impl ControlPlane {
             last_lock_scan_ms: now_ms,
             awaiting_persist: Vec::new(),
             unshown_topics: HashMap::new(),
+            loaded_versions,
         }
     }
 
-    /// Hands both config files to the persister.
+    /// Hands the config files of the tables changed since the start to the
+    /// persister (the shutdown: a stop on a full disk with nothing changed
+    /// writes nothing).
     pub fn persist_all(&self, persister: &PersisterHandle) {
-        persister.write(ConfigFile::Topics, self.topics.encode_file());
-        persister.write(ConfigFile::SubscriptionGroups, self.groups.encode_file());
+        if self.topics.data_version() != self.loaded_versions.0 {
+            persister.write(ConfigFile::Topics, self.topics.encode_file());
+        }
+        if self.groups.data_version() != self.loaded_versions.1 {
+            persister.write(ConfigFile::SubscriptionGroups, self.groups.encode_file());
+        }
     }
 }
 

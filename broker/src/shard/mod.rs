@@ -332,7 +332,11 @@ impl ShardHandler {
         };
         self.publish_delay_offsets(now_ms, true); // wired by schedule
         if let Some(persister) = &self.persister {
-            persister.offsets(self.id, self.offsets.to_file());
+            // The persister holds every shard's latest offsets (seeded at
+            // the start): only a change needs handing in.
+            if self.offsets.is_dirty() {
+                persister.offsets(self.id, self.offsets.to_file());
+            }
             if let Some(control) = &self.control {
                 control.persist_all(persister);
             }

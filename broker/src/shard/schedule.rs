@@ -491,7 +491,9 @@ impl ShardHandler {
             .map(|level| self.delay.scheduler.durable_offset(*level).unwrap_or(0))
             .collect();
         self.delay.last_publish_ms = now_ms;
-        if current == self.delay.published && !force {
+        // Unchanged: nothing to write, at the shutdown either (a failed
+        // earlier write is still the persister's to retry).
+        if current == self.delay.published {
             return;
         }
         let levels: Vec<(i32, i64)> = self

@@ -27,7 +27,9 @@
 //!   readable record is in memory until evicted.
 //! - After an abnormal recovery, appends continue in a fresh zero-filled
 //!   segment (the torn tail is fenced off by a durable BLANK marker), so no
-//!   stale bytes from before the crash can ever follow a new record. A
+//!   stale bytes from before the crash can ever follow a new record. When
+//!   the disk has no room for that segment, the rest of the last one is
+//!   zeroed in place (durably) and appends go on after its last record. A
 //!   replication slave's log is the exception ([`CommitLogConfig::replica`],
 //!   `replica` module).
 //! - Retired segments may come back as later segments (spares, renamed by
@@ -319,10 +321,23 @@ impl CommitLog {
         }
         let end = outcome.end;
         let end_base = segments.base_of(end);
-        let before = segments.segments().len();
-        segments.remove_from(disk, end_base + size)?;
-        let segments_removed = before - segments.segments().len();
         let torn = matches!(outcome.stop, ScanStop::Invalid { .. });
+        let fence_here = end != end_base && (fence || torn) && !config.replica;
+        let next_base = end_base + size;
+        let before = segments.segments().len();
+        // After a fence appends go on in the next segment: a file already
+        // there (created ahead of need) is kept to be truncated and filled
+        // again in place, which takes no more space than it held; removing
+        // it and creating another fails on a full disk.
+        segments.remove_from(
+            disk,
+            if fence_here {
+                next_base + size
+            } else {
+                next_base
+            },
+        )?;
+        let segments_removed = before - segments.segments().len();
         if let ScanStop::Invalid { reason } = &outcome.stop {
             tracing::warn!(
                 end,
@@ -340,11 +355,32 @@ impl CommitLog {
             } else {
                 segments.create(disk, end_base)?;
             }
-        } else if (fence || torn) && !config.replica {
-            write_fence(disk, &segments, end)?;
-            fenced = true;
-            append_from = end_base + size;
-            segments.create(disk, append_from)?;
+        } else if fence_here {
+            let fresh = if segments.last().is_some_and(|s| s.base == next_base) {
+                segments.recreate_last(disk)
+            } else {
+                segments.create(disk, next_base).map(drop)
+            };
+            match fresh {
+                Ok(()) => {
+                    write_fence(disk, &segments, end)?;
+                    fenced = true;
+                    append_from = next_base;
+                }
+                Err(StorageError::Disk(error)) if error.is_no_space() => {
+                    // A full disk: the rest of this segment, whose blocks
+                    // are allocated, is zeroed in place instead, so no
+                    // stale byte follows a new record either.
+                    tracing::warn!(
+                        %error,
+                        end,
+                        "no space for a fresh segment after recovery: the rest of the segment is zeroed and appends go on after its last record"
+                    );
+                    segments.discard_failed_create(disk, next_base)?;
+                    partial = zero_tail_in_place(disk, &segments, end)?;
+                }
+                Err(error) => return Err(error),
+            }
         } else {
             let segment = segments.get(end).expect("the scan end's segment exists");
             let block = align_down(end - end_base);
@@ -1508,6 +1544,58 @@ fn write_fence(disk: &mut impl Disk, segments: &SegmentSet, end: u64) -> Result<
     assert!(stash.is_empty(), "no other operation runs during recovery");
     Ok(())
 }
+
+/// Zeroes the segment that holds `end` (not a segment start) from `end` to
+/// its end, in place, and fdatasyncs it; returns the bytes of `end`'s block
+/// before `end`, which the appender writes again. What an abnormal
+/// recovery does instead of a fence when no fresh segment can be created.
+fn zero_tail_in_place(
+    disk: &mut impl Disk,
+    segments: &SegmentSet,
+    end: u64,
+) -> Result<Vec<u8>, StorageError> {
+    let segment = segments.get(end).expect("the scan end's segment exists");
+    let size = segments.segment_size();
+    let in_segment = end - segment.base;
+    let block = align_down(in_segment);
+    let at = (in_segment - block) as usize;
+    let mut stash = Vec::new();
+    let head = sync_read(disk, segment.file, block, BLOCK_SIZE, &mut stash)?;
+    let partial = head.as_slice()[..at].to_vec();
+    disk.recycle(head);
+    let mut offset = block;
+    while offset < size {
+        let len = (size - offset).min(ZERO_TAIL_WRITE_BYTES) as usize;
+        let mut buf = disk.buffer(len);
+        buf.as_full_mut_slice()[..len].fill(0);
+        if offset == block {
+            buf.as_full_mut_slice()[..at].copy_from_slice(&partial);
+        }
+        buf.set_len(len);
+        let op = DiskOp::Write {
+            file: segment.file,
+            file_offset: offset,
+            buf,
+            buf_range: 0..len,
+        };
+        let (_, buf) = run_sync(disk, commit_log_op_id(SEQ_READ, 0), op, &mut stash)?;
+        if let Some(buf) = buf {
+            disk.recycle(buf);
+        }
+        offset += len as u64;
+    }
+    run_sync(
+        disk,
+        commit_log_op_id(SEQ_READ, 1),
+        DiskOp::Fdatasync { file: segment.file },
+        &mut stash,
+    )?;
+    assert!(stash.is_empty(), "no other operation runs during recovery");
+    Ok(partial)
+}
+
+/// Bytes of each write of [`zero_tail_in_place`].
+const ZERO_TAIL_WRITE_BYTES: u64 = 1024 * 1024;
 
 /// Writes all of `buf` (its length, block-aligned) at `file_offset` and
 /// fdatasyncs `file`, waiting for both; other completions go to `stash`.

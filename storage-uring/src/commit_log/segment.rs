@@ -253,6 +253,24 @@ impl SegmentSet {
         Ok(())
     }
 
+    /// Removes what a [`SegmentSet::create`] of `base` that failed left
+    /// (the file, empty or partly allocated), if anything.
+    ///
+    /// # Errors
+    /// Disk errors other than the file being absent.
+    pub fn discard_failed_create(
+        &self,
+        disk: &mut impl Disk,
+        base: u64,
+    ) -> Result<(), StorageError> {
+        let path = self.dir.join(segment_file_name(base));
+        match disk.remove(&path) {
+            Ok(()) => Ok(disk.sync_dir(&self.dir)?),
+            Err(error) if error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
     /// Closes and removes every segment starting at or after `base`.
     ///
     /// # Errors

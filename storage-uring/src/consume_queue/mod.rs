@@ -1201,7 +1201,10 @@ impl ConsumeQueue {
             };
             let read;
             let bytes: &[u8] = match &view {
-                Some(view) => &view[..view.len().min(queue.file_size())],
+                // Entries are written from the start of the file; past its
+                // first hole there are none (and on a full tmpfs, reading a
+                // hole through the mapping raises SIGBUS).
+                Some(view) => &view[..view.leading_data_len().min(queue.file_size())],
                 None => {
                     read = read_blocking(
                         disk,

@@ -115,6 +115,10 @@ pub struct SimFaults {
     pub read_eio_nth: Option<u64>,
     /// Writes fail with ENOSPC once this many bytes have been written in all.
     pub enospc_after_write_bytes: Option<u64>,
+    /// Writes to files opened without O_DIRECT (ConsumeQueue and index
+    /// files, sparse on a real disk) fail with ENOSPC: the disk filled up
+    /// under the store, whose CommitLog segments are preallocated.
+    pub enospc_buffered_writes: bool,
     /// Percent of reads that return fewer bytes than asked (at least one
     /// block, whole blocks).
     pub short_read_percent: u64,
@@ -694,6 +698,7 @@ impl SimDisk {
     ) -> Result<usize, DiskError> {
         let open = self.open_file(file)?;
         let path = open.path.clone();
+        let direct = open.options.direct;
         if !open.options.writable {
             return Err(io_err("write", &path, libc::EBADF));
         }
@@ -705,6 +710,9 @@ impl SimDisk {
         if let Some(limit) = self.config.faults.enospc_after_write_bytes
             && self.written_bytes + len as u64 > limit
         {
+            return Err(io_err("write", &path, libc::ENOSPC));
+        }
+        if self.config.faults.enospc_buffered_writes && !direct {
             return Err(io_err("write", &path, libc::ENOSPC));
         }
         let old_len = self.files.get(&path).map_or(0, |f| f.volatile.len());

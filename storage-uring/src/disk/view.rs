@@ -26,7 +26,12 @@ pub struct FileView {
 }
 
 enum Inner {
-    Mapped { ptr: NonNull<u8>, len: usize },
+    Mapped {
+        ptr: NonNull<u8>,
+        len: usize,
+        /// Bytes from the start before the file's first hole.
+        leading_data: usize,
+    },
     Owned(Box<[u8]>),
 }
 
@@ -78,7 +83,7 @@ impl FileView {
     /// file's hash chains): no read-ahead around each page touched. Nothing
     /// for a copy; a refused advice changes nothing else.
     pub fn advise_random(&self) {
-        if let Inner::Mapped { ptr, len } = self.inner {
+        if let Inner::Mapped { ptr, len, .. } = self.inner {
             // SAFETY: `ptr..ptr + len` is this view's mapping; the advice
             // only tunes read-ahead.
             unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_RANDOM) };
@@ -88,6 +93,19 @@ impl FileView {
     /// Whether the view is a mapping (not a copy).
     pub fn is_mapped(&self) -> bool {
         matches!(self.inner, Inner::Mapped { .. })
+    }
+
+    /// Bytes from the start of the file up to its first hole, when the
+    /// view was mapped (`SEEK_HOLE`, at the file system's granularity;
+    /// the whole length for a copy, or where the file system cannot say).
+    /// A read of a hole through a shared mapping of a tmpfs file allocates
+    /// a page, which on a full tmpfs raises SIGBUS instead of giving zeros:
+    /// a scan that runs until it meets zeros stops here.
+    pub fn leading_data_len(&self) -> usize {
+        match self.inner {
+            Inner::Mapped { leading_data, .. } => leading_data,
+            Inner::Owned(ref bytes) => bytes.len(),
+        }
     }
 }
 
@@ -120,8 +138,15 @@ fn map_fd(fd: libc::c_int) -> Result<FileView, &'static str> {
         return Err("mmap");
     }
     let ptr = NonNull::new(ptr.cast::<u8>()).ok_or("mmap")?;
+    // SAFETY: lseek(2) on an open descriptor moves only its file offset.
+    let hole = unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) };
+    let leading_data = usize::try_from(hole).map_or(len, |hole| hole.min(len));
     Ok(FileView {
-        inner: Inner::Mapped { ptr, len },
+        inner: Inner::Mapped {
+            ptr,
+            len,
+            leading_data,
+        },
     })
 }
 
@@ -132,7 +157,9 @@ impl Deref for FileView {
         match &self.inner {
             // SAFETY: the mapping is `len` readable bytes until drop, and
             // nothing in this process writes to it (PROT_READ).
-            Inner::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
+            Inner::Mapped { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), *len)
+            },
             Inner::Owned(bytes) => bytes,
         }
     }
@@ -140,7 +167,7 @@ impl Deref for FileView {
 
 impl Drop for FileView {
     fn drop(&mut self) {
-        if let Inner::Mapped { ptr, len } = self.inner {
+        if let Inner::Mapped { ptr, len, .. } = self.inner {
             // SAFETY: the mapping made in `map_fd`, unmapped only here.
             unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
         }

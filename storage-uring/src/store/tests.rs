@@ -2768,3 +2768,70 @@ fn an_offset_inside_a_record_whose_bytes_read_as_a_wild_size_is_no_record() {
         }
     }
 }
+
+/// Appends `m-0` to `m-{n-1}` to T/0 and waits until they are written;
+/// returns their bodies.
+fn append_numbered(store: &mut Store<SimDisk>, n: usize) -> Vec<Vec<u8>> {
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("m-{i}").into_bytes()).collect();
+    for body in &bodies {
+        store.append(&message(body), 1).unwrap();
+    }
+    settle(store, 1, &mut Vec::new());
+    bodies
+}
+
+/// The bodies of T/0 from offset 0, two reads' worth (up to 64).
+fn first_bodies(store: &mut Store<SimDisk>) -> Vec<Vec<u8>> {
+    let mut all = bodies(store, "T", 0);
+    all.extend(bodies_from(store, "T", 0, all.len() as u64));
+    all
+}
+
+#[test]
+fn a_shutdown_whose_queue_writes_keep_failing_ends_and_the_next_start_rebuilds_them() {
+    let (mut store, _) = Store::open(
+        SimDisk::new(SimConfig::new(41)),
+        config(FlushMode::Async),
+        0,
+    )
+    .unwrap();
+    let expected = append_numbered(&mut store, 50);
+    // The disk fills up under the store: its CommitLog segments are
+    // preallocated, its sparse ConsumeQueue and index files cannot grow.
+    store.disk_mut().faults_mut().enospc_buffered_writes = true;
+    let mut disk = store.shutdown(2_000, &mut Vec::new()).unwrap();
+    disk.faults_mut().enospc_buffered_writes = false;
+    let (mut store, report) = Store::open(disk, config(FlushMode::Async), 3_000).unwrap();
+    assert!(report.abnormal, "the abort file stays for the next start");
+    assert_eq!(store.consume_queues().get("T", 0).unwrap().max_offset(), 50);
+    assert_eq!(first_bodies(&mut store), expected);
+}
+
+#[test]
+fn an_abnormal_recovery_with_no_space_for_a_fresh_segment_zeroes_the_tail_in_place() {
+    let mut sim = SimConfig::new(43);
+    // One segment and a little: the fresh segment a fence needs cannot be
+    // created.
+    sim.capacity_bytes = COMMIT_LOG_SEGMENT_SIZE_MIN + 64 * 1024;
+    let (mut store, _) = Store::open(SimDisk::new(sim), config(FlushMode::Async), 0).unwrap();
+    let expected = append_numbered(&mut store, 50);
+    for round in 0..2 {
+        let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+        let (reopened, report) = Store::open(disk, config(FlushMode::Async), 2).unwrap();
+        store = reopened;
+        assert!(report.abnormal);
+        assert!(
+            !report.recovery.fenced,
+            "round {round}: no room for a fence"
+        );
+        assert_eq!(report.recovery.append_from, report.recovery.scan.end);
+        assert_eq!(first_bodies(&mut store), expected, "round {round}");
+    }
+    // Appends go on after the last record.
+    let ticket = store.append(&message(b"after"), 3).unwrap();
+    assert_eq!(ticket.queue_offset, 50);
+    settle(&mut store, 3, &mut Vec::new());
+    let disk = store.disk_mut().crash(CrashKind::ProcessKill);
+    let (mut store, _) = Store::open(disk, config(FlushMode::Async), 4).unwrap();
+    assert_eq!(bodies_from(&mut store, "T", 0, 50), [b"after".to_vec()]);
+}
