@@ -250,6 +250,17 @@ fn start(store: &Path) -> Option<Broker> {
     start_broker(store, &["--shards=2".to_owned()])
 }
 
+/// Stops `broker` with SIGTERM (it must exit cleanly) and starts it again
+/// on `store`, with a new connection.
+fn restart(broker: Broker, client: Client, store: &Path, when: &str) -> (Broker, Client) {
+    drop(client);
+    let status = broker.stop();
+    assert!(status.success(), "{when}: exit {status}");
+    let broker = start(store).expect("the broker ran on this store before");
+    let client = broker.connect();
+    (broker, client)
+}
+
 /// Another file fills the disk while sends go on: sends are refused with
 /// SERVICE_NOT_AVAILABLE naming the full disk (nothing else, and the
 /// broker does not stop), flush failures are logged once a second rather
@@ -289,13 +300,7 @@ fn a_disk_filled_by_another_file_refuses_sends_and_keeps_every_acknowledged_mess
     // Stopped and started again while the disk is still full: a clean exit
     // (the config files hold what they held), and a broker that boots,
     // serves what it acknowledged and refuses sends.
-    drop(client);
-    let status = broker.stop();
-    assert!(status.success(), "stopping on a full disk: exit {status}");
-    let Some(broker) = start(&store) else {
-        panic!("the broker ran on this store before");
-    };
-    let mut client = broker.connect();
+    let (broker, mut client) = restart(broker, client, &store, "stopping on a full disk");
     acknowledged.assert_pulled(&mut client, "restarted on a full disk");
     acknowledged.send_until_refused(&mut client, SPACE_CHECK_WAIT);
 
@@ -324,13 +329,7 @@ fn a_disk_filled_by_another_file_refuses_sends_and_keeps_every_acknowledged_mess
     }
     acknowledged.assert_pulled(&mut client, "space back");
 
-    drop(client);
-    let status = broker.stop();
-    assert!(status.success(), "exit {status}");
-    let Some(broker) = start(&store) else {
-        panic!("the broker ran on this store before");
-    };
-    let mut client = broker.connect();
+    let (broker, mut client) = restart(broker, client, &store, "stopping with space back");
     acknowledged.assert_pulled(&mut client, "after a restart");
     if late_topic_in_effect {
         assert!(

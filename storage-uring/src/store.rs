@@ -1002,6 +1002,18 @@ impl<D: Disk> Store<D> {
             {
                 break;
             }
+            if idle_rounds == SHUTDOWN_IDLE_POLL_ROUNDS_MAX / 10 {
+                tracing::warn!(
+                    log_done,
+                    queues_idle = self.queues.is_idle(),
+                    queues_clean = self.queues.is_clean(),
+                    index_idle = self.index.is_idle(),
+                    index_clean = self.index.is_clean(),
+                    checkpoint_in_flight = self.checkpoint_in_flight,
+                    in_flight = self.disk.in_flight(),
+                    "shutdown makes no progress"
+                );
+            }
             if idle_rounds >= SHUTDOWN_IDLE_POLL_ROUNDS_MAX {
                 return Err(StorageError::FlushTimeout {
                     timeout_ms: u64::from(idle_rounds) * 100,
