@@ -18,14 +18,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{
-    Broker, Client, broker_logs_text, fresh_store, pull_request, send_message_request, start_broker,
-};
+use common::{Broker, Client, broker_logs_text, fresh_store, send_message_request, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
-use ringmq_protocol::header::{PullMessageResponseHeader, SendMessageResponseHeader};
+use ringmq_protocol::header::SendMessageResponseHeader;
 use ringmq_protocol::json::TopicConfigSerializeWrapper;
-use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
 /// The tmpfs: two shards' two 16 MiB segments take half of it.
 const TMPFS_BYTES: u64 = 128 * 1024 * 1024;
@@ -191,7 +188,7 @@ impl Acknowledged {
     /// acknowledged bodies, at their offsets.
     fn assert_pulled(&self, client: &mut Client, when: &str) {
         for queue_id in 0..QUEUES {
-            let pulled = pull_all(client, queue_id);
+            let pulled = client.pull_records_from("full-disk-readers", TOPIC, queue_id, 0);
             let expected: Vec<(i64, &Vec<u8>)> = self
                 .queues
                 .get(&queue_id)
@@ -214,25 +211,6 @@ impl Acknowledged {
                 );
             }
         }
-    }
-}
-
-/// Every record of `TOPIC`'s queue from offset 0: (queue offset, body).
-fn pull_all(client: &mut Client, queue_id: i32) -> Vec<(i64, Vec<u8>)> {
-    let mut records = Vec::new();
-    let mut offset = 0;
-    loop {
-        let answer = client.call(pull_request("full-disk-readers", TOPIC, queue_id, offset));
-        if answer.code == response_code::PULL_NOT_FOUND {
-            return records;
-        }
-        assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
-        let pulled: PullMessageResponseHeader = answer.decode_custom_header().unwrap();
-        for record in iter_pull_body(answer.body_bytes(), CrcCheck::Verify) {
-            let record = record.unwrap();
-            records.push((record.queue_offset(), record.body().to_vec()));
-        }
-        offset = pulled.next_begin_offset;
     }
 }
 

@@ -14,19 +14,16 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{
-    Broker, Client, commit_log_offset, fresh_store, pull_request, send_message_request,
-    start_broker,
-};
+use common::{Broker, Client, commit_log_offset, fresh_store, send_message_request, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::header::{
     CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
-    GetMinOffsetResponseHeader, PullMessageResponseHeader, ReplicaPullRequestHeader,
-    ReplicaPullResponseHeader, SendMessageResponseHeader,
+    GetMinOffsetResponseHeader, ReplicaPullRequestHeader, ReplicaPullResponseHeader,
+    SendMessageResponseHeader,
 };
 use ringmq_protocol::json::SubscriptionGroupConfig;
-use ringmq_protocol::message::{CrcCheck, Decoded, RecordError, decode_entry, iter_pull_body};
+use ringmq_protocol::message::{CrcCheck, Decoded, RecordError, decode_entry};
 
 const SHARDS: &str = "--shards=2";
 const TOPIC: &str = "Replicated";
@@ -84,24 +81,11 @@ impl Client {
     /// Every record of a queue, by PULL_MESSAGE from its min offset (not
     /// held).
     fn pull_all(&mut self, queue_id: i32) -> Vec<Vec<u8>> {
-        let mut records = Vec::new();
-        let mut offset = self.min_offset(queue_id);
-        loop {
-            let answer = self.call(pull_request("replica-readers", TOPIC, queue_id, offset));
-            // The end of the queue: a slave whose master is online sends the
-            // consumer back to it at once (PULL_RETRY_IMMEDIATELY, as Java's).
-            if answer.code == response_code::PULL_NOT_FOUND
-                || answer.code == response_code::PULL_RETRY_IMMEDIATELY
-            {
-                return records;
-            }
-            assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
-            let pulled: PullMessageResponseHeader = answer.decode_custom_header().unwrap();
-            for record in iter_pull_body(answer.body_bytes(), CrcCheck::Verify) {
-                records.push(record.unwrap().body().to_vec());
-            }
-            offset = pulled.next_begin_offset;
-        }
+        let from = self.min_offset(queue_id);
+        self.pull_records_from("replica-readers", TOPIC, queue_id, from)
+            .into_iter()
+            .map(|(_, body)| body)
+            .collect()
     }
 
     /// UPDATE_CONSUMER_OFFSET of group `readers`.

@@ -21,13 +21,14 @@ use ringmq_protocol::command::ExtFields;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
 use ringmq_protocol::header::{
-    CreateTopicRequestHeader, CustomHeader, PullMessageRequestHeader, PullSysFlag,
-    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
+    CreateTopicRequestHeader, CustomHeader, PullMessageRequestHeader, PullMessageResponseHeader,
+    PullSysFlag, QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
     SendMessageRequestHeaderV2, SendMessageResponseHeader, UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
 };
 use ringmq_protocol::json::{JsonStyle, SubscriptionGroupConfig};
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
+use ringmq_protocol::message::{CrcCheck, iter_pull_body};
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
 
@@ -381,6 +382,35 @@ impl Client {
             body,
         );
         self.call_ok(request).decode_custom_header().unwrap()
+    }
+
+    /// Every record of `topic`'s queue `queue_id` from `offset` on, pulled
+    /// by `group` (not held), CRCs checked: (queue offset, body). The queue
+    /// ends at PULL_NOT_FOUND, or PULL_RETRY_IMMEDIATELY (a slave whose
+    /// master is online sends the consumer back to it there, as Java's).
+    pub fn pull_records_from(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: i32,
+        mut offset: i64,
+    ) -> Vec<(i64, Vec<u8>)> {
+        let mut records = Vec::new();
+        loop {
+            let answer = self.call(pull_request(group, topic, queue_id, offset));
+            if answer.code == response_code::PULL_NOT_FOUND
+                || answer.code == response_code::PULL_RETRY_IMMEDIATELY
+            {
+                return records;
+            }
+            assert_eq!(answer.code, response_code::SUCCESS, "{:?}", answer.remark);
+            let pulled: PullMessageResponseHeader = answer.decode_custom_header().unwrap();
+            for record in iter_pull_body(answer.body_bytes(), CrcCheck::Verify) {
+                let record = record.unwrap();
+                records.push((record.queue_offset(), record.body().to_vec()));
+            }
+            offset = pulled.next_begin_offset;
+        }
     }
 
     /// UPDATE_CONSUMER_OFFSET of `group` on `topic`'s queue `queue_id`;
