@@ -382,11 +382,7 @@ impl CommitLog {
                 Err(error) => return Err(error),
             }
         } else {
-            let segment = segments.get(end).expect("the scan end's segment exists");
-            let block = align_down(end - end_base);
-            let buf = sync_read(disk, segment.file, block, BLOCK_SIZE, &mut Vec::new())?;
-            partial.extend_from_slice(&buf.as_slice()[..(end - end_base - block) as usize]);
-            disk.recycle(buf);
+            partial = partial_block(disk, &segments, end)?;
         }
         if config.replica && last_record.is_none() && append_from > first_base {
             // A slave proves its position to its master with its last record
@@ -1556,13 +1552,10 @@ fn zero_tail_in_place(
 ) -> Result<Vec<u8>, StorageError> {
     let segment = segments.get(end).expect("the scan end's segment exists");
     let size = segments.segment_size();
-    let in_segment = end - segment.base;
-    let block = align_down(in_segment);
-    let at = (in_segment - block) as usize;
+    let block = align_down(end - segment.base);
+    let partial = partial_block(disk, segments, end)?;
+    let at = partial.len();
     let mut stash = Vec::new();
-    let head = sync_read(disk, segment.file, block, BLOCK_SIZE, &mut stash)?;
-    let partial = head.as_slice()[..at].to_vec();
-    disk.recycle(head);
     let mut offset = block;
     while offset < size {
         let len = (size - offset).min(ZERO_TAIL_WRITE_BYTES) as usize;
@@ -1591,6 +1584,22 @@ fn zero_tail_in_place(
         &mut stash,
     )?;
     assert!(stash.is_empty(), "no other operation runs during recovery");
+    Ok(partial)
+}
+
+/// The bytes of the block that holds `end` (not a segment start) before
+/// `end`: what the appender writes again in that block's first commit.
+fn partial_block(
+    disk: &mut impl Disk,
+    segments: &SegmentSet,
+    end: u64,
+) -> Result<Vec<u8>, StorageError> {
+    let segment = segments.get(end).expect("the scan end's segment exists");
+    let in_segment = end - segment.base;
+    let block = align_down(in_segment);
+    let buf = sync_read(disk, segment.file, block, BLOCK_SIZE, &mut Vec::new())?;
+    let partial = buf.as_slice()[..(in_segment - block) as usize].to_vec();
+    disk.recycle(buf);
     Ok(partial)
 }
 
