@@ -14,7 +14,17 @@
 //!  at start and every 10 s (Java's SlaveSynchronize): thread k: RINGMQ_REPLICA_OFFSETS
 //!      ─▶ MasterOffsets (shard k takes its queues' consumer offsets); thread 0 also
 //!      GET_ALL_TOPIC_CONFIG + GET_ALL_SUBSCRIPTIONGROUP_CONFIG ─▶ MasterConfig (shard 0)
+//!      and RINGMQ_SCHEDULE_PROGRESS (shard 0: delay and timer progress, then every
+//!      shard's log end) ─▶ held until every shard's log here reaches those ends
+//!      ─▶ MasterSchedule (shard 0)
 //! ```
+//!
+//! The master counts a delayed or timer message delivered once the store
+//! acknowledged its delivery, which the slave may not hold yet; taking the
+//! progress at once would let a slave restarted as a master skip a
+//! delivery that it never got. So the progress waits until every shard of
+//! the slave has appended up to the ends the master's shards acknowledged
+//! after the progress was read.
 //!
 //! The thread blocks on its socket and on its shard's answers; neither is
 //! the data path of a shard, whose only contact with it is its inbox.
@@ -36,16 +46,18 @@ use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
     CustomHeader, ReplicaOffsetsRequestHeader, ReplicaPullRequestHeader, ReplicaPullResponseHeader,
+    ScheduleProgressResponseHeader,
 };
 use ringmq_protocol::json::{
-    ConsumerOffsetFile, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
+    ConsumerOffsetFile, DelayOffsetFile, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
 };
 use ringmq_storage::commit_log::replica_whole_len;
 use ringmq_storage::ring::Waker;
 
 use crate::shard::link::ShardMsg;
-use crate::shard::replica::{MasterConfig, REPLICA_CHUNK_BYTES_MAX, ReplicaCall};
+use crate::shard::replica::{MasterConfig, MasterSchedule, REPLICA_CHUNK_BYTES_MAX, ReplicaCall};
 use crate::shard::runtime::{call, connect, wall_clock_ms};
+use crate::shard::timer::TimerProgressFile;
 use crate::tps::BytesPerSecond;
 
 /// How long a master may hold one replica pull that finds nothing new.
@@ -107,6 +119,9 @@ pub struct ReplicaStatus {
     received_second: AtomicI64,
     received_this_second: AtomicU64,
     received_last_second: AtomicU64,
+    /// The end of what the shard acknowledged of the master's chunks
+    /// (shard-local).
+    appended: AtomicU64,
 }
 
 /// A [`ReplicaStatus`] as read at one moment.
@@ -189,6 +204,17 @@ pub struct Replicator {
     pub slave_addr: String,
     /// What the thread reports (its shard reads it).
     pub status: Arc<ReplicaStatus>,
+    /// Every replicator thread's status, by shard (thread 0 holds the
+    /// master's schedule progress until each shard has appended enough).
+    pub peers: Arc<[Arc<ReplicaStatus>]>,
+}
+
+/// The master's schedule progress and the log ends of its shards read
+/// after it: handed to shard 0 once every shard here has appended that far.
+#[derive(Debug)]
+struct PendingSchedule {
+    schedule: MasterSchedule,
+    ends: Vec<u64>,
 }
 
 /// Why a session ended.
@@ -282,7 +308,9 @@ impl Replicator {
         let (position, ack) = self.call_shard(ReplicaCall::Position)?;
         let mut from = position.end;
         let mut durable = ack.min(from);
+        self.status.appended.store(durable, Ordering::Relaxed);
         let mut last_record = position.last_record;
+        let mut schedule: Option<PendingSchedule> = None;
         let mut synced: Option<Instant> = None;
         let mut served = false;
         // Chunks cut anywhere are welcome, except once after one that held
@@ -292,9 +320,13 @@ impl Replicator {
             if synced.is_none_or(|at| at.elapsed() >= MASTER_CONFIG_SYNC_PERIOD) {
                 if self.shard == 0 {
                     self.sync_master_config(&mut master)?;
+                    schedule = self.fetch_master_schedule(&mut master)?.or(schedule);
                 }
                 self.sync_master_offsets(&mut master)?;
                 synced = Some(Instant::now());
+            }
+            if let Some(pending) = schedule.take_if(|pending| covers(&self.peers, &pending.ends)) {
+                self.tell_shard(ShardMsg::MasterSchedule(Box::new(pending.schedule)))?;
             }
             let header = ReplicaPullRequestHeader {
                 shard: i32::from(self.shard),
@@ -372,6 +404,7 @@ impl Replicator {
             let end = self.call_shard(|reply| ReplicaCall::Append { from, bytes, reply })?;
             from = end;
             durable = end;
+            self.status.appended.store(end, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -390,6 +423,57 @@ impl Replicator {
         let offsets = ConsumerOffsetFile::from_json(answer.body_bytes())
             .map_err(|error| master.undecodable("consumer offset table", &error))?;
         self.tell_shard(ShardMsg::MasterOffsets(Box::new(offsets)))
+    }
+
+    /// Fetches the master's schedule progress, then the log end of every
+    /// master shard; None when the master does not serve it (a ringmq
+    /// master older than the request).
+    fn fetch_master_schedule(
+        &self,
+        master: &mut MasterConnection,
+    ) -> Result<Option<PendingSchedule>, SessionEnd> {
+        let mut ends = Vec::with_capacity(usize::from(self.shard_count));
+        let mut schedule = None;
+        for shard in 0..self.shard_count {
+            let header = ReplicaOffsetsRequestHeader {
+                shard: i32::from(shard),
+            };
+            let request = RemotingCommand::new_request(
+                request_code::RINGMQ_SCHEDULE_PROGRESS,
+                header.to_ext_fields(),
+            );
+            let answer = master.call_any(request)?;
+            if answer.code == response_code::REQUEST_CODE_NOT_SUPPORTED {
+                tracing::debug!(master = %master.addr, "the master does not say how far it delivered delayed and timer messages");
+                return Ok(None);
+            }
+            if answer.code != response_code::SUCCESS {
+                return Err(SessionEnd::Refused(format!(
+                    "the master {} answered {} to RINGMQ_SCHEDULE_PROGRESS: {}",
+                    master.addr,
+                    answer.code,
+                    answer.remark.as_deref().unwrap_or("")
+                )));
+            }
+            let header: ScheduleProgressResponseHeader = answer
+                .decode_custom_header()
+                .map_err(|error| master.undecodable("schedule progress answer", &error))?;
+            ends.push(u64::try_from(header.log_end).unwrap_or(0));
+            if shard == 0 {
+                let delay = DelayOffsetFile::from_json(answer.body_bytes())
+                    .map_err(|error| master.undecodable("delay offset table", &error))?;
+                let timer = match header.timer_progress {
+                    Some(text) => {
+                        Some(TimerProgressFile::decode(text.as_bytes()).ok_or_else(|| {
+                            master.undecodable("timer progress", &"not {durableOffset, delivered}")
+                        })?)
+                    }
+                    None => None,
+                };
+                schedule = Some(MasterSchedule { delay, timer });
+            }
+        }
+        Ok(schedule.map(|schedule| PendingSchedule { schedule, ends }))
     }
 
     /// Sends a message to this shard without waiting for an answer.
@@ -418,6 +502,16 @@ impl Replicator {
     }
 }
 
+/// Whether every shard has appended up to `ends` (the master shards' log
+/// ends, by shard), as their threads' `peers` report it.
+fn covers(peers: &[Arc<ReplicaStatus>], ends: &[u64]) -> bool {
+    peers.len() == ends.len()
+        && peers
+            .iter()
+            .zip(ends)
+            .all(|(peer, end)| peer.appended.load(Ordering::Relaxed) >= *end)
+}
+
 /// A replicator's connection to its master.
 struct MasterConnection {
     stream: TcpStream,
@@ -437,18 +531,24 @@ impl MasterConnection {
         })
     }
 
-    /// One request and its SUCCESS answer.
-    fn call(&mut self, mut request: RemotingCommand) -> Result<RemotingCommand, SessionEnd> {
-        let addr = &self.addr;
+    /// One request and its answer, whatever its code.
+    fn call_any(&mut self, mut request: RemotingCommand) -> Result<RemotingCommand, SessionEnd> {
         self.opaque = self.opaque.wrapping_add(1);
         request.opaque = self.opaque;
-        let answer = call(&mut self.stream, &request)
-            .map_err(|error| SessionEnd::Io(format!("{addr}: {error}")))?;
+        call(&mut self.stream, &request)
+            .map_err(|error| SessionEnd::Io(format!("{}: {error}", self.addr)))
+    }
+
+    /// One request and its SUCCESS answer.
+    fn call(&mut self, request: RemotingCommand) -> Result<RemotingCommand, SessionEnd> {
+        let code = request.code;
+        let answer = self.call_any(request)?;
+        let addr = &self.addr;
         if answer.code != response_code::SUCCESS {
             return Err(SessionEnd::Refused(format!(
                 "the master {addr} answered {} to {}: {}",
                 answer.code,
-                request.code,
+                code,
                 answer.remark.as_deref().unwrap_or("")
             )));
         }
@@ -461,5 +561,26 @@ impl MasterConnection {
             "the master {} sent a {what} that does not decode: {error}",
             self.addr
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_masters_progress_waits_until_every_shard_has_appended_to_its_ends() {
+        let peers: Arc<[Arc<ReplicaStatus>]> = (0..2)
+            .map(|_| Arc::new(ReplicaStatus::new(MasterAddress::default())))
+            .collect();
+        let ends = [100, 40];
+        assert!(!covers(&peers, &ends));
+        peers[0].appended.store(100, Ordering::Relaxed);
+        assert!(!covers(&peers, &ends), "shard 1 has not appended yet");
+        peers[1].appended.store(39, Ordering::Relaxed);
+        assert!(!covers(&peers, &ends), "one byte short");
+        peers[1].appended.store(64, Ordering::Relaxed);
+        assert!(covers(&peers, &ends));
+        assert!(!covers(&peers, &[0]), "ends of another shard count");
     }
 }

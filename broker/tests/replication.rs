@@ -2,7 +2,8 @@
 //! loopback: a slave (brokerRole=SLAVE, brokerId=1) finds its master through
 //! the master's embedded name server, pulls every shard's CommitLog and
 //! holds the same records at the same offsets, refuses sends, and keeps
-//! what it has when the master is killed and when it is itself killed.
+//! what it has when the master is killed and when it is itself killed;
+//! restarted as the master, it goes on where its master stopped.
 
 #![allow(
     clippy::unwrap_used,
@@ -16,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use common::{Broker, Client, commit_log_offset, fresh_store, send_message_request, start_broker};
 use ringmq_protocol::code::{request_code, response_code};
-use ringmq_protocol::command::RemotingCommand;
+use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
     CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
     GetMinOffsetResponseHeader, ReplicaPullRequestHeader, ReplicaPullResponseHeader,
     SendMessageResponseHeader,
 };
-use ringmq_protocol::json::SubscriptionGroupConfig;
+use ringmq_protocol::json::{DelayOffsetFile, SubscriptionGroupConfig};
 use ringmq_protocol::message::{CrcCheck, Decoded, RecordError, decode_entry};
 
 const SHARDS: &str = "--shards=2";
@@ -598,4 +599,173 @@ fn a_slave_catching_up_on_records_no_longer_in_memory_gets_them_spliced() {
         log.contains("splicing older records to a slave"),
         "the master spliced:\n{log}"
     );
+}
+
+/// The content of `file` under the store's `config/` directory ("" when
+/// there is none yet).
+fn config_file(store: &Path, file: &str) -> String {
+    std::fs::read_to_string(store.join("config").join(file)).unwrap_or_default()
+}
+
+/// Every body of every queue of [`TOPIC`], pulled from the start, sorted.
+fn all_bodies(client: &mut Client) -> Vec<String> {
+    let mut bodies: Vec<String> = (0..QUEUES)
+        .flat_map(|q| client.pull_all(q))
+        .map(|body| String::from_utf8(body).unwrap())
+        .collect();
+    bodies.sort();
+    bodies
+}
+
+/// Pulls [`TOPIC`] until it holds `count` messages (delayed and timer
+/// messages arrive when due); returns them sorted.
+fn await_bodies(client: &mut Client, count: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let bodies = all_bodies(client);
+        if bodies.len() >= count {
+            return bodies;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {count} messages arrived",
+            bodies.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Sends `body` with `properties` to queue `queue_id` of [`TOPIC`].
+fn send_with(client: &mut Client, queue_id: i32, properties: String, body: &str) {
+    client.send_message(
+        "pg",
+        TOPIC,
+        queue_id,
+        1_700_000_000_000,
+        properties,
+        body.as_bytes(),
+    );
+}
+
+/// A delayed message of `level` and a timer message due in a second, one
+/// per queue, each body tagged with `tag`.
+fn send_scheduled(client: &mut Client, tag: &str) {
+    for queue_id in 0..QUEUES {
+        let level = 1 + queue_id % 2;
+        send_with(
+            client,
+            queue_id,
+            format!("DELAY\u{1}{level}\u{2}"),
+            &format!("{tag} delayed {queue_id}"),
+        );
+        let due = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 1_000;
+        send_with(
+            client,
+            queue_id,
+            format!("TIMER_DELIVER_MS\u{1}{due}\u{2}"),
+            &format!("{tag} timed {queue_id}"),
+        );
+    }
+}
+
+#[test]
+fn a_slave_restarted_as_master_goes_on_where_its_master_stopped() {
+    // Two short delay levels, owned by the two shards (level n's queue is
+    // n - 1).
+    let options = [SHARDS.to_owned(), "--messageDelayLevel=1s 2s".to_owned()];
+    let master_store = fresh_store("repl-master-failover");
+    let slave_store = fresh_store("repl-slave-failover");
+    let Some(master) = start_broker(&master_store, &options) else {
+        return;
+    };
+    let slave = start_broker(&slave_store, &slave_options(&options, &master)).unwrap();
+    let mut to_master = master.connect();
+    to_master.create_topic(TOPIC, QUEUES);
+    let plain = send_some(&mut to_master, 0, 40);
+    send_scheduled(&mut to_master, "before");
+    // Every delayed and timer message delivered on the master, and a
+    // consumer's progress.
+    let delivered = await_bodies(&mut to_master, 40 + 2 * QUEUES as usize);
+    to_master.put_group(&SubscriptionGroupConfig::new("readers"));
+    for queue_id in 0..QUEUES {
+        to_master.commit_offset(queue_id, 3 + i64::from(queue_id));
+    }
+    let expected = records_at(&mut to_master, &plain);
+
+    // The slave holds it all, and the master's delivery progress (which it
+    // takes as it takes the consumer offsets, at most 10 s later).
+    let mut to_slave = slave.connect();
+    wait_caught_up(&mut to_master, &mut to_slave);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for file in ["delayOffset.json", "timerProgress.json"] {
+        loop {
+            let (on_master, on_slave) = (
+                config_file(&master_store, file),
+                config_file(&slave_store, file),
+            );
+            if !on_master.is_empty() && on_master == on_slave {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{file}: the master has {on_master:?}, the slave {on_slave:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    for queue_id in 0..QUEUES {
+        assert_eq!(
+            to_slave.committed_offset(queue_id),
+            Some(3 + i64::from(queue_id))
+        );
+    }
+    // Both answer GET_ALL_DELAY_OFFSET with what the file holds.
+    let on_disk =
+        DelayOffsetFile::from_json(config_file(&master_store, "delayOffset.json").as_bytes())
+            .unwrap();
+    assert_eq!(on_disk.offset_table.len(), 2, "{on_disk:?}");
+    for client in [&mut to_master, &mut to_slave] {
+        let answer = client.call_ok(RemotingCommand::new_request(
+            request_code::GET_ALL_DELAY_OFFSET,
+            ExtFields::new(),
+        ));
+        assert_eq!(
+            DelayOffsetFile::from_json(answer.body_bytes()).unwrap(),
+            on_disk
+        );
+    }
+
+    // The master is lost; the operator restarts the slave as the master
+    // (brokerId 0, the default role).
+    drop(to_master);
+    master.kill_nine();
+    drop(to_slave);
+    assert!(slave.stop().success());
+    let promoted = start_broker(&slave_store, &options).unwrap();
+    let mut client = promoted.connect();
+    assert_slave_holds(&mut client, &expected);
+    for queue_id in 0..QUEUES {
+        assert_eq!(
+            client.committed_offset(queue_id),
+            Some(3 + i64::from(queue_id))
+        );
+    }
+    // It takes sends and delivers new delayed and timer messages, and the
+    // ones its master had delivered are not delivered again (those were
+    // due long before the new ones, so they would have come first).
+    send_some(&mut client, 40, 4);
+    send_scheduled(&mut client, "after");
+    let mut want = delivered;
+    want.extend((40..44).map(|n| format!("replicated message {n} {}", "x".repeat(n))));
+    want.extend(
+        (0..QUEUES).flat_map(|q| [format!("after delayed {q}"), format!("after timed {q}")]),
+    );
+    want.sort();
+    assert_eq!(await_bodies(&mut client, want.len()), want);
+    drop(client);
+    assert!(promoted.stop().success());
 }

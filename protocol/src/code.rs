@@ -342,6 +342,12 @@ pub mod request_code {
         /// offsets (header [`crate::header::ReplicaOffsetsRequestHeader`],
         /// body as GET_ALL_CONSUMER_OFFSET's); not a RocketMQ code.
         RINGMQ_REPLICA_OFFSETS = 9102,
+        /// ringmq's own: a slave fetches its master's delivery progress of
+        /// delayed and timer messages and a master shard's log end (header
+        /// [`crate::header::ReplicaOffsetsRequestHeader`], answer
+        /// [`crate::header::ScheduleProgressResponseHeader`]); not a
+        /// RocketMQ code.
+        RINGMQ_SCHEDULE_PROGRESS = 9103,
         /// Pop consumption (JSON headers only).
         POP_MESSAGE = 200050,
         /// Pop ack.

@@ -105,6 +105,9 @@ pub enum ShardMsg {
     MasterConfig(Box<super::replica::MasterConfig>),
     /// A slave's copy of its master shard's consumer offsets.
     MasterOffsets(Box<ringmq_protocol::json::ConsumerOffsetFile>),
+    /// Slave, shard 0: the master's delivery progress of delayed and timer
+    /// messages, which this broker's log now covers.
+    MasterSchedule(Box<super::replica::MasterSchedule>),
     /// CONSUME_MESSAGE_DIRECTLY with its record, for shard 0 to forward to
     /// the consumer.
     CallConsumer(Box<Request>),

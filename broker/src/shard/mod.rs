@@ -521,7 +521,9 @@ impl ShardHandler {
             | request_code::CHECK_CLIENT_CONFIG
             | request_code::SEND_REPLY_MESSAGE
             | request_code::SEND_REPLY_MESSAGE_V2 => self.shard_route(0),
-            request_code::RINGMQ_REPLICA_PULL | request_code::RINGMQ_REPLICA_OFFSETS => {
+            request_code::RINGMQ_REPLICA_PULL
+            | request_code::RINGMQ_REPLICA_OFFSETS
+            | request_code::RINGMQ_SCHEDULE_PROGRESS => {
                 match cmd
                     .ext_fields
                     .get("shard")
@@ -634,13 +636,17 @@ impl ShardHandler {
             request_code::VIEW_MESSAGE_BY_ID => self.view_message(request),
             request_code::CONSUME_MESSAGE_DIRECTLY => self.consume_directly(request, now_ms),
             code if gather::is_gathered(code) => self.gather_request(request, now_ms),
-            request_code::RINGMQ_REPLICA_PULL | request_code::RINGMQ_REPLICA_OFFSETS
+            request_code::RINGMQ_REPLICA_PULL
+            | request_code::RINGMQ_REPLICA_OFFSETS
+            | request_code::RINGMQ_SCHEDULE_PROGRESS
                 if !self.settings.is_master =>
             {
                 self.refuse_replication_on_slave(&request)
             }
             request_code::RINGMQ_REPLICA_PULL => self.replica_pull(*request, now_ms, true),
             request_code::RINGMQ_REPLICA_OFFSETS => self.replica_offsets(&request),
+            request_code::RINGMQ_SCHEDULE_PROGRESS => self.schedule_progress(&request),
+            request_code::GET_ALL_DELAY_OFFSET => self.all_delay_offsets(&request),
             _ if self.id == 0 => self.control_request(request, now_ms),
             code => {
                 let answer = response(
@@ -760,6 +766,7 @@ impl ShardHandler {
             ShardMsg::Replica(call) => self.on_replica_call(call, now_ms),
             ShardMsg::MasterConfig(config) => self.apply_master_config(&config),
             ShardMsg::MasterOffsets(offsets) => self.take_master_offsets(&offsets),
+            ShardMsg::MasterSchedule(schedule) => self.take_master_schedule(*schedule, now_ms),
             ShardMsg::ReplicaStatus(status) => self.replica.status = Some(status),
             ShardMsg::CallConsumer(request) => self.call_consumer(request, now_ms),
         }

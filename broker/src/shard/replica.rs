@@ -66,10 +66,12 @@ use std::sync::mpsc::Sender;
 use bytes::Bytes;
 use ringmq_protocol::code::response_code;
 use ringmq_protocol::command::RemotingCommand;
-use ringmq_protocol::header::{ReplicaPullRequestHeader, ReplicaPullResponseHeader};
+use ringmq_protocol::header::{
+    ReplicaPullRequestHeader, ReplicaPullResponseHeader, ScheduleProgressResponseHeader,
+};
 use ringmq_protocol::json::{
-    ConsumerOffsetFile, HaClientRuntimeInfo, HaConnectionRuntimeInfo, HaRuntimeInfo,
-    SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
+    ConsumerOffsetFile, DelayOffsetFile, HaClientRuntimeInfo, HaConnectionRuntimeInfo,
+    HaRuntimeInfo, SubscriptionGroupWrapper, TopicConfigSerializeWrapper,
 };
 use ringmq_storage::aligned::BLOCK_SIZE;
 use ringmq_storage::commit_log::{
@@ -79,6 +81,7 @@ use ringmq_storage::error::StorageError;
 use ringmq_storage::store::PullRead;
 
 use super::link::{ReplyTo, Request};
+use super::timer::TimerProgressFile;
 use super::{ShardHandler, response};
 use crate::config::BrokerRole;
 use crate::replication::{ReplicaStatus, ReplicaStatusSnapshot};
@@ -162,6 +165,18 @@ pub struct MasterConfig {
     pub topics: TopicConfigSerializeWrapper,
     /// GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body.
     pub groups: SubscriptionGroupWrapper,
+}
+
+/// The master's delivery progress of delayed and timer messages, as a
+/// slave takes it once its own log holds every delivery it counts
+/// ([`crate::replication`]), so that the slave, restarted as a master,
+/// resumes delivering where its master stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterSchedule {
+    /// RINGMQ_SCHEDULE_PROGRESS's body: every level's progress.
+    pub delay: DelayOffsetFile,
+    /// Its `timerProgress`, if the master has a timer wheel.
+    pub timer: Option<TimerProgressFile>,
 }
 
 /// A slave connection as its master's shard knows it.
@@ -897,6 +912,43 @@ impl ShardHandler {
     pub(crate) fn replica_offsets(&mut self, request: &Request) {
         let answer = self.offsets.get_all_consumer_offset(&request.cmd);
         self.reply(request.reply, answer);
+    }
+
+    /// Master: RINGMQ_SCHEDULE_PROGRESS, this shard's log end and, on
+    /// shard 0, the delivery progress of delayed and timer messages.
+    pub(crate) fn schedule_progress(&mut self, request: &Request) {
+        let (delay, timer) = if self.id == 0 {
+            let mut body = Vec::new();
+            self.delay_offsets().write_pretty(&mut body);
+            let timer = self
+                .timer_progress()
+                .map(|progress| String::from_utf8_lossy(&progress.encode()).into_owned());
+            (body, timer)
+        } else {
+            (Vec::new(), None)
+        };
+        // Read after the progress: every delivery the progress counts was
+        // acknowledged before, so it lies below this end (on the shard that
+        // stored it, whose end the slave asks for after this answer).
+        let log_end = self
+            .store
+            .as_ref()
+            .map_or(0, |store| store.commit_log().appender().ack_position());
+        let answer = RemotingCommand::new_response(response_code::SUCCESS, 0, None)
+            .with_custom_header(&ScheduleProgressResponseHeader {
+                log_end: log_end as i64,
+                timer_progress: timer,
+            })
+            .with_body(Bytes::from(delay));
+        self.reply(request.reply, answer);
+    }
+
+    /// Slave, shard 0: takes the master's delivery progress.
+    pub(crate) fn take_master_schedule(&mut self, schedule: MasterSchedule, now_ms: i64) {
+        self.take_master_delay_offsets(&schedule.delay);
+        if let Some(timer) = schedule.timer {
+            self.take_master_timer_progress(timer, now_ms);
+        }
     }
 
     /// What a slave answers the replication requests, which only a master

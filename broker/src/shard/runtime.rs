@@ -870,6 +870,10 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
     // has stopped, or within one socket timeout of the stop).
     let replicas_stop = Arc::new(AtomicBool::new(false));
     if let Some(master) = master {
+        let statuses: Arc<[Arc<ReplicaStatus>]> = readies
+            .iter()
+            .map(|_| Arc::new(ReplicaStatus::new(master.clone())))
+            .collect();
         for (id, ready) in readies.iter().enumerate() {
             Replicator {
                 shard: id as u16,
@@ -880,7 +884,8 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
                 master: master.clone(),
                 stop: replicas_stop.clone(),
                 slave_addr: format!("{}:{port}", config.broker_ip1),
-                status: Arc::new(ReplicaStatus::new(master.clone())),
+                status: Arc::clone(&statuses[id]),
+                peers: Arc::clone(&statuses),
             }
             .spawn()
             .map_err(|error| BrokerError::Thread {

@@ -101,6 +101,21 @@ impl DelayOffsetBoard {
         });
     }
 
+    /// Replaces the whole table with `file` and hands it to the persister,
+    /// when it differs (a slave taking its master's progress); whether it
+    /// did.
+    pub fn replace(&self, file: &DelayOffsetFile, persister: &PersisterHandle) -> bool {
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        if *table == *file {
+            return false;
+        }
+        *table = file.clone();
+        let mut content = Vec::new();
+        table.write_pretty(&mut content);
+        persister.write(ConfigFile::DelayOffsets, content);
+        true
+    }
+
     /// Replaces the offsets of `levels` and calls `write` with the whole
     /// table as `delayOffset.json` content, under the board's lock.
     pub fn publish_with(&self, levels: &[(i32, i64)], write: impl FnOnce(Vec<u8>)) {
@@ -473,6 +488,41 @@ impl ShardHandler {
 
     /// Publishes this shard's durable offsets when they changed and the
     /// interval passed (or at once with `force`).
+    /// Every level's delivery progress as published (what
+    /// `delayOffset.json` holds, or is about to).
+    pub(crate) fn delay_offsets(&self) -> DelayOffsetFile {
+        match &self.delay.board {
+            Some(board) => board.snapshot(),
+            None => self.delay.scheduler.offset_file(),
+        }
+    }
+
+    /// GET_ALL_DELAY_OFFSET: [`Self::delay_offsets`] as `delayOffset.json`.
+    pub(crate) fn all_delay_offsets(&mut self, request: &Request) {
+        let mut body = Vec::new();
+        self.delay_offsets().write_pretty(&mut body);
+        let answer = RemotingCommand::new_response(response_code::SUCCESS, 0, None)
+            .with_body(Bytes::from(body));
+        self.reply(request.reply, answer);
+    }
+
+    /// Slave: takes the master's delivery progress of every level (written
+    /// to `delayOffset.json`, which the broker resumes from if it is
+    /// restarted as a master). A slave delivers nothing, so its own
+    /// schedulers never publish over it.
+    pub(crate) fn take_master_delay_offsets(&mut self, file: &DelayOffsetFile) {
+        let (Some(board), Some(persister)) = (&self.delay.board, &self.persister) else {
+            return;
+        };
+        if board.replace(file, persister) {
+            tracing::debug!(
+                shard = self.id,
+                levels = file.offset_table.len(),
+                "took the master's delay offsets"
+            );
+        }
+    }
+
     pub(crate) fn publish_delay_offsets(&mut self, now_ms: i64, force: bool) {
         if force {
             // Shutdown: the timer wheel's progress too.

@@ -410,6 +410,32 @@ impl ShardHandler {
 
     /// Writes the wheel's progress when it changed and the interval passed
     /// (or at once with `force`).
+    /// The timer wheel's progress as last written, on the shard that owns
+    /// the wheel.
+    pub(crate) fn timer_progress(&self) -> Option<&TimerProgressFile> {
+        self.timer.as_ref().map(|state| &state.written)
+    }
+
+    /// Slave: takes the master's timer progress (written to
+    /// `timerProgress.json`, which the broker resumes from if it is
+    /// restarted as a master). The wheel starts again from it, so that its
+    /// own progress, written at the stop, is the master's.
+    pub(crate) fn take_master_timer_progress(&mut self, progress: TimerProgressFile, now_ms: i64) {
+        let (Some(state), Some(persister)) = (self.timer.as_mut(), &self.persister) else {
+            return;
+        };
+        if state.written == progress {
+            return;
+        }
+        persister.write(ConfigFile::TimerProgress, progress.encode());
+        *state = TimerState::new(state.config, progress, now_ms);
+        tracing::debug!(
+            shard = self.id,
+            durable = state.written.durable_offset,
+            "took the master's timer progress"
+        );
+    }
+
     pub(crate) fn write_timer_progress(&mut self, now_ms: i64, force: bool) {
         let (Some(state), Some(persister)) = (self.timer.as_mut(), &self.persister) else {
             return;

@@ -17,6 +17,13 @@
 //!
 //! RINGMQ_REPLICA_OFFSETS (9102): the consumer offsets of the master's
 //! shard, answered with GET_ALL_CONSUMER_OFFSET's body.
+//!
+//! RINGMQ_SCHEDULE_PROGRESS (9103): the end of what the master's shard
+//! acknowledges (`logEnd`) and, from shard 0, the master's delivery
+//! progress of delayed messages (the body, as GET_ALL_DELAY_OFFSET's) and
+//! of timer messages (`timerProgress`), read before `logEnd`: every
+//! delivery the progress counts is stored below the `logEnd`s the slave
+//! asks for after it.
 
 use super::custom_header;
 
@@ -76,7 +83,20 @@ custom_header! {
 }
 
 custom_header! {
-    /// A slave's fetch of one master shard's consumer offsets.
+    /// The master's answer to RINGMQ_SCHEDULE_PROGRESS.
+    pub struct ScheduleProgressResponseHeader {
+        /// `logEnd`: shard-local end of what the master's shard acknowledges.
+        log_end: required i64 = "logEnd",
+        /// `timerProgress`: the content of the master's
+        /// `config/timerProgress.json` (shard 0 only; none without a
+        /// timer wheel).
+        timer_progress: optional String = "timerProgress",
+    }
+}
+
+custom_header! {
+    /// A slave's fetch of one master shard's consumer offsets (and of its
+    /// schedule progress).
     pub struct ReplicaOffsetsRequestHeader {
         /// `shard`: the master's shard.
         shard: required i32 = "shard",

@@ -236,6 +236,20 @@ final class BrokerUnderTest implements AutoCloseable {
     }
 
     /**
+     * Starts a stopped slave again on its store as the master of its broker name: without its
+     * {@code --brokerRole} and {@code --brokerId}, so an ASYNC_MASTER with brokerId 0, at the same
+     * address. What an operator of classic master/slave RocketMQ does after losing the master.
+     */
+    void restartAsMaster() throws Exception {
+        assumeControllable("restarting a slave as the master");
+        if (process != null) {
+            fail("restartAsMaster() while the broker still runs; stop() it first");
+        }
+        command.removeIf(arg -> arg.startsWith("--brokerRole=") || arg.startsWith("--brokerId="));
+        launch();
+    }
+
+    /**
      * Stops a broker that still runs (SIGTERM, then SIGKILL) and deletes its store (a ringmq
      * store preallocates its files, about 1 GiB per shard), unless the system property
      * {@code ringmq.keepStores} is {@code true}; the log stays. Never fails the test.

@@ -411,6 +411,12 @@ final class ItSupport {
             }
         }
         assertNotNull(addr, "no master address for " + queue);
+        return committedOffsetAt(admin, addr, group, queue);
+    }
+
+    /** The offset the broker at {@code addr} holds for {@code group} on {@code queue}; -1 if none. */
+    static long committedOffsetAt(DefaultMQAdminExt admin, String addr, String group, MessageQueue queue)
+            throws Exception {
         QueryConsumerOffsetRequestHeader header = new QueryConsumerOffsetRequestHeader();
         header.setConsumerGroup(group);
         header.setTopic(queue.getTopic());
