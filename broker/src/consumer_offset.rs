@@ -423,18 +423,19 @@ impl ConsumerOffsetTable {
         out
     }
 
-    /// A slave takes its master's offsets of the queues `owns_queue`
-    /// accepts (Java's `SlaveSynchronize.syncConsumerOffset`): each one the
-    /// master has replaces the slave's; offsets only the slave has stay.
-    /// Returns how many changed (the table is dirty when any did).
+    /// A slave takes its master's offsets of the queues `takes` accepts
+    /// (by `topic@group` key and queue id; Java's
+    /// `SlaveSynchronize.syncConsumerOffset`): each one the master has
+    /// replaces the slave's; offsets only the slave has stay. Returns how
+    /// many changed (the table is dirty when any did).
     pub fn take_from_master(
         &mut self,
         master: &ConsumerOffsetFile,
-        owns_queue: impl Fn(i32) -> bool,
+        takes: impl Fn(&str, i32) -> bool,
     ) -> usize {
         let mut changed = 0;
         for (key, queues) in &master.offset_table {
-            let mut owned = queues.iter().filter(|(q, _)| owns_queue(**q)).peekable();
+            let mut owned = queues.iter().filter(|(q, _)| takes(key, **q)).peekable();
             if owned.peek().is_none() {
                 continue;
             }
@@ -786,16 +787,24 @@ mod tests {
         slave.commit("g", "t", 0, 7, NOW);
         slave.commit("only-here", "t", 0, 9, NOW);
         slave.mark_persisted(NOW);
-        // The slave's shard owns the even queues.
-        let changed = slave.take_from_master(&master.to_file(), |queue_id| queue_id % 2 == 0);
+        master.commit("internal", "t", 0, 5, NOW);
+        // The slave's shard owns the even queues, and leaves out a group.
+        let changed = slave.take_from_master(&master.to_file(), |key, queue_id| {
+            queue_id % 2 == 0 && key != "t@internal"
+        });
         assert_eq!(changed, 2);
+        assert_eq!(slave.query("internal", "t", 0), None, "left out");
         assert!(slave.is_dirty());
         assert_eq!(slave.query("g", "t", 0), Some(40));
         assert_eq!(slave.query("g", "t", 1), None, "not this shard's queue");
         assert_eq!(slave.query("g", "t", 2), Some(42));
         assert_eq!(slave.query("only-here", "t", 0), Some(9));
         slave.mark_persisted(NOW);
-        assert_eq!(slave.take_from_master(&master.to_file(), |q| q % 2 == 0), 0);
+        assert_eq!(
+            slave.take_from_master(&master.to_file(), |key, q| q % 2 == 0
+                && key != "t@internal"),
+            0
+        );
         assert!(!slave.is_dirty(), "nothing new, nothing to write");
     }
 }

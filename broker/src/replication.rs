@@ -470,7 +470,12 @@ impl Replicator {
                     }
                     None => None,
                 };
-                schedule = Some(MasterSchedule { delay, timer });
+                schedule = Some(MasterSchedule {
+                    delay,
+                    timer,
+                    transaction_half: header.transaction_half_offset,
+                    transaction_op: header.transaction_op_offset,
+                });
             }
         }
         Ok(schedule.map(|schedule| PendingSchedule { schedule, ends }))

@@ -19,9 +19,10 @@ use common::{Broker, Client, commit_log_offset, fresh_store, send_message_reques
 use ringmq_protocol::code::{request_code, response_code};
 use ringmq_protocol::command::{ExtFields, RemotingCommand};
 use ringmq_protocol::header::{
-    CustomHeader, GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader,
-    GetMinOffsetResponseHeader, ReplicaPullRequestHeader, ReplicaPullResponseHeader,
-    SendMessageResponseHeader,
+    CustomHeader, EndTransactionRequestHeader, GetMaxOffsetRequestHeader,
+    GetMaxOffsetResponseHeader, GetMinOffsetRequestHeader, GetMinOffsetResponseHeader,
+    ReplicaPullRequestHeader, ReplicaPullResponseHeader, SendMessageResponseHeader,
+    TRANSACTION_COMMIT_TYPE,
 };
 use ringmq_protocol::json::{DelayOffsetFile, SubscriptionGroupConfig};
 use ringmq_protocol::message::{CrcCheck, Decoded, RecordError, decode_entry};
@@ -97,6 +98,12 @@ impl Client {
     /// QUERY_CONSUMER_OFFSET of group `readers`: None when there is none.
     fn committed_offset(&mut self, queue_id: i32) -> Option<i64> {
         self.committed_offset_of("readers", TOPIC, queue_id)
+    }
+
+    /// The transaction checker's progress in the half queue (its internal
+    /// group's offset).
+    fn transaction_checked(&mut self) -> Option<i64> {
+        self.committed_offset_of("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_HALF_TOPIC", 0)
     }
 }
 
@@ -647,6 +654,31 @@ fn send_with(client: &mut Client, queue_id: i32, properties: String, body: &str)
     );
 }
 
+/// A half message to queue 0 whose body and transaction id are `body`,
+/// committed with a one-way END_TRANSACTION as the Java producer does.
+fn send_committed_transaction(client: &mut Client, body: &str) {
+    let born = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let properties = format!("TRAN_MSG\u{1}true\u{2}PGROUP\u{1}pg\u{2}UNIQ_KEY\u{1}{body}\u{2}");
+    let sent = client.send_message("pg", TOPIC, 0, born, properties, body.as_bytes());
+    let header = EndTransactionRequestHeader {
+        producer_group: "pg".to_owned(),
+        tran_state_table_offset: sent.queue_offset,
+        commit_log_offset: commit_log_offset(&sent.msg_id),
+        commit_or_rollback: TRANSACTION_COMMIT_TYPE,
+        from_transaction_check: Some(false),
+        msg_id: body.to_owned(),
+        transaction_id: Some(body.to_owned()),
+        ..EndTransactionRequestHeader::default()
+    };
+    client.oneway(RemotingCommand::new_request(
+        request_code::END_TRANSACTION,
+        header.to_ext_fields(),
+    ));
+}
+
 /// A delayed message of `level` and a timer message due in a second, one
 /// per queue, each body tagged with `tag`.
 fn send_scheduled(client: &mut Client, tag: &str) {
@@ -676,7 +708,11 @@ fn send_scheduled(client: &mut Client, tag: &str) {
 fn a_slave_restarted_as_master_goes_on_where_its_master_stopped() {
     // Two short delay levels, owned by the two shards (level n's queue is
     // n - 1).
-    let options = [SHARDS.to_owned(), "--messageDelayLevel=1s 2s".to_owned()];
+    let options = [
+        SHARDS.to_owned(),
+        "--messageDelayLevel=1s 2s".to_owned(),
+        "--transactionCheckInterval=500".to_owned(),
+    ];
     let master_store = fresh_store("repl-master-failover");
     let slave_store = fresh_store("repl-slave-failover");
     let Some(master) = start_broker(&master_store, &options) else {
@@ -687,9 +723,20 @@ fn a_slave_restarted_as_master_goes_on_where_its_master_stopped() {
     to_master.create_topic(TOPIC, QUEUES);
     let plain = send_some(&mut to_master, 0, 40);
     send_scheduled(&mut to_master, "before");
-    // Every delayed and timer message delivered on the master, and a
-    // consumer's progress.
-    let delivered = await_bodies(&mut to_master, 40 + 2 * QUEUES as usize);
+    send_committed_transaction(&mut to_master, "before committed");
+    // Every delayed and timer message delivered on the master, the
+    // transaction's message, the checker past its half, and a consumer's
+    // progress.
+    let delivered = await_bodies(&mut to_master, 40 + 2 * QUEUES as usize + 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while to_master.transaction_checked() != Some(1) {
+        assert!(
+            Instant::now() < deadline,
+            "the checker's progress: {:?}",
+            to_master.transaction_checked()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     to_master.put_group(&SubscriptionGroupConfig::new("readers"));
     for queue_id in 0..QUEUES {
         to_master.commit_offset(queue_id, 3 + i64::from(queue_id));
@@ -717,6 +764,8 @@ fn a_slave_restarted_as_master_goes_on_where_its_master_stopped() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    // The transaction checker's progress comes with the delivery progress.
+    assert_eq!(to_slave.transaction_checked(), Some(1));
     for queue_id in 0..QUEUES {
         assert_eq!(
             to_slave.committed_offset(queue_id),
@@ -754,6 +803,7 @@ fn a_slave_restarted_as_master_goes_on_where_its_master_stopped() {
             Some(3 + i64::from(queue_id))
         );
     }
+    assert_eq!(client.transaction_checked(), Some(1));
     // It takes sends and delivers new delayed and timer messages, and the
     // ones its master had delivered are not delivered again (those were
     // due long before the new ones, so they would have come first).

@@ -84,8 +84,11 @@ use super::link::{ReplyTo, Request};
 use super::timer::TimerProgressFile;
 use super::{ShardHandler, response};
 use crate::config::BrokerRole;
+use crate::consumer_offset::split_offset_key;
+use crate::features::transaction::{HALF_QUEUE_ID, TRANSACTION_CHECK_GROUP};
 use crate::replication::{ReplicaStatus, ReplicaStatusSnapshot};
 use crate::server::{ConnectionId, SplicedBody};
+use crate::topic_config::{TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC};
 use crate::tps::BytesPerSecond;
 
 /// Most bytes one replica pull answers (about: a larger record comes whole).
@@ -167,8 +170,8 @@ pub struct MasterConfig {
     pub groups: SubscriptionGroupWrapper,
 }
 
-/// The master's delivery progress of delayed and timer messages, as a
-/// slave takes it once its own log holds every delivery it counts
+/// The master's delivery progress of delayed and timer messages (and its
+/// transaction checker's progress), as a slave takes it once its own log holds every delivery it counts
 /// ([`crate::replication`]), so that the slave, restarted as a master,
 /// resumes delivering where its master stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +180,11 @@ pub struct MasterSchedule {
     pub delay: DelayOffsetFile,
     /// Its `timerProgress`, if the master has a timer wheel.
     pub timer: Option<TimerProgressFile>,
+    /// Its `transactionHalfOffset`: the transaction checker's progress in
+    /// the half queue, if it has checked.
+    pub transaction_half: Option<i64>,
+    /// Its `transactionOpOffset`: the checker's progress in the op queue.
+    pub transaction_op: Option<i64>,
 }
 
 /// A slave connection as its master's shard knows it.
@@ -915,30 +923,31 @@ impl ShardHandler {
     }
 
     /// Master: RINGMQ_SCHEDULE_PROGRESS, this shard's log end and, on
-    /// shard 0, the delivery progress of delayed and timer messages.
+    /// shard 0, the delivery progress of delayed and timer messages and the
+    /// transaction checker's progress.
     pub(crate) fn schedule_progress(&mut self, request: &Request) {
-        let (delay, timer) = if self.id == 0 {
-            let mut body = Vec::new();
-            self.delay_offsets().write_pretty(&mut body);
-            let timer = self
+        let mut header = ScheduleProgressResponseHeader::default();
+        let mut delay = Vec::new();
+        if self.id == 0 {
+            self.delay_offsets().write_pretty(&mut delay);
+            header.timer_progress = self
                 .timer_progress()
                 .map(|progress| String::from_utf8_lossy(&progress.encode()).into_owned());
-            (body, timer)
-        } else {
-            (Vec::new(), None)
-        };
+            let checked = |topic| {
+                self.offsets
+                    .query(TRANSACTION_CHECK_GROUP, topic, HALF_QUEUE_ID)
+            };
+            header.transaction_half_offset = checked(TRANS_HALF_TOPIC);
+            header.transaction_op_offset = checked(TRANS_OP_HALF_TOPIC);
+        }
         // Read after the progress: every delivery the progress counts was
         // acknowledged before, so it lies below this end (on the shard that
         // stored it, whose end the slave asks for after this answer).
-        let log_end = self
-            .store
-            .as_ref()
-            .map_or(0, |store| store.commit_log().appender().ack_position());
+        header.log_end = self.store.as_ref().map_or(0, |store| {
+            store.commit_log().appender().ack_position() as i64
+        });
         let answer = RemotingCommand::new_response(response_code::SUCCESS, 0, None)
-            .with_custom_header(&ScheduleProgressResponseHeader {
-                log_end: log_end as i64,
-                timer_progress: timer,
-            })
+            .with_custom_header(&header)
             .with_body(Bytes::from(delay));
         self.reply(request.reply, answer);
     }
@@ -948,6 +957,25 @@ impl ShardHandler {
         self.take_master_delay_offsets(&schedule.delay);
         if let Some(timer) = schedule.timer {
             self.take_master_timer_progress(timer, now_ms);
+        }
+        for (topic, offset) in [
+            (TRANS_HALF_TOPIC, schedule.transaction_half),
+            (TRANS_OP_HALF_TOPIC, schedule.transaction_op),
+        ] {
+            if let Some(offset) = offset
+                && self
+                    .offsets
+                    .query(TRANSACTION_CHECK_GROUP, topic, HALF_QUEUE_ID)
+                    != Some(offset)
+            {
+                self.offsets.commit(
+                    TRANSACTION_CHECK_GROUP,
+                    topic,
+                    HALF_QUEUE_ID,
+                    offset,
+                    now_ms,
+                );
+            }
         }
     }
 
@@ -962,11 +990,16 @@ impl ShardHandler {
     }
 
     /// Slave: takes the master shard's consumer offsets of this shard's
-    /// queues (written with the next offset persist).
+    /// queues but the transaction checker's (written with the next offset
+    /// persist).
     pub(crate) fn take_master_offsets(&mut self, master: &ConsumerOffsetFile) {
         let (id, router) = (self.id, self.router);
-        let changed = self.offsets.take_from_master(master, |queue_id| {
-            queue_id >= 0 && router.shard_of(queue_id as u32).0 == id
+        // The transaction checker's progress comes with the delivery
+        // progress, once the log covers it (`take_master_schedule`).
+        let changed = self.offsets.take_from_master(master, |key, queue_id| {
+            queue_id >= 0
+                && router.shard_of(queue_id as u32).0 == id
+                && split_offset_key(key).is_none_or(|(_, group)| group != TRANSACTION_CHECK_GROUP)
         });
         if changed > 0 {
             tracing::debug!(shard = id, changed, "took the master's consumer offsets");

@@ -20,8 +20,9 @@
 //!
 //! RINGMQ_SCHEDULE_PROGRESS (9103): the end of what the master's shard
 //! acknowledges (`logEnd`) and, from shard 0, the master's delivery
-//! progress of delayed messages (the body, as GET_ALL_DELAY_OFFSET's) and
-//! of timer messages (`timerProgress`), read before `logEnd`: every
+//! progress of delayed messages (the body, as GET_ALL_DELAY_OFFSET's), of
+//! timer messages (`timerProgress`) and of the transaction checker
+//! (`transactionHalfOffset`, `transactionOpOffset`), read before `logEnd`: every
 //! delivery the progress counts is stored below the `logEnd`s the slave
 //! asks for after it.
 
@@ -91,6 +92,11 @@ custom_header! {
         /// `config/timerProgress.json` (shard 0 only; none without a
         /// timer wheel).
         timer_progress: optional String = "timerProgress",
+        /// `transactionHalfOffset`: the transaction checker's progress in
+        /// the half queue (shard 0 only; none before its first check).
+        transaction_half_offset: optional i64 = "transactionHalfOffset",
+        /// `transactionOpOffset`: its progress in the op queue.
+        transaction_op_offset: optional i64 = "transactionOpOffset",
     }
 }
 
