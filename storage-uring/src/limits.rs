@@ -255,6 +255,22 @@ pub const GET_MESSAGES_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// neighbours in the CommitLog included (`Store::get_messages`).
 pub const GET_MESSAGES_READ_SPAN_MAX: usize = 1024 * 1024;
 
+/// A pull's background read covers the whole window of this many bytes
+/// (aligned within its segment) that holds its first record: the pulls
+/// after it, of its queue and of the queues whose records lie between its
+/// own, find their records in the read cache instead of each reading its
+/// own overlapping span (`CommitLog::start_pull_read`).
+pub const PULL_READ_WINDOW_BYTES: usize = 1024 * 1024;
+
+/// How far a pull window's read goes into the next window, so that a
+/// record starting near a window's end, up to this long, lies whole in one
+/// cached span (a longer one crossing the end is read on its own).
+pub const PULL_READ_OVERLAP_BYTES: usize = 64 * 1024;
+
+/// Reads ahead of consumers catching up, in flight at once per shard
+/// (`CommitLog::read_ahead`): each a [`PULL_READ_WINDOW_BYTES`] window.
+pub const PULL_READ_AHEAD_MAX: usize = 2;
+
 /// Bytes a background read of one record by its offset takes, its
 /// neighbours after it included (`Store::record_at`: a consumer's
 /// CONSUMER_SEND_MSG_BACK, VIEW_MESSAGE_BY_ID), whose size is not known

@@ -170,7 +170,8 @@ impl ShardHandler {
 
     /// After the store's poll: executes again the pulls whose records the
     /// store has now read (see [`ReadingPull`]), marks the delay levels
-    /// whose reads are done, and delivers the timer entries whose are.
+    /// whose reads are done, and delivers the timer entries whose are; every
+    /// waiter of a ticket, since reads are shared.
     pub(crate) fn run_reading_pulls(&mut self, now_ms: i64) {
         let parked = !self.reading_pulls.is_empty()
             || !self.reading_queries.is_empty()
@@ -183,38 +184,38 @@ impl ShardHandler {
         let mut done = Vec::new();
         self.store_mut().take_span_reads(&mut done);
         for ticket in done {
-            let Some(index) = self
+            // Pulls share a read of the window that holds their records
+            // (`Store::pull_messages`), so a ticket may be every waiter's:
+            // parked requests, query parts, a transaction check round, delay
+            // levels (polled again in `run_delay`), the timer wheel.
+            while let Some(index) = self
                 .reading_pulls
                 .iter()
                 .position(|pull| pull.ticket == ticket)
-            else {
-                // Or a query part's, a transaction check round's, a delay
-                // level's read (polled again in `run_delay`), or a due timer
-                // entry's.
-                if self.on_query_read_done(ticket, now_ms) || self.on_txn_read_done(ticket, now_ms)
-                {
-                    continue;
-                }
-                if !self.delay.on_read_done(ticket) {
-                    self.on_timer_read_done(ticket, now_ms);
-                }
-                continue;
-            };
-            let pull = self.reading_pulls.swap_remove(index);
-            let (request, first, read) = (pull.request, pull.first, PullRead::AfterRead);
-            match pull.kind {
-                Parked::Pull => self.pull_reading(request, now_ms, first, read),
-                Parked::ReplicaPull => self.replica_pull_reading(request, now_ms, first, read),
-                Parked::SendBack => self.send_back_reading(Box::new(request), now_ms, read),
-                Parked::View => self.view_message_reading(Box::new(request), read),
-                Parked::ConsumeDirectly => {
-                    self.consume_directly_reading(Box::new(request), now_ms, read)
-                }
-                Parked::EndTransaction => {
-                    self.end_transaction_reading(Box::new(request), now_ms, read)
-                }
-                Parked::TimeQuery => self.time_query(Box::new(request), read),
+            {
+                self.run_reading_pull(index, now_ms);
             }
+            while self.on_query_read_done(ticket, now_ms) {}
+            self.on_txn_read_done(ticket, now_ms);
+            self.delay.on_read_done(ticket);
+            self.on_timer_read_done(ticket, now_ms);
+        }
+    }
+
+    /// Executes again parked request `index`, whose read is done.
+    fn run_reading_pull(&mut self, index: usize, now_ms: i64) {
+        let pull = self.reading_pulls.swap_remove(index);
+        let (request, first, read) = (pull.request, pull.first, PullRead::AfterRead);
+        match pull.kind {
+            Parked::Pull => self.pull_reading(request, now_ms, first, read),
+            Parked::ReplicaPull => self.replica_pull_reading(request, now_ms, first, read),
+            Parked::SendBack => self.send_back_reading(Box::new(request), now_ms, read),
+            Parked::View => self.view_message_reading(Box::new(request), read),
+            Parked::ConsumeDirectly => {
+                self.consume_directly_reading(Box::new(request), now_ms, read)
+            }
+            Parked::EndTransaction => self.end_transaction_reading(Box::new(request), now_ms, read),
+            Parked::TimeQuery => self.time_query(Box::new(request), read),
         }
     }
 

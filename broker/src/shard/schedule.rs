@@ -193,18 +193,18 @@ impl DelayState {
         self.reads.iter().any(|read| read.is_waiting())
     }
 
-    /// The store's background read `ticket` is done: the level waiting for
-    /// it is polled again at once. False if no level waits for it.
+    /// The store's background read `ticket` is done: the levels waiting for
+    /// it are polled again at once. False if no level waits for it.
     pub(crate) fn on_read_done(&mut self, ticket: u64) -> bool {
-        let Some(index) = self
-            .reads
-            .iter_mut()
-            .position(|read| read.on_read_done(ticket))
-        else {
-            return false;
-        };
-        self.next_poll_ms[index] = 0;
-        true
+        let mut any = false;
+        for (index, read) in self.reads.iter_mut().enumerate() {
+            // Levels whose records lie in one window share its read.
+            if read.on_read_done(ticket) {
+                self.next_poll_ms[index] = 0;
+                any = true;
+            }
+        }
+        any
     }
 
     /// The earliest time an owned level wants to be looked at.

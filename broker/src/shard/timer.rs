@@ -328,10 +328,9 @@ impl ShardHandler {
         let Some(state) = self.timer.as_mut() else {
             return;
         };
-        if state.enqueue_read.on_read_done(ticket) {
-            // The wheel reads its new records again in the next turn.
-            return;
-        }
+        // The wheel reads its new records again in the next turn (a due
+        // entry's read may be the same one: reads are shared).
+        state.enqueue_read.on_read_done(ticket);
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.reading)
             .into_iter()
             .partition(|(read, _)| *read == ticket);

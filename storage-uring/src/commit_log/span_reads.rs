@@ -31,12 +31,15 @@
 
 use std::collections::VecDeque;
 
-use super::CommitLog;
 use super::appender::{SEQ_SPAN_READ, commit_log_op_id, op_counter};
+use super::{CommitLog, split_shard_offset};
 use crate::aligned::AlignedBuf;
 use crate::disk::{Disk, DiskCompletion, DiskOp};
 use crate::error::StorageError;
-use crate::limits::{READ_CACHE_BYTES_MAX, READ_CACHE_SPANS_MAX, SPAN_READ_SPARES_MAX};
+use crate::limits::{
+    PULL_READ_AHEAD_MAX, PULL_READ_OVERLAP_BYTES, PULL_READ_WINDOW_BYTES, READ_CACHE_BYTES_MAX,
+    READ_CACHE_SPANS_MAX, SPAN_READ_SPARES_MAX,
+};
 
 /// A span read in flight.
 #[derive(Debug)]
@@ -48,6 +51,10 @@ struct SpanRead {
     skip: usize,
     /// Bytes wanted from `from`.
     len: usize,
+    /// Whether a request waits for it (its ticket then comes back from
+    /// `take_span_reads`); a read ahead of the pulls has none until a pull
+    /// shares it.
+    waited: bool,
 }
 
 /// A span a read brought, in the buffer it was read into (no copy).
@@ -226,6 +233,107 @@ impl CommitLog {
         }
     }
 
+    /// [`CommitLog::start_span_read`] for a pull whose first record is the
+    /// `size` bytes at outside-visible `offset`: reads the
+    /// [`PULL_READ_WINDOW_BYTES`] window of the segment that holds it
+    /// (aligned within the segment, cut at the acknowledgeable bytes,
+    /// stretched to hold the whole record), so that the pulls after it, of
+    /// its queue and of the queues whose records lie between, find theirs
+    /// in the cache; a pull then takes the records up to the window's end
+    /// and the next one reads the next window. A read in flight that
+    /// already covers the record is shared: its ticket comes back, and
+    /// every request parked on it runs again once it is done.
+    ///
+    /// # Errors
+    /// As [`CommitLog::start_span_read`].
+    pub fn start_pull_read(
+        &mut self,
+        disk: &mut impl Disk,
+        offset: u64,
+        size: usize,
+    ) -> Result<Option<u64>, StorageError> {
+        let Some(local) = self.readable(offset, size)? else {
+            return Ok(None);
+        };
+        let end = local + size as u64;
+        if let Some(read) = self
+            .span_reads
+            .in_flight
+            .iter_mut()
+            .find(|read| read.from <= local && end <= read.from + read.len as u64)
+        {
+            read.waited = true;
+            return Ok(Some(read.ticket));
+        }
+        let (start, _, stop) = self.pull_window(local);
+        self.start_local_span_read(disk, start, (stop.max(end) - start) as usize)
+    }
+
+    /// The pull window holding shard-local `local` (which must be kept and
+    /// below the ack position): where its read starts and stops, and where
+    /// the next window starts (shard-local). The read goes
+    /// [`PULL_READ_OVERLAP_BYTES`] into the next window, so that a record
+    /// that starts in this one and is no longer than that lies whole in it.
+    fn pull_window(&self, local: u64) -> (u64, u64, u64) {
+        let window = PULL_READ_WINDOW_BYTES as u64;
+        let segment_end = self.segment_end(local);
+        let base = segment_end - self.config.segment_size_bytes;
+        let start = base + (local - base) / window * window;
+        let next = (start + window).min(segment_end);
+        let stop = (next + PULL_READ_OVERLAP_BYTES as u64)
+            .min(segment_end)
+            .min(self.appender.ack_position());
+        (start.max(self.min_offset), next, stop)
+    }
+
+    /// Reads ahead of a consumer catching up: a pull took records up to
+    /// outside-visible `offset` from the read cache, so the pulls after it
+    /// will want the window holding `offset`, then the next: the first of
+    /// the two that is neither in memory nor being read is read now, with
+    /// no one waiting (at most [`PULL_READ_AHEAD_MAX`] such reads at once).
+    ///
+    /// # Errors
+    /// Disk errors submitting the read.
+    pub fn read_ahead(&mut self, disk: &mut impl Disk, offset: u64) -> Result<(), StorageError> {
+        let (shard, mut local) = split_shard_offset(offset);
+        let ahead = self
+            .span_reads
+            .in_flight
+            .iter()
+            .filter(|read| !read.waited)
+            .count();
+        if shard != self.config.shard_id || ahead >= PULL_READ_AHEAD_MAX {
+            return Ok(());
+        }
+        for _ in 0..2 {
+            if local < self.min_offset || local >= self.appender.ack_position() {
+                return Ok(());
+            }
+            let (start, next, stop) = self.pull_window(local);
+            let rest = (stop - local) as usize;
+            let in_memory = self.cached_local(local, rest).is_some()
+                || self
+                    .span_reads
+                    .in_flight
+                    .iter()
+                    .any(|read| read.from <= local && stop <= read.from + read.len as u64);
+            if !in_memory {
+                let ticket = self.start_local_span_read(disk, start, (stop - start) as usize)?;
+                if let Some(read) = self
+                    .span_reads
+                    .in_flight
+                    .iter_mut()
+                    .find(|read| Some(read.ticket) == ticket)
+                {
+                    read.waited = false;
+                }
+                return Ok(());
+            }
+            local = next;
+        }
+        Ok(())
+    }
+
     /// Starts reading, in the background, the record at outside-visible
     /// `offset` whose size is not known yet: `span` bytes from it, fewer
     /// where the acknowledgeable bytes or its segment end first (a record
@@ -279,6 +387,7 @@ impl CommitLog {
             from: local,
             skip: range.skip,
             len: size,
+            waited: true,
         });
         Ok(Some(ticket))
     }
@@ -318,7 +427,9 @@ impl CommitLog {
                 }
             }
         }
-        self.span_reads.done.push(ticket);
+        if read.waited {
+            self.span_reads.done.push(ticket);
+        }
     }
 }
 

@@ -334,37 +334,36 @@ impl<D: Disk> Store<D> {
                     break;
                 }
                 if read == PullRead::Background
-                    && let Some(ticket) =
-                        self.commit_log
-                            .start_span_read(&mut self.disk, first, len)?
+                    && let Some(ticket) = self.commit_log.start_pull_read(
+                        &mut self.disk,
+                        first,
+                        picked[at].1.size as usize,
+                    )?
                 {
                     return Ok(Pulled::Reading(ticket));
                 }
             }
-            let together = match span {
-                Some(len) => self.commit_log.read(&mut self.disk, first, len)?,
-                None => None,
-            };
-            for (this_offset, entry) in &picked[at..at + count] {
-                let start = result.body.len();
-                let size = entry.size as usize;
-                if let Some(span) = &together {
+            // The records' bytes go straight from the cache (or one read)
+            // into the answer; a span that cannot be read is tried record by
+            // record.
+            let records = &picked[at..at + count];
+            if let Some(bytes) = self.commit_log.read_cow(&mut self.disk, first, len)? {
+                for (this_offset, entry) in records {
                     let from = (entry.commit_log_offset - first) as usize;
-                    result.body.extend_from_slice(&span[from..from + size]);
-                } else if let Some(bytes) =
-                    self.commit_log
-                        .read(&mut self.disk, entry.commit_log_offset, size)?
-                {
-                    result.body.extend_from_slice(&bytes);
-                } else {
-                    status = GetMessageStatus::MessageWasRemoving;
-                    continue;
+                    let record = &bytes[from..from + entry.size as usize];
+                    push_record(&mut result, *this_offset, entry, record);
                 }
-                result.records.push(FoundRecord {
-                    queue_offset: *this_offset,
-                    commit_log_offset: entry.commit_log_offset,
-                    range: start..result.body.len(),
-                });
+            } else {
+                for (this_offset, entry) in records {
+                    let size = entry.size as usize;
+                    match self
+                        .commit_log
+                        .read_cow(&mut self.disk, entry.commit_log_offset, size)?
+                    {
+                        Some(record) => push_record(&mut result, *this_offset, entry, &record),
+                        None => status = GetMessageStatus::MessageWasRemoving,
+                    }
+                }
             }
             at += count;
         }
@@ -374,8 +373,29 @@ impl<D: Disk> Store<D> {
             GetMessageStatus::Found
         };
         result.next_begin_offset = next;
+        if read != PullRead::Sync
+            && let Some(last) = result.records.last()
+        {
+            // A consumer catching up: its next pulls' records are read now.
+            let end = last.commit_log_offset + last.range.len() as u64;
+            if let Err(error) = self.commit_log.read_ahead(&mut self.disk, end) {
+                tracing::debug!(%error, "reading ahead of a pull failed");
+            }
+        }
         Ok(Pulled::Ready(result))
     }
+}
+
+/// Appends `record`, the one `entry` at `queue_offset` names, to a pull's
+/// answer.
+fn push_record(result: &mut GetMessagesResult, queue_offset: u64, entry: &CqEntry, record: &[u8]) {
+    let start = result.body.len();
+    result.body.extend_from_slice(record);
+    result.records.push(FoundRecord {
+        queue_offset,
+        commit_log_offset: entry.commit_log_offset,
+        range: start..result.body.len(),
+    });
 }
 
 /// The TOTALSIZE at the head of a record, if a record can have it: bytes
