@@ -13,7 +13,7 @@
 //!   is unmapped once, on drop. The file is never truncated below `len`
 //!   while mapped (a read past its end would raise SIGBUS).
 
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
@@ -29,8 +29,10 @@ enum Inner {
     Mapped {
         ptr: NonNull<u8>,
         len: usize,
-        /// Bytes from the start before the file's first hole.
-        leading_data: usize,
+        /// The byte ranges of the file that hold data, ascending, as
+        /// `SEEK_DATA` / `SEEK_HOLE` said when it was mapped; `None` where
+        /// the file system cannot say (everything counts as data then).
+        data: Option<Vec<Range<usize>>>,
     },
     Owned(Box<[u8]>),
 }
@@ -102,12 +104,77 @@ impl FileView {
     /// a page, which on a full tmpfs raises SIGBUS instead of giving zeros:
     /// a scan that runs until it meets zeros stops here.
     pub fn leading_data_len(&self) -> usize {
-        match self.inner {
-            Inner::Mapped { leading_data, .. } => leading_data,
-            Inner::Owned(ref bytes) => bytes.len(),
+        match &self.inner {
+            Inner::Mapped { len, data, .. } => match data {
+                Some(data) => data
+                    .first()
+                    .filter(|first| first.start == 0)
+                    .map_or(0, |first| first.end),
+                None => *len,
+            },
+            Inner::Owned(bytes) => bytes.len(),
+        }
+    }
+
+    /// Whether the `len` bytes at `position` lie in data of the file, not
+    /// in a hole (always for a copy, or where the file system cannot say):
+    /// bytes in a hole read as zeros, and reading them through the mapping
+    /// could raise SIGBUS on a full tmpfs (see
+    /// [`FileView::leading_data_len`]), so a reader takes zeros without
+    /// touching them. A range past the end is not data.
+    pub fn holds_data(&self, position: usize, len: usize) -> bool {
+        let end = position.saturating_add(len);
+        match &self.inner {
+            Inner::Mapped {
+                data: Some(data), ..
+            } => {
+                let after = data.partition_point(|range| range.start <= position);
+                after > 0 && end <= data[after - 1].end
+            }
+            Inner::Mapped { len: view_len, .. } => end <= *view_len,
+            Inner::Owned(bytes) => end <= bytes.len(),
         }
     }
 }
+
+/// The data ranges of the file open as `fd`, `len` bytes long, by
+/// `SEEK_DATA` and `SEEK_HOLE` (at most [`DATA_RANGES_MAX`] of them, the
+/// rest of the file counted as data); `None` when the file system does not
+/// answer them.
+fn data_ranges(fd: libc::c_int, len: usize) -> Option<Vec<Range<usize>>> {
+    let mut ranges = Vec::new();
+    let mut position = 0usize;
+    while position < len {
+        if ranges.len() == DATA_RANGES_MAX {
+            ranges.push(position..len);
+            break;
+        }
+        let at = i64::try_from(position).ok()?;
+        // SAFETY: lseek(2) on an open descriptor moves only its file offset.
+        let data = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+        if data < 0 {
+            // ENXIO: no data after `position`; anything else: no answer.
+            let errno = std::io::Error::last_os_error().raw_os_error();
+            return (errno == Some(libc::ENXIO)).then_some(ranges);
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let (Ok(start), Ok(end)) = (usize::try_from(data), usize::try_from(hole)) else {
+            return None;
+        };
+        let end = end.min(len);
+        if start >= end {
+            break;
+        }
+        ranges.push(start..end);
+        position = end;
+    }
+    Some(ranges)
+}
+
+/// Most data ranges a mapped view keeps (an index file's scattered slot
+/// pages make one each): 64 Ki ranges, 1 MiB.
+const DATA_RANGES_MAX: usize = 64 * 1024;
 
 /// Maps the whole file open as `fd`; the error's op name on failure (errno
 /// left in `errno`).
@@ -138,14 +205,11 @@ fn map_fd(fd: libc::c_int) -> Result<FileView, &'static str> {
         return Err("mmap");
     }
     let ptr = NonNull::new(ptr.cast::<u8>()).ok_or("mmap")?;
-    // SAFETY: lseek(2) on an open descriptor moves only its file offset.
-    let hole = unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) };
-    let leading_data = usize::try_from(hole).map_or(len, |hole| hole.min(len));
     Ok(FileView {
         inner: Inner::Mapped {
             ptr,
             len,
-            leading_data,
+            data: data_ranges(fd, len),
         },
     })
 }
@@ -211,6 +275,40 @@ mod tests {
         file.write_at(&[!bytes[5_000]], 5_000).unwrap();
         assert_eq!(view[5_000], !bytes[5_000]);
         assert_eq!(view[4_999], bytes[4_999]);
+        drop(view);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_mapped_view_says_which_bytes_lie_in_holes() {
+        let dir = temp_dir("holes");
+        let path = dir.join("sparse");
+        // Data in pages 0 and 3 of a 6-page file (a full index file's slot
+        // pages that no key reached are such holes).
+        use std::os::unix::fs::FileExt;
+        let page = 64 * 1024;
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(6 * page as u64).unwrap();
+        file.write_at(&[7; 100], 0).unwrap();
+        file.write_at(&[9; 100], 3 * page as u64).unwrap();
+        file.sync_all().unwrap();
+        let view = FileView::map(&path).unwrap();
+        assert!(view.holds_data(0, 100));
+        assert!(view.holds_data(3 * page + 10, 8));
+        assert!(!view.holds_data(6 * page - 8, 16), "past the end");
+        // Where the file system reports holes (ext4, tmpfs, xfs), the pages
+        // between are not data, and the leading data ends at the first.
+        if view.leading_data_len() < view.len() {
+            assert!(!view.holds_data(page, 8));
+            assert!(
+                !view.holds_data(3 * page - 4, 8),
+                "a range that ends in data"
+            );
+            assert!(!view.holds_data(5 * page, 8));
+            assert_eq!(view.leading_data_len() % 4096, 0);
+            assert!(view.leading_data_len() <= page);
+        }
+        assert_eq!(view[3 * page + 10], 9);
         drop(view);
         std::fs::remove_dir_all(&dir).unwrap();
     }

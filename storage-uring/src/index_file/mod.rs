@@ -405,14 +405,23 @@ impl IndexFile {
     }
 
     /// `N` bytes at `position`, from the view or the image; bytes past the
-    /// end of a view (a file shorter than its geometry) read as zeros, as
-    /// unwritten pages of an image do.
+    /// end of a view (a file shorter than its geometry) or in one of its
+    /// holes (slot pages no key ever reached) read as zeros, as unwritten
+    /// pages of an image do, without touching the mapping there (on a full
+    /// tmpfs that would raise SIGBUS).
     fn read_bytes<const N: usize>(&self, position: usize) -> [u8; N] {
         let mut out = [0u8; N];
         match &self.view {
             Some(view) => {
-                let available = view.len().saturating_sub(position).min(N);
-                out[..available].copy_from_slice(&view[position..position + available]);
+                if view.holds_data(position, N) {
+                    out.copy_from_slice(&view[position..position + N]);
+                } else {
+                    for (at, byte) in (position..position + N).zip(out.iter_mut()) {
+                        if view.holds_data(at, 1) {
+                            *byte = view[at];
+                        }
+                    }
+                }
             }
             None => self.image.read(position, &mut out),
         }
