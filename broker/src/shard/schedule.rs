@@ -486,8 +486,6 @@ impl ShardHandler {
         }
     }
 
-    /// Publishes this shard's durable offsets when they changed and the
-    /// interval passed (or at once with `force`).
     /// Every level's delivery progress as published (what
     /// `delayOffset.json` holds, or is about to).
     pub(crate) fn delay_offsets(&self) -> DelayOffsetFile {
@@ -523,6 +521,8 @@ impl ShardHandler {
         }
     }
 
+    /// Publishes this shard's durable offsets when they changed and the
+    /// interval passed (or at once with `force`).
     pub(crate) fn publish_delay_offsets(&mut self, now_ms: i64, force: bool) {
         if force {
             // Shutdown: the timer wheel's progress too.

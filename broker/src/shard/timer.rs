@@ -407,8 +407,6 @@ impl ShardHandler {
         None
     }
 
-    /// Writes the wheel's progress when it changed and the interval passed
-    /// (or at once with `force`).
     /// The timer wheel's progress as last written, on the shard that owns
     /// the wheel.
     pub(crate) fn timer_progress(&self) -> Option<&TimerProgressFile> {
@@ -435,6 +433,8 @@ impl ShardHandler {
         );
     }
 
+    /// Writes the wheel's progress when it changed and the interval passed
+    /// (or at once with `force`).
     pub(crate) fn write_timer_progress(&mut self, now_ms: i64, force: bool) {
         let (Some(state), Some(persister)) = (self.timer.as_mut(), &self.persister) else {
             return;
