@@ -52,7 +52,6 @@ pub use ship::{ShipPipe, Shipment};
 pub mod segment;
 pub(crate) mod write_bufs;
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -1166,25 +1165,11 @@ impl CommitLog {
         offset: u64,
         size: usize,
     ) -> Result<Option<Vec<u8>>, StorageError> {
-        Ok(self.read_cow(disk, offset, size)?.map(Cow::into_owned))
-    }
-
-    /// As [`CommitLog::read`], the bytes borrowed when the tail cache or
-    /// the read cache holds them (no copy).
-    ///
-    /// # Errors
-    /// As [`CommitLog::read`].
-    pub fn read_cow(
-        &mut self,
-        disk: &mut impl Disk,
-        offset: u64,
-        size: usize,
-    ) -> Result<Option<Cow<'_, [u8]>>, StorageError> {
         let Some(local) = self.readable(offset, size)? else {
             return Ok(None);
         };
-        if self.cached_local(local, size).is_some() {
-            return Ok(self.cached_local(local, size).map(Cow::Borrowed));
+        if let Some(bytes) = self.cached_local(local, size) {
+            return Ok(Some(bytes.to_vec()));
         }
         let Some(range) = self.segment_range(local, size)? else {
             return Ok(None);
@@ -1200,7 +1185,7 @@ impl CommitLog {
         let bytes = buf
             .as_slice()
             .get(range.skip..range.skip + size)
-            .map(|bytes| Cow::Owned(bytes.to_vec()));
+            .map(<[u8]>::to_vec);
         disk.recycle(buf);
         Ok(bytes)
     }

@@ -96,6 +96,13 @@ pub(super) struct SpanReads {
 }
 
 impl SpanReads {
+    /// The read in flight that brings all of shard-local `[local, end)`.
+    fn in_flight_covering(&mut self, local: u64, end: u64) -> Option<&mut SpanRead> {
+        self.in_flight
+            .iter_mut()
+            .find(|read| read.from <= local && end <= read.from + read.len as u64)
+    }
+
     /// The cached bytes `[local, local + size)`, if one span holds them.
     pub(super) fn cached(&self, local: u64, size: usize) -> Option<&[u8]> {
         self.cache
@@ -256,17 +263,12 @@ impl CommitLog {
             return Ok(None);
         };
         let end = local + size as u64;
-        if let Some(read) = self
-            .span_reads
-            .in_flight
-            .iter_mut()
-            .find(|read| read.from <= local && end <= read.from + read.len as u64)
-        {
+        if let Some(read) = self.span_reads.in_flight_covering(local, end) {
             read.waited = true;
             return Ok(Some(read.ticket));
         }
         let (start, _, stop) = self.pull_window(local);
-        self.start_local_span_read(disk, start, (stop.max(end) - start) as usize)
+        self.start_local_read(disk, start, (stop.max(end) - start) as usize, true)
     }
 
     /// The pull window holding shard-local `local` (which must be kept and
@@ -312,21 +314,9 @@ impl CommitLog {
             let (start, next, stop) = self.pull_window(local);
             let rest = (stop - local) as usize;
             let in_memory = self.cached_local(local, rest).is_some()
-                || self
-                    .span_reads
-                    .in_flight
-                    .iter()
-                    .any(|read| read.from <= local && stop <= read.from + read.len as u64);
+                || self.span_reads.in_flight_covering(local, stop).is_some();
             if !in_memory {
-                let ticket = self.start_local_span_read(disk, start, (stop - start) as usize)?;
-                if let Some(read) = self
-                    .span_reads
-                    .in_flight
-                    .iter_mut()
-                    .find(|read| Some(read.ticket) == ticket)
-                {
-                    read.waited = false;
-                }
+                self.start_local_read(disk, start, (stop - start) as usize, false)?;
                 return Ok(());
             }
             local = next;
@@ -365,6 +355,18 @@ impl CommitLog {
         local: u64,
         size: usize,
     ) -> Result<Option<u64>, StorageError> {
+        self.start_local_read(disk, local, size, true)
+    }
+
+    /// [`CommitLog::start_local_span_read`], its ticket given back by
+    /// `take_span_reads` only when `waited` (or a pull shares it later).
+    fn start_local_read(
+        &mut self,
+        disk: &mut impl Disk,
+        local: u64,
+        size: usize,
+        waited: bool,
+    ) -> Result<Option<u64>, StorageError> {
         let Some(range) = self.segment_range(local, size)? else {
             return Ok(None);
         };
@@ -387,7 +389,7 @@ impl CommitLog {
             from: local,
             skip: range.skip,
             len: size,
-            waited: true,
+            waited,
         });
         Ok(Some(ticket))
     }

@@ -347,18 +347,16 @@ impl<D: Disk> Store<D> {
             // into the answer; a span that cannot be read is tried record by
             // record.
             let records = &picked[at..at + count];
-            if let Some(bytes) = self.commit_log.read_cow(&mut self.disk, first, len)? {
-                for (this_offset, entry) in records {
-                    let from = (entry.commit_log_offset - first) as usize;
-                    let record = &bytes[from..from + entry.size as usize];
-                    push_record(&mut result, *this_offset, entry, record);
-                }
+            if let Some(bytes) = self.commit_log.cached(first, len) {
+                push_records(&mut result, records, first, bytes);
+            } else if let Some(bytes) = self.commit_log.read(&mut self.disk, first, len)? {
+                push_records(&mut result, records, first, &bytes);
             } else {
                 for (this_offset, entry) in records {
                     let size = entry.size as usize;
                     match self
                         .commit_log
-                        .read_cow(&mut self.disk, entry.commit_log_offset, size)?
+                        .read(&mut self.disk, entry.commit_log_offset, size)?
                     {
                         Some(record) => push_record(&mut result, *this_offset, entry, &record),
                         None => status = GetMessageStatus::MessageWasRemoving,
@@ -383,6 +381,25 @@ impl<D: Disk> Store<D> {
             }
         }
         Ok(Pulled::Ready(result))
+    }
+}
+
+/// Appends `records`, which lie in `bytes` read from outside-visible
+/// CommitLog offset `first`, to a pull's answer.
+fn push_records(
+    result: &mut GetMessagesResult,
+    records: &[(u64, CqEntry)],
+    first: u64,
+    bytes: &[u8],
+) {
+    for (queue_offset, entry) in records {
+        let from = (entry.commit_log_offset - first) as usize;
+        push_record(
+            result,
+            *queue_offset,
+            entry,
+            &bytes[from..from + entry.size as usize],
+        );
     }
 }
 
