@@ -447,14 +447,7 @@ impl Replicator {
                 tracing::debug!(master = %master.addr, "the master does not say how far it delivered delayed and timer messages");
                 return Ok(None);
             }
-            if answer.code != response_code::SUCCESS {
-                return Err(SessionEnd::Refused(format!(
-                    "the master {} answered {} to RINGMQ_SCHEDULE_PROGRESS: {}",
-                    master.addr,
-                    answer.code,
-                    answer.remark.as_deref().unwrap_or("")
-                )));
-            }
+            let answer = master.successful(answer, request_code::RINGMQ_SCHEDULE_PROGRESS)?;
             let header: ScheduleProgressResponseHeader = answer
                 .decode_custom_header()
                 .map_err(|error| master.undecodable("schedule progress answer", &error))?;
@@ -548,10 +541,20 @@ impl MasterConnection {
     fn call(&mut self, request: RemotingCommand) -> Result<RemotingCommand, SessionEnd> {
         let code = request.code;
         let answer = self.call_any(request)?;
-        let addr = &self.addr;
+        self.successful(answer, code)
+    }
+
+    /// `answer`, to a request of `code`, if it is SUCCESS; the refusal
+    /// naming both otherwise.
+    fn successful(
+        &self,
+        answer: RemotingCommand,
+        code: i32,
+    ) -> Result<RemotingCommand, SessionEnd> {
         if answer.code != response_code::SUCCESS {
             return Err(SessionEnd::Refused(format!(
-                "the master {addr} answered {} to {}: {}",
+                "the master {} answered {} to {}: {}",
+                self.addr,
                 answer.code,
                 code,
                 answer.remark.as_deref().unwrap_or("")

@@ -194,17 +194,14 @@ impl DelayState {
     }
 
     /// The store's background read `ticket` is done: the levels waiting for
-    /// it are polled again at once. False if no level waits for it.
-    pub(crate) fn on_read_done(&mut self, ticket: u64) -> bool {
-        let mut any = false;
+    /// it are polled again at once.
+    pub(crate) fn on_read_done(&mut self, ticket: u64) {
         for (index, read) in self.reads.iter_mut().enumerate() {
             // Levels whose records lie in one window share its read.
             if read.on_read_done(ticket) {
                 self.next_poll_ms[index] = 0;
-                any = true;
             }
         }
-        any
     }
 
     /// The earliest time an owned level wants to be looked at.

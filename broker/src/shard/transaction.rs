@@ -547,22 +547,21 @@ impl ShardHandler {
     }
 
     /// The store's background read `ticket` is done: if a check round
-    /// waited for it, the round runs now. Whether it was the round's.
-    pub(crate) fn on_txn_read_done(&mut self, ticket: u64, now_ms: i64) -> bool {
+    /// waited for it, the round runs now.
+    pub(crate) fn on_txn_read_done(&mut self, ticket: u64, now_ms: i64) {
         let Some(state) = self
             .control
             .as_mut()
             .and_then(|control| control.txn.as_mut())
         else {
-            return false;
+            return;
         };
         let Some((_, read)) = state.reading.take_if(|(waited, _)| *waited == ticket) else {
-            return false;
+            return;
         };
         if let Err(remark) = self.run_check_round(now_ms, Some(read)) {
             tracing::warn!(%remark, "transaction check round failed");
         }
-        true
     }
 
     /// Up to `max_count` records of the half or op queue from `from`, read
