@@ -1478,3 +1478,112 @@ fn a_stream_of_sends_to_a_missing_topic_is_refused_without_nesting() {
     }
     assert!(broker.stop().success());
 }
+
+/// A name server that answers each REGISTER_BROKER `delay` late and keeps
+/// the time it answered each one, with the registration's body.
+struct SlowNameServer {
+    port: u16,
+    answered: std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>>,
+}
+
+impl SlowNameServer {
+    fn start(delay: Duration) -> Self {
+        use std::io::{Read, Write};
+        use std::sync::{Arc, Mutex};
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let log = answered.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    loop {
+                        let mut length = [0u8; 4];
+                        if stream.read_exact(&mut length).is_err() {
+                            return;
+                        }
+                        let mut bytes = length.to_vec();
+                        bytes.resize(4 + u32::from_be_bytes(length) as usize, 0);
+                        if stream.read_exact(&mut bytes[4..]).is_err() {
+                            return;
+                        }
+                        let raw = ringmq_protocol::frame::decode_frame(
+                            &bytes::Bytes::from(bytes),
+                            ringmq_protocol::limits::FRAME_SIZE_MAX,
+                        )
+                        .unwrap()
+                        .unwrap();
+                        let request = RemotingCommand::from_frame(&raw).unwrap();
+                        if request.code == request_code::REGISTER_BROKER {
+                            std::thread::sleep(delay);
+                        }
+                        let mut answer = RemotingCommand::new_response(
+                            response_code::SUCCESS,
+                            request.opaque,
+                            None,
+                        );
+                        answer.ext_fields.insert("masterAddr", "");
+                        let mut out = Vec::new();
+                        answer
+                            .encode(ringmq_protocol::code::SerializeType::Json, &mut out)
+                            .unwrap();
+                        if request.code == request_code::REGISTER_BROKER {
+                            let body = String::from_utf8_lossy(request.body_bytes()).into_owned();
+                            log.lock().unwrap().push((Instant::now(), body));
+                        }
+                        if stream.write_all(&out).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        SlowNameServer { port, answered }
+    }
+
+    /// Whether a registration naming `topic` was answered before `when`.
+    fn routed_before(&self, topic: &str, when: Instant) -> bool {
+        let quoted = format!("\"{topic}\"");
+        self.answered
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(at, body)| *at <= when && body.contains(&quoted))
+    }
+}
+
+#[test]
+fn a_topic_is_answered_for_only_once_its_registration_was_answered() {
+    // Java's broker registers a topic it creates (by a send, or by
+    // UPDATE_AND_CREATE_TOPIC) before it answers, so a client asking the
+    // name server for the route right after the answer finds it. The name
+    // server here answers registrations 300 ms late.
+    let names = SlowNameServer::start(Duration::from_millis(300));
+    let store = fresh_store("routed-first");
+    let Some(broker) = start_broker(
+        &store,
+        &[
+            "--shards=2".into(),
+            format!("--namesrvAddr=127.0.0.1:{}", names.port),
+        ],
+    ) else {
+        return;
+    };
+    let mut client = broker.connect();
+    client.send("AutoRouted", 0, b"first");
+    assert!(
+        names.routed_before("AutoRouted", Instant::now()),
+        "the send that created AutoRouted was answered before its registration was"
+    );
+    client.send("AutoRouted", 1, b"second");
+
+    client.call_ok(common::create_topic_request("AdminRouted", 4));
+    assert!(
+        names.routed_before("AdminRouted", Instant::now()),
+        "UPDATE_AND_CREATE_TOPIC was answered before its registration was"
+    );
+    drop(client);
+    assert!(broker.stop().success());
+}

@@ -394,15 +394,6 @@ func startAdmin(t *testing.T) admin.Admin {
 	return a
 }
 
-// awaitRoute waits (bounded) until the name server has a route for topic, which a send has
-// just created: ringmq answers that send once the topic is on disk and registers it with the
-// name server right after, where Java's broker registers it before answering (a Go push
-// consumer started in between fails with "route info not found").
-func awaitRoute(t *testing.T, topic string) {
-	t.Helper()
-	fetchQueues(t, startAdmin(t), topic)
-}
-
 // fetchQueues waits (bounded) until the name server has a route for topic.
 func fetchQueues(t *testing.T, a admin.Admin, topic string) []*primitive.MessageQueue {
 	t.Helper()

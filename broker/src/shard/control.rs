@@ -31,12 +31,20 @@
 //!   the snapshot went out, so no message is acknowledged in a topic a crash
 //!   would forget, and the snapshot still reaches a queue's owner ahead of
 //!   the sends forwarded to it.
+//! - A request that created or updated a topic (a send that auto-created
+//!   it, UPDATE_AND_CREATE_TOPIC, UPDATE_AND_CREATE_TOPIC_LIST) is answered
+//!   only once the registrar has offered the snapshot holding it to every
+//!   name server, as Java's broker registers before it answers: a client
+//!   that asks a name server for the route right after the answer finds
+//!   it. So are shard 0's further sends of that topic until then (they
+//!   keep their order). A name server that does not answer holds them for
+//!   at most its timeout; [`REGISTRATION_HOLD_MAX_MS`] bounds the wait if
+//!   the registrar itself is stuck.
 //! - A subscription snapshot is published only when it differs from the
 //!   last one published.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
 
 use bytes::Bytes;
 use ringmq_protocol::code::{request_code, response_code};
@@ -48,7 +56,7 @@ use ringmq_protocol::header::{
 use ringmq_protocol::json::{DataVersion, JsonStyle, QuerySubscriptionResponseBody, TopicList};
 
 use super::link::{Request, ShardMsg};
-use super::runtime::RegistrarMsg;
+use super::runtime::RegistrarLink;
 use super::subs::SubscriptionSnapshot;
 use super::{ShardHandler, json_success, response, success};
 use crate::client_registry::{
@@ -84,14 +92,37 @@ pub(crate) enum AfterPersist {
         reply: super::link::ReplyTo,
         answer: RemotingCommand,
     },
+    /// Answer a request that created or updated topics, once the name
+    /// servers have been offered them (see the module invariants).
+    AnswerOnceRouted {
+        reply: super::link::ReplyTo,
+        answer: RemotingCommand,
+    },
     /// Go on with a send whose topic was just created.
     Dispatch(Box<Request>),
     /// Show a topic change to the other shards and the registrar.
     ShowTopics {
         snapshot: Arc<TopicConfigSnapshot>,
         deleted: Vec<String>,
+        registered: Vec<String>,
     },
 }
+
+/// Work held until the registrar has offered topic snapshot `number` to
+/// the name servers (or `deadline_ms` passed).
+#[derive(Debug)]
+struct AwaitingRegistration {
+    number: u64,
+    deadline_ms: i64,
+    /// An [`AfterPersist::Answer`] or [`AfterPersist::Dispatch`].
+    then: AfterPersist,
+}
+
+/// The longest an answer waits for the registrar: one name server's connect
+/// and answer timeouts (the registrar offers a snapshot to the name servers
+/// one after the other, so with several that are all down, answers go out
+/// before the last was tried). Only a stuck registrar makes it matter.
+pub const REGISTRATION_HOLD_MAX_MS: i64 = 6_000;
 
 /// How often expired queue locks are dropped.
 pub const LOCK_SCAN_INTERVAL_MS: i64 = 10_000;
@@ -107,7 +138,7 @@ pub struct ControlPlane {
     pub clients: ClientRegistry,
     /// Orderly consumers' queue locks.
     pub locks: QueueLockTable,
-    registrar: Option<Sender<RegistrarMsg>>,
+    registrar: Option<RegistrarLink>,
     /// The keys UPDATE_BROKER_CONFIG changed (since the store was created),
     /// as `brokerConfigUpdates.properties` keeps them.
     config_updates: BTreeMap<String, String>,
@@ -121,6 +152,11 @@ pub struct ControlPlane {
     /// Topics created or updated whose snapshot is not shown yet, with the
     /// ticket it waits for.
     unshown_topics: HashMap<String, WriteTicket>,
+    /// Topics created or updated whose snapshot the registrar has not
+    /// offered to the name servers yet, with the snapshot's number.
+    unrouted_topics: HashMap<String, u64>,
+    /// Answers and sends waiting for the registrar, in the order they came.
+    awaiting_registration: Vec<AwaitingRegistration>,
     /// The tables' versions as loaded at the start: a table still at its
     /// version is what its file holds (or, with no file, what the next
     /// start builds again), so the shutdown need not write it.
@@ -136,7 +172,7 @@ impl ControlPlane {
         topics: TopicConfigTable,
         groups: SubscriptionGroupTable,
         clients: ClientRegistry,
-        registrar: Option<Sender<RegistrarMsg>>,
+        registrar: Option<RegistrarLink>,
         config_updates: BTreeMap<String, String>,
         now_ms: i64,
     ) -> Self {
@@ -153,6 +189,8 @@ impl ControlPlane {
             last_lock_scan_ms: now_ms,
             awaiting_persist: Vec::new(),
             unshown_topics: HashMap::new(),
+            unrouted_topics: HashMap::new(),
+            awaiting_registration: Vec::new(),
             loaded_versions,
         }
     }
@@ -203,6 +241,17 @@ fn check_client_config(cmd: &RemotingCommand, enable_property_filter: bool) -> R
     }
 }
 
+/// The answer to a change whose config file could not be written.
+fn persist_failed(failure: &str) -> RemotingCommand {
+    response(
+        response_code::SYSTEM_ERROR,
+        format!(
+            "the change is in effect but not on disk (it is retried; a restart before that \
+             undoes it): {failure}"
+        ),
+    )
+}
+
 fn peer_of(request: &Request) -> Peer {
     Peer {
         channel: ChannelId(request.reply.conn.0),
@@ -230,8 +279,13 @@ impl ShardHandler {
         for topic in &change.deleted {
             self.forget_deleted_topic(topic);
         }
+        let registered: Vec<String> = change
+            .registered
+            .iter()
+            .map(|config| config.topic_name.clone())
+            .collect();
         let Some(persister) = self.persister.clone() else {
-            self.show_topics(snapshot, &change.deleted);
+            self.show_topics(snapshot, &change.deleted, &registered);
             return None;
         };
         let ticket = persister.write(ConfigFile::Topics, self.control().topics.encode_file());
@@ -246,22 +300,128 @@ impl ShardHandler {
             then: AfterPersist::ShowTopics {
                 snapshot,
                 deleted: change.deleted.clone(),
+                registered,
             },
         });
         Some(ticket)
     }
 
     /// Sends a topic snapshot (and the deletions) to the other shards and
-    /// the registrar.
-    fn show_topics(&mut self, snapshot: Arc<TopicConfigSnapshot>, deleted: &[String]) {
+    /// the registrar; the `registered` topics' sends on this shard wait for
+    /// the registrar from here on.
+    fn show_topics(
+        &mut self,
+        snapshot: Arc<TopicConfigSnapshot>,
+        deleted: &[String],
+        registered: &[String],
+    ) {
         if let Some(links) = &mut self.links {
             links.broadcast(|| ShardMsg::Topics(snapshot.clone()));
             for topic in deleted {
                 links.broadcast(|| ShardMsg::TopicDeleted(topic.clone()));
             }
         }
-        if let Some(registrar) = &self.control().registrar {
-            let _ = registrar.send(RegistrarMsg::Topics(snapshot));
+        let control = self.control();
+        if let Some(registrar) = &mut control.registrar {
+            let number = registrar.topics(snapshot);
+            for topic in registered {
+                control.unrouted_topics.insert(topic.clone(), number);
+            }
+        }
+    }
+
+    /// The number of the topic snapshot a send of `topic` on shard 0 waits
+    /// for the registrar to offer (see the module invariants).
+    pub(crate) fn unrouted_topic(&self, topic: &str) -> Option<u64> {
+        let control = self.control.as_ref()?;
+        if control.unrouted_topics.is_empty() {
+            return None;
+        }
+        control.unrouted_topics.get(topic).copied()
+    }
+
+    /// Holds `then` (an answer or a send) until the registrar has offered
+    /// topic snapshot `number` to the name servers.
+    pub(crate) fn await_registration(&mut self, number: u64, then: AfterPersist, now_ms: i64) {
+        self.control()
+            .awaiting_registration
+            .push(AwaitingRegistration {
+                number,
+                deadline_ms: now_ms + REGISTRATION_HOLD_MAX_MS,
+                then,
+            });
+    }
+
+    /// Answers a request that created or updated topics once the newest
+    /// topic snapshot (which holds them) was offered to the name servers.
+    fn answer_once_routed(
+        &mut self,
+        reply: super::link::ReplyTo,
+        answer: RemotingCommand,
+        now_ms: i64,
+    ) {
+        let control = self.control();
+        match &control.registrar {
+            Some(registrar) if !registrar.offered(registrar.handed()) => {
+                let number = registrar.handed();
+                self.await_registration(number, AfterPersist::Answer { reply, answer }, now_ms);
+            }
+            _ => self.reply(reply, answer),
+        }
+    }
+
+    /// Whether answers or sends are waiting for the registrar.
+    pub(crate) fn awaits_registration(&self) -> bool {
+        self.control
+            .as_ref()
+            .is_some_and(|control| !control.awaiting_registration.is_empty())
+    }
+
+    /// Goes on with the answers and sends whose topics the registrar has
+    /// offered to the name servers, or that waited
+    /// [`REGISTRATION_HOLD_MAX_MS`] (their topics then stop holding sends).
+    pub(crate) fn release_registered(&mut self, now_ms: i64) {
+        let Some(control) = self.control.as_mut() else {
+            return;
+        };
+        let Some(registrar) = &control.registrar else {
+            return;
+        };
+        if control.unrouted_topics.is_empty() && control.awaiting_registration.is_empty() {
+            return;
+        }
+        control
+            .unrouted_topics
+            .retain(|_, number| !registrar.offered(*number));
+        let awaiting = std::mem::take(&mut control.awaiting_registration);
+        let mut still = Vec::new();
+        let mut released = Vec::new();
+        for held in awaiting {
+            if registrar.offered(held.number) {
+                released.push(held.then);
+            } else if now_ms >= held.deadline_ms {
+                tracing::warn!(
+                    snapshot = held.number,
+                    "the registrar has not offered a new topic to the name servers in time; \
+                     answering without it"
+                );
+                control
+                    .unrouted_topics
+                    .retain(|_, number| *number > held.number);
+                released.push(held.then);
+            } else {
+                still.push(held);
+            }
+        }
+        // Work held while these went on comes after what still waits.
+        still.append(&mut control.awaiting_registration);
+        control.awaiting_registration = still;
+        for then in released {
+            match then {
+                AfterPersist::Answer { reply, answer } => self.reply(reply, answer),
+                AfterPersist::Dispatch(request) => self.dispatch(request, now_ms),
+                other => unreachable!("only answers and sends wait for the registrar: {other:?}"),
+            }
         }
     }
 
@@ -319,7 +479,7 @@ impl ShardHandler {
         if config.broker_permission != permission_before
             && let Some(registrar) = &control.registrar
         {
-            let _ = registrar.send(RegistrarMsg::Permission(config.broker_permission));
+            registrar.permission(config.broker_permission);
         }
         let ticket = self.persister.as_ref().map(|persister| {
             persister.write(ConfigFile::BrokerConfigUpdates, content.into_bytes())
@@ -421,6 +581,8 @@ impl ShardHandler {
     pub(crate) fn control_request(&mut self, request: Box<Request>, now_ms: i64) {
         let cmd = &request.cmd;
         let mut tickets = Vec::new();
+        // Whether the answer waits for the name servers too.
+        let mut routes = false;
         let answer = match cmd.code {
             request_code::HEART_BEAT
             | request_code::UNREGISTER_CLIENT
@@ -467,6 +629,7 @@ impl ShardHandler {
                 let Some(outcome) = self.control().topics.handle(cmd, now_ms) else {
                     unreachable!("the topic table serves the codes routed to it");
                 };
+                routes = !outcome.change.registered.is_empty();
                 tickets.extend(self.publish_topics(&outcome.change));
                 outcome.response
             }
@@ -533,10 +696,17 @@ impl ShardHandler {
             ),
         };
         let reply = request.reply;
-        if tickets.is_empty() || answer.code != response_code::SUCCESS {
+        if answer.code != response_code::SUCCESS {
             return self.reply(reply, answer);
         }
-        self.await_persist(tickets, AfterPersist::Answer { reply, answer });
+        match (tickets.is_empty(), routes) {
+            (true, false) => self.reply(reply, answer),
+            (true, true) => self.answer_once_routed(reply, answer, now_ms),
+            (false, false) => self.await_persist(tickets, AfterPersist::Answer { reply, answer }),
+            (false, true) => {
+                self.await_persist(tickets, AfterPersist::AnswerOnceRouted { reply, answer });
+            }
+        }
     }
 
     /// Holds `then` until `tickets` are settled; the ring's next turns
@@ -586,25 +756,27 @@ impl ShardHandler {
             match held.then {
                 AfterPersist::Answer { reply, answer } => {
                     let answer = match failure {
-                        Some(failure) => response(
-                            response_code::SYSTEM_ERROR,
-                            format!(
-                                "the change is in effect but not on disk (it is retried; a \
-                                 restart before that undoes it): {failure}"
-                            ),
-                        ),
+                        Some(failure) => persist_failed(&failure),
                         None => answer,
                     };
                     self.reply(reply, answer);
                 }
+                AfterPersist::AnswerOnceRouted { reply, answer } => match failure {
+                    Some(failure) => self.reply(reply, persist_failed(&failure)),
+                    None => self.answer_once_routed(reply, answer, now_ms),
+                },
                 AfterPersist::Dispatch(request) => self.dispatch(request, now_ms),
-                AfterPersist::ShowTopics { snapshot, deleted } => {
+                AfterPersist::ShowTopics {
+                    snapshot,
+                    deleted,
+                    registered,
+                } => {
                     // Topics a later change holds again wait for its ticket.
                     let ticket = held.tickets[0];
                     self.control()
                         .unshown_topics
                         .retain(|_, waits_for| *waits_for != ticket);
-                    self.show_topics(snapshot, &deleted);
+                    self.show_topics(snapshot, &deleted, &registered);
                 }
             }
         }

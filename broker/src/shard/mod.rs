@@ -886,6 +886,7 @@ impl RequestHandler for ShardHandler {
         self.run_timer(now_ms); // wired by schedule
         self.expire_held(now_ms);
         self.release_persisted(now_ms);
+        self.release_registered(now_ms);
         if let Some(links) = &mut self.links {
             links.flush();
         }
@@ -920,8 +921,9 @@ impl RequestHandler for ShardHandler {
         if let Some(until) = self.timer_wait_bound(crate::shard::runtime::wall_clock_ms()) {
             bound = bound.min(until); // wired by schedule
         }
-        if self.awaits_persist() {
-            // The persister wakes the ring; this only bounds a lost wake-up.
+        if self.awaits_persist() || self.awaits_registration() {
+            // The persister and the registrar wake the ring; this only
+            // bounds a lost wake-up (and the registration's hold).
             bound = bound.min(PERSIST_ANSWER_POLL);
         }
         let replica_deadlines = self.replica.held.iter().map(|held| held.deadline_ms);

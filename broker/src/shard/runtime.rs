@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -446,8 +446,9 @@ pub(crate) fn connect(
 /// What shard 0 tells the registrar thread.
 #[derive(Debug)]
 pub enum RegistrarMsg {
-    /// A new topic table: register it.
-    Topics(Arc<TopicConfigSnapshot>),
+    /// A new topic table, with its number in the order shard 0 handed them
+    /// over: register it.
+    Topics(u64, Arc<TopicConfigSnapshot>),
     /// `brokerPermission` changed (UPDATE_BROKER_CONFIG): register again.
     Permission(u32),
 }
@@ -574,22 +575,91 @@ impl Registrar {
     }
 }
 
+/// Shard 0's side of the registrar thread: new topic snapshots go to it
+/// numbered, and it says which number it has registered, so that shard 0
+/// can hold the answer to a request that created a topic until the name
+/// servers route it (as Java's broker registers before it answers).
+#[derive(Debug)]
+pub struct RegistrarLink {
+    updates: Sender<RegistrarMsg>,
+    /// The number of the newest topic snapshot handed over.
+    handed: u64,
+    /// The number of the newest topic snapshot the registrar has offered
+    /// every name server (accepted or not: a name server that is down
+    /// does not hold answers longer than its timeout).
+    offered: Arc<AtomicU64>,
+}
+
+impl RegistrarLink {
+    /// A link and the registrar's ends of it: the updates and the board it
+    /// writes the offered numbers on.
+    pub fn new() -> (Self, Receiver<RegistrarMsg>, Arc<AtomicU64>) {
+        let (updates, receiver) = mpsc::channel();
+        let offered = Arc::new(AtomicU64::new(0));
+        let link = RegistrarLink {
+            updates,
+            handed: 0,
+            offered: offered.clone(),
+        };
+        (link, receiver, offered)
+    }
+
+    /// Hands `snapshot` over; returns its number.
+    pub fn topics(&mut self, snapshot: Arc<TopicConfigSnapshot>) -> u64 {
+        self.handed += 1;
+        if self
+            .updates
+            .send(RegistrarMsg::Topics(self.handed, snapshot))
+            .is_err()
+        {
+            // The registrar has stopped: nothing will be registered, and
+            // nothing may wait for it.
+            self.offered.fetch_max(self.handed, Ordering::Release);
+        }
+        self.handed
+    }
+
+    /// Hands a `brokerPermission` change over.
+    pub fn permission(&self, permission: u32) {
+        let _ = self.updates.send(RegistrarMsg::Permission(permission));
+    }
+
+    /// The number of the newest topic snapshot handed over.
+    pub fn handed(&self) -> u64 {
+        self.handed
+    }
+
+    /// Whether the topic snapshot numbered `number` has been offered to
+    /// every name server.
+    pub fn offered(&self, number: u64) -> bool {
+        self.offered.load(Ordering::Acquire) >= number
+    }
+}
+
 /// The registrar thread: registers every `period`, and at once when a new
-/// topic snapshot arrives; unregisters when shard 0 drops its sender (stop).
+/// topic snapshot arrives; writes the number of each snapshot it offered on
+/// `offered` and wakes shard 0 (`wake`), which may hold answers for it;
+/// unregisters when shard 0 drops its sender (stop).
 fn run_registrar(
     mut registrar: Registrar,
     mut topics: Arc<TopicConfigSnapshot>,
     updates: Receiver<RegistrarMsg>,
+    offered: Arc<AtomicU64>,
+    wake: Waker,
     period: Duration,
 ) {
     loop {
+        let mut number = None;
         match updates.recv_timeout(period) {
             Ok(first) => {
                 // Coalesce a burst of changes into one registration.
                 let mut next = Some(first);
                 while let Some(message) = next.take().or_else(|| updates.try_recv().ok()) {
                     match message {
-                        RegistrarMsg::Topics(snapshot) => topics = snapshot,
+                        RegistrarMsg::Topics(handed, snapshot) => {
+                            topics = snapshot;
+                            number = Some(handed);
+                        }
                         RegistrarMsg::Permission(permission) => {
                             registrar.set_permission(permission)
                         }
@@ -600,6 +670,10 @@ fn run_registrar(
             Err(RecvTimeoutError::Disconnected) => break,
         }
         registrar.register_all(&topics);
+        if let Some(number) = number {
+            offered.fetch_max(number, Ordering::Release);
+            let _ = wake.wake();
+        }
     }
     registrar.unregister_all();
 }
@@ -763,14 +837,14 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
         None
     };
     let port = config.listen_port;
-    let (registrar_tx, registrar_rx) = mpsc::channel();
+    let (registrar_link, registrar_rx, registrar_offered) = RegistrarLink::new();
     let topics = topic_table.snapshot();
     let groups = group_table.snapshot();
     let mut control = Some(ControlPlane::new(
         topic_table,
         group_table,
         ClientRegistry::new(true),
-        Some(registrar_tx),
+        Some(registrar_link),
         config_updates,
         now,
     ));
@@ -858,9 +932,19 @@ pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
     let period = Duration::from_millis(config.register_name_server_period_ms.max(1_000));
     let registrar = {
         let topics = topics.clone();
+        let wake = wakers[0].clone();
         std::thread::Builder::new()
             .name("ringmq-registrar".into())
-            .spawn(move || run_registrar(registrar, topics, registrar_rx, period))
+            .spawn(move || {
+                run_registrar(
+                    registrar,
+                    topics,
+                    registrar_rx,
+                    registrar_offered,
+                    wake,
+                    period,
+                )
+            })
             .map_err(|error| BrokerError::Thread {
                 name: "ringmq-registrar".into(),
                 reason: error.to_string(),

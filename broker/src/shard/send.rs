@@ -223,6 +223,10 @@ impl ShardHandler {
             // control.rs); so does its send.
             return self.await_persist(vec![ticket], AfterPersist::Dispatch(request));
         }
+        if let Some(number) = self.unrouted_topic(&header.topic) {
+            // Shard 0: the name servers may not route the topic yet.
+            return self.await_registration(number, AfterPersist::Dispatch(request), now_ms);
+        }
         // Java refuses only order topics here: producers of the others stop
         // choosing this broker once the name server routes it without write
         // permission, and the sends already on their way still land.
