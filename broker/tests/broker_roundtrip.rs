@@ -1480,10 +1480,13 @@ fn a_stream_of_sends_to_a_missing_topic_is_refused_without_nesting() {
 }
 
 /// A name server that answers each REGISTER_BROKER `delay` late and keeps
-/// the time it answered each one, with the registration's body.
+/// the time it accepted each one, with the registration's body; once told
+/// to, it refuses registrations of only some topics (as a name server that
+/// forgot the broker refuses its single-topic registrations).
 struct SlowNameServer {
     port: u16,
     answered: std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>>,
+    refuse_partial: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SlowNameServer {
@@ -1493,11 +1496,14 @@ impl SlowNameServer {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let answered = Arc::new(Mutex::new(Vec::new()));
+        let refuse_partial = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let log = answered.clone();
+        let refusing = refuse_partial.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
                 let log = log.clone();
+                let refusing = refusing.clone();
                 std::thread::spawn(move || {
                     loop {
                         let mut length = [0u8; 4];
@@ -1516,21 +1522,26 @@ impl SlowNameServer {
                         .unwrap()
                         .unwrap();
                         let request = RemotingCommand::from_frame(&raw).unwrap();
-                        if request.code == request_code::REGISTER_BROKER {
+                        let body = String::from_utf8_lossy(request.body_bytes()).into_owned();
+                        let registers = request.code == request_code::REGISTER_BROKER;
+                        if registers {
                             std::thread::sleep(delay);
                         }
-                        let mut answer = RemotingCommand::new_response(
-                            response_code::SUCCESS,
-                            request.opaque,
-                            None,
-                        );
+                        let refused = registers
+                            && refusing.load(std::sync::atomic::Ordering::SeqCst)
+                            && !body.contains("\"TBW102\"");
+                        let code = if refused {
+                            response_code::SYSTEM_ERROR
+                        } else {
+                            response_code::SUCCESS
+                        };
+                        let mut answer = RemotingCommand::new_response(code, request.opaque, None);
                         answer.ext_fields.insert("masterAddr", "");
                         let mut out = Vec::new();
                         answer
                             .encode(ringmq_protocol::code::SerializeType::Json, &mut out)
                             .unwrap();
-                        if request.code == request_code::REGISTER_BROKER {
-                            let body = String::from_utf8_lossy(request.body_bytes()).into_owned();
+                        if registers && !refused {
                             log.lock().unwrap().push((Instant::now(), body));
                         }
                         if stream.write_all(&out).is_err() {
@@ -1540,17 +1551,24 @@ impl SlowNameServer {
                 });
             }
         });
-        SlowNameServer { port, answered }
+        SlowNameServer {
+            port,
+            answered,
+            refuse_partial,
+        }
     }
 
-    /// Whether a registration naming `topic` was answered before `when`.
-    fn routed_before(&self, topic: &str, when: Instant) -> bool {
+    /// The bodies of the registrations naming `topic` accepted before
+    /// `when`.
+    fn routed_before(&self, topic: &str, when: Instant) -> Vec<String> {
         let quoted = format!("\"{topic}\"");
         self.answered
             .lock()
             .unwrap()
             .iter()
-            .any(|(at, body)| *at <= when && body.contains(&quoted))
+            .filter(|(at, body)| *at <= when && body.contains(&quoted))
+            .map(|(_, body)| body.clone())
+            .collect()
     }
 }
 
@@ -1574,15 +1592,35 @@ fn a_topic_is_answered_for_only_once_its_registration_was_answered() {
     let mut client = broker.connect();
     client.send("AutoRouted", 0, b"first");
     assert!(
-        names.routed_before("AutoRouted", Instant::now()),
+        !names.routed_before("AutoRouted", Instant::now()).is_empty(),
         "the send that created AutoRouted was answered before its registration was"
     );
     client.send("AutoRouted", 1, b"second");
 
     client.call_ok(common::create_topic_request("AdminRouted", 4));
+    let registrations = names.routed_before("AdminRouted", Instant::now());
     assert!(
-        names.routed_before("AdminRouted", Instant::now()),
+        !registrations.is_empty(),
         "UPDATE_AND_CREATE_TOPIC was answered before its registration was"
+    );
+    // The name server had the other topics: it was sent only the new one.
+    assert!(
+        registrations
+            .iter()
+            .all(|body| !body.contains("\"TBW102\"")),
+        "{registrations:?}"
+    );
+
+    // A name server that refuses a registration of only the new topic gets
+    // the whole table before the creation is answered.
+    names
+        .refuse_partial
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    client.call_ok(common::create_topic_request("AfterRefusal", 4));
+    let registrations = names.routed_before("AfterRefusal", Instant::now());
+    assert!(
+        registrations.iter().any(|body| body.contains("\"TBW102\"")),
+        "{registrations:?}"
     );
     drop(client);
     assert!(broker.stop().success());

@@ -35,6 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ringmq_protocol::code::SerializeType;
 use ringmq_protocol::command::RemotingCommand;
 use ringmq_protocol::frame;
+use ringmq_protocol::json::TopicConfig;
 use ringmq_protocol::limits::FRAME_SIZE_MAX;
 use ringmq_storage::disk::uring::{UringDisk, UringDiskConfig};
 use ringmq_storage::limits::{DISK_LANE_SLOTS_MIN, write_buffers_in_use_max};
@@ -460,6 +461,12 @@ struct Registrar {
     identity: BrokerIdentity,
     namesrvs: Vec<String>,
     streams: Vec<Option<TcpStream>>,
+    /// Per name server, the topic table it accepted last on its current
+    /// connection: a new table then goes to it as only the topics that
+    /// changed (as Java's `registerIncrementBrokerData`), so a topic's
+    /// creation, whose answer waits for it, does not cost a registration of
+    /// every topic. None: it gets the whole table next.
+    accepted: Vec<Option<Arc<TopicConfigSnapshot>>>,
     opaque: i32,
     /// A slave's: where the name servers say its master is.
     master: Option<MasterAddress>,
@@ -480,10 +487,12 @@ impl Registrar {
         permission: u32,
     ) -> Self {
         let streams = namesrvs.iter().map(|_| None).collect();
+        let accepted = namesrvs.iter().map(|_| None).collect();
         Registrar {
             identity,
             namesrvs,
             streams,
+            accepted,
             opaque: 0,
             master,
             permission,
@@ -495,6 +504,10 @@ impl Registrar {
         if permission != self.permission {
             self.permission = permission;
             self.permission_changes += 1;
+            // Every topic is registered with the new permission.
+            self.accepted
+                .iter_mut()
+                .for_each(|accepted| *accepted = None);
         }
     }
 
@@ -516,16 +529,23 @@ impl Registrar {
         let result = call(stream, &request);
         if result.is_err() {
             self.streams[index] = None;
+            self.accepted[index] = None;
         }
         result
     }
 
-    /// Registers with every name server; returns how many accepted.
-    fn register_all(&mut self, topics: &TopicConfigSnapshot) -> usize {
+    /// `topics`' configs as registered: those `keep` selects, each with
+    /// only the permission `brokerPermission` allows.
+    fn table(
+        &self,
+        topics: &TopicConfigSnapshot,
+        keep: impl Fn(&str, &TopicConfig) -> bool,
+    ) -> BTreeMap<String, TopicConfig> {
         let full = PERM_READ | PERM_WRITE;
         let mask = (self.permission & full != full).then_some(self.permission as i32);
-        let table = topics
+        topics
             .iter()
+            .filter(|(name, config)| keep(name, config))
             .map(|(name, config)| {
                 let mut config = config.clone();
                 if let Some(mask) = mask {
@@ -533,36 +553,90 @@ impl Registrar {
                 }
                 (name.to_owned(), config)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Registers with every name server (the whole table); returns how
+    /// many accepted.
+    fn register_all(&mut self, topics: &Arc<TopicConfigSnapshot>) -> usize {
+        self.register(topics, false)
+    }
+
+    /// Registers with every name server: with `changes_only`, a name server
+    /// that accepted an earlier table on its connection gets only the
+    /// topics created or changed since (none: it is skipped), and the whole
+    /// table if it refuses them; returns how many accepted.
+    fn register(&mut self, topics: &Arc<TopicConfigSnapshot>, changes_only: bool) -> usize {
         let mut version = topics.data_version();
         version.counter += self.permission_changes;
+        let mut whole = None;
         let mut accepted = 0;
+        // Whether a name server answered (one skipped did not say where
+        // the master is).
+        let mut answered = false;
         let mut master = None;
         for index in 0..self.namesrvs.len() {
-            let request = register_broker_request(&self.identity, version, &table);
-            let addr = self.namesrvs[index].clone();
-            match self.call(index, request) {
-                Ok(answer) if answer.code == 0 => {
-                    accepted += 1;
-                    if let Some(addr) = answer.ext_fields.get("masterAddr") {
-                        master.get_or_insert_with(|| addr.to_owned());
-                    }
+            let earlier = self.accepted[index].clone().filter(|_| changes_only);
+            let changes = earlier.map(|earlier| {
+                self.table(topics, |name, config| earlier.get(name) != Some(config))
+            });
+            if changes.as_ref().is_some_and(BTreeMap::is_empty) {
+                self.accepted[index] = Some(topics.clone());
+                accepted += 1;
+                continue;
+            }
+            let mut answer = None;
+            if let Some(changes) = &changes {
+                answer = self.offer(
+                    index,
+                    register_broker_request(&self.identity, version, changes),
+                );
+            }
+            if answer.is_none() {
+                let table = whole.get_or_insert_with(|| self.table(topics, |_, _| true));
+                answer = self.offer(
+                    index,
+                    register_broker_request(&self.identity, version, table),
+                );
+            }
+            if let Some(answer) = answer {
+                accepted += 1;
+                answered = true;
+                self.accepted[index] = Some(topics.clone());
+                if let Some(addr) = answer.ext_fields.get("masterAddr") {
+                    master.get_or_insert_with(|| addr.to_owned());
                 }
-                Ok(answer) => tracing::warn!(
-                    namesrv = %addr,
-                    code = answer.code,
-                    remark = ?answer.remark,
-                    "the name server refused the registration"
-                ),
-                Err(error) => tracing::warn!(namesrv = %addr, %error, "registering failed"),
             }
         }
         if let Some(slot) = &self.master
-            && accepted > 0
+            && answered
         {
             slot.set(master.as_deref().filter(|addr| !addr.is_empty()));
         }
         accepted
+    }
+
+    /// Sends a registration to name server `index`: its answer when it
+    /// accepted, None (logged) otherwise.
+    fn offer(&mut self, index: usize, request: RemotingCommand) -> Option<RemotingCommand> {
+        self.accepted[index] = None;
+        let addr = self.namesrvs[index].clone();
+        match self.call(index, request) {
+            Ok(answer) if answer.code == 0 => Some(answer),
+            Ok(answer) => {
+                tracing::warn!(
+                    namesrv = %addr,
+                    code = answer.code,
+                    remark = ?answer.remark,
+                    "the name server refused the registration"
+                );
+                None
+            }
+            Err(error) => {
+                tracing::warn!(namesrv = %addr, %error, "registering failed");
+                None
+            }
+        }
     }
 
     fn unregister_all(&mut self) {
@@ -669,7 +743,8 @@ fn run_registrar(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        registrar.register_all(&topics);
+        // A new table goes out as its changes; the periodic one whole.
+        registrar.register(&topics, number.is_some());
         if let Some(number) = number {
             offered.fetch_max(number, Ordering::Release);
             let _ = wake.wake();
