@@ -9,10 +9,13 @@
 //! [`EMPTY_PULL_PAUSE`] (brokers that hold pulls answer late anyway; one
 //! that does not, like `null-broker`, would otherwise be polled in a loop).
 //!
-//! End-to-end latency is `now - born_timestamp` in wall-clock time. Born
-//! timestamps are milliseconds, so values carry up to 1 ms of truncation
-//! (latencies read high by 0–1 ms), and producer and consumer must share a
-//! clock (same machine here).
+//! End-to-end latency is now minus the message's send time in wall-clock
+//! time: its `LOADGEN_SENT_US` property (µs), which the e2e producer puts
+//! in every message it builds, just before the send; a message without it
+//! (another producer's) is measured from its born timestamp, which is in
+//! milliseconds, so that value carries up to 1 ms of truncation (reads high
+//! by 0–1 ms). Producer and consumer must share a clock (same machine
+//! here).
 //!
 //! ```text
 //! consumer thread --pull(q0)--> broker      lag(q) = maxOffset - nextBeginOffset
@@ -166,7 +169,8 @@ impl Lag {
 /// What a consumer records for each message.
 #[derive(Debug, Clone)]
 pub(crate) enum Measure {
-    /// End-to-end latency: now minus the born timestamp.
+    /// End-to-end latency: now minus the send time
+    /// ([`crate::workload::SENT_US_PROPERTY`], else the born timestamp).
     FromBorn,
     /// Delivery error of delayed messages: now minus the due time the
     /// producer put in [`crate::delay::DUE_US_PROPERTY`]. Messages without it
@@ -478,8 +482,11 @@ fn record_arrival(
     let body_size = record.body().len() as u64;
     match measure {
         Measure::FromBorn => {
-            let born_us = record.born_timestamp_ms().max(0) as u64 * 1000;
-            stats.record_success(now_us.saturating_sub(born_us), 1, body_size);
+            let sent_us = record
+                .property(crate::workload::SENT_US_PROPERTY)
+                .and_then(|text| text.parse::<u64>().ok())
+                .unwrap_or_else(|| record.born_timestamp_ms().max(0) as u64 * 1000);
+            stats.record_success(now_us.saturating_sub(sent_us), 1, body_size);
         }
         Measure::FromDue {
             arrived,
@@ -573,6 +580,11 @@ pub fn run_e2e(
     consume: &ConsumeConfig,
     outputs: &Outputs,
 ) -> Result<E2eResult, WorkloadError> {
+    // Every message carries its send time in µs.
+    let produce = &ProduceConfig {
+        stamp_sent_us: true,
+        ..produce.clone()
+    };
     let consumers = Consumers::start(consume, Instant::now())?;
     let collector = StatsCollector::new(consumers.handles.clone(), micros(produce.warmup));
     let (produced, secondary) = run_produce_with(produce, outputs, Some(collector))?;
@@ -624,6 +636,10 @@ fn attach_e2e(
         members.push((key.to_string(), value.into()));
     }
     members.push(("max_us".into(), e2e.max_us.into()));
+    members.push((
+        "latency_from".into(),
+        format!("{} (µs send time)", crate::workload::SENT_US_PROPERTY).into(),
+    ));
     members.push(("errors".into(), consumed.error_count().into()));
     members.push(("consumer_lag".into(), lag.to_json()));
     summary.extra.push(("e2e".into(), Json::Object(members)));
@@ -648,4 +664,47 @@ pub fn lag_line(lag: Lag) -> String {
         "consumer lag: final {} msgs, max on one queue {} msgs",
         lag.final_total, lag.queue_max
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use ringmq_protocol::message::{CrcCheck, RecordSpec, decode_record};
+
+    use super::{Measure, record_arrival};
+    use crate::hist::IntervalStats;
+
+    /// The end-to-end latency recorded for one record with `properties`,
+    /// born at `born_ms`, arriving at `now_us`.
+    fn latency_of(properties: &str, born_ms: i64, now_us: u64) -> u64 {
+        let spec = RecordSpec {
+            topic: "E2e",
+            body: b"body",
+            properties: properties.as_bytes(),
+            born_timestamp_ms: born_ms,
+            ..RecordSpec::default()
+        };
+        let mut bytes = Vec::new();
+        spec.encode_append(&mut bytes).unwrap();
+        let record = decode_record(&bytes, CrcCheck::Verify).unwrap();
+        let mut stats = IntervalStats::new();
+        record_arrival(&mut stats, &Measure::FromBorn, &record, now_us);
+        assert_eq!(stats.message_count, 1);
+        stats.message_latency.max()
+    }
+
+    #[test]
+    fn e2e_latency_is_measured_from_the_send_time_in_us_when_the_message_has_it() {
+        // Sent at ...000_250 µs, born in that millisecond, here 730 µs later.
+        let sent_us = 1_700_000_000_000_250;
+        let properties = format!("WAIT\u{1}true\u{2}LOADGEN_SENT_US\u{1}{sent_us}\u{2}");
+        assert_eq!(
+            latency_of(&properties, 1_700_000_000_000, sent_us + 730),
+            730
+        );
+        // Without it, from the born millisecond: 250 µs more.
+        assert_eq!(
+            latency_of("WAIT\u{1}true\u{2}", 1_700_000_000_000, sent_us + 730),
+            980
+        );
+    }
 }

@@ -28,7 +28,7 @@ use crate::client::{
 };
 use crate::hist::{ERROR_CODE_NO_RESPONSE, StatsHandle};
 use crate::schedule::{Clock, MonotonicClock, Schedule, latency_us};
-use crate::workload::{ProduceConfig, ProduceMode, unix_ms};
+use crate::workload::{ProduceConfig, ProduceMode, SENT_US_PROPERTY, unix_ms};
 
 /// A sender waiting for a free in-flight slot re-checks the stop flag this
 /// often.
@@ -50,8 +50,11 @@ pub(crate) struct MessageFactory {
     key_prefix: String,
     key_counter: u64,
     batch_size: usize,
-    /// The batch body when every message is the same (no keys): built once.
+    /// The batch body when every message is the same (no keys, no send
+    /// times): built once.
     batch_body: Option<Bytes>,
+    /// Whether each message carries its send time ([`SENT_US_PROPERTY`]).
+    stamp_sent_us: bool,
 }
 
 /// One request ready to send, with what it carries.
@@ -81,8 +84,9 @@ impl MessageFactory {
             key_counter: 0,
             batch_size: config.batch_size,
             batch_body: None,
+            stamp_sent_us: config.stamp_sent_us,
         };
-        if config.mode == ProduceMode::Batch && !config.keys {
+        if config.mode == ProduceMode::Batch && !config.keys && !config.stamp_sent_us {
             let properties = factory.base_properties.clone();
             factory.batch_body =
                 Some(factory.encode_batch_body(&vec![properties; config.batch_size]));
@@ -106,6 +110,13 @@ impl MessageFactory {
         let mut properties = self.base_properties.clone();
         if let Some(key) = key {
             push_property(&mut properties, property_key::KEYS, key);
+        }
+        if self.stamp_sent_us {
+            push_property(
+                &mut properties,
+                SENT_US_PROPERTY,
+                &crate::consume::unix_us().to_string(),
+            );
         }
         properties
     }
@@ -544,6 +555,28 @@ mod tests {
         assert_eq!(entries.len(), 8);
         assert_eq!(entries[0].body.len(), 100);
         assert_eq!(entries[0].properties, b"WAIT\x01true\x02TAGS\x01tagA\x02");
+    }
+
+    #[test]
+    fn a_stamping_factory_puts_each_messages_send_time_in_us_in_it() {
+        let mut stamped = config(ProduceMode::Async);
+        stamped.stamp_sent_us = true;
+        let factory = MessageFactory::new(&stamped, 0);
+        let before = crate::consume::unix_us();
+        let properties = factory.properties_with_key(None);
+        let after = crate::consume::unix_us();
+        let sent: u64 = properties
+            .split('\u{2}')
+            .find_map(|pair| pair.strip_prefix("LOADGEN_SENT_US\u{1}"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((before..=after).contains(&sent), "{before} {sent} {after}");
+        // Batches stamp each message: no body built once for all.
+        stamped.mode = ProduceMode::Batch;
+        assert!(MessageFactory::new(&stamped, 0).batch_body.is_none());
+        let plain = MessageFactory::new(&config(ProduceMode::Async), 0);
+        assert!(!plain.properties_with_key(None).contains("LOADGEN_SENT_US"));
     }
 
     #[test]

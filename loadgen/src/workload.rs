@@ -76,6 +76,10 @@ impl ProduceMode {
     }
 }
 
+/// The property carrying a message's send time, µs since the Unix epoch
+/// (see [`ProduceConfig::stamp_sent_us`]).
+pub const SENT_US_PROPERTY: &str = "LOADGEN_SENT_US";
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct ProduceConfig {
@@ -103,6 +107,10 @@ pub struct ProduceConfig {
     pub tags: Option<String>,
     /// Brokers group.
     pub producer_group: String,
+    /// Put each message's send time (µs since the Unix epoch) in its
+    /// [`SENT_US_PROPERTY`], for end-to-end latency finer than the born
+    /// timestamp's milliseconds (e2e).
+    pub stamp_sent_us: bool,
     /// Measured time.
     pub duration: Duration,
     /// Warm-up before it, excluded from results.
@@ -433,6 +441,7 @@ pub(crate) mod tests {
             keys: false,
             tags: Some("tagA".into()),
             producer_group: "g".into(),
+            stamp_sent_us: false,
             duration: Duration::from_secs(1),
             warmup: Duration::ZERO,
         }

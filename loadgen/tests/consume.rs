@@ -50,6 +50,7 @@ fn e2e_consumes_what_was_produced_and_catch_up_reads_everything() {
         keys: false,
         tags: None,
         producer_group: "loadgen_test".into(),
+        stamp_sent_us: false,
         duration: Duration::from_millis(1500),
         warmup: Duration::ZERO,
     };

@@ -36,6 +36,7 @@ fn config(namesrv: &str, mode: ProduceMode) -> ProduceConfig {
         keys: mode == ProduceMode::Async,
         tags: Some("t".into()),
         producer_group: "loadgen_test".into(),
+        stamp_sent_us: false,
         duration: Duration::from_millis(1500),
         warmup: Duration::ZERO,
     }

@@ -106,6 +106,7 @@ fn config(namesrv: &str, topic: &str, mode: ProduceMode) -> ProduceConfig {
         keys: false,
         tags: None,
         producer_group: "loadgen_test".into(),
+        stamp_sent_us: false,
         duration: Duration::from_millis(700),
         warmup: Duration::ZERO,
     }
