@@ -428,11 +428,18 @@ impl ConsumeQueue {
     /// outside `[min_offset, max_offset)`; RocketMQ answers such pulls with
     /// OFFSET_TOO_SMALL / OFFSET_OVERFLOW).
     pub fn entries(&self, from: u64, max: usize) -> Vec<CqEntry> {
-        if from < self.min_offset {
-            return Vec::new();
-        }
-        let end = self.max_offset().min(from.saturating_add(max as u64));
-        (from..end).filter_map(|q| self.raw_entry(q)).collect()
+        self.iter_entries(from, max).collect()
+    }
+
+    /// [`ConsumeQueue::entries`], each decoded only when the iterator gets
+    /// to it (a pull takes 32 of the 800 it may walk).
+    pub fn iter_entries(&self, from: u64, max: usize) -> impl Iterator<Item = CqEntry> + '_ {
+        let end = if from < self.min_offset {
+            from
+        } else {
+            self.max_offset().min(from.saturating_add(max as u64))
+        };
+        (from..end).filter_map(|q| self.raw_entry(q))
     }
 
     /// Appends the entry of the record at `queue_offset`.

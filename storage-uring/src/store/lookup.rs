@@ -290,19 +290,18 @@ impl<D: Disk> Store<D> {
         let max_bytes = max_bytes.min(GET_MESSAGES_BYTES_MAX);
         let scan =
             (max - queue_offset).min(GET_MESSAGES_SCAN_ENTRIES_MAX.max(max_count) as u64) as usize;
-        let entries = self
-            .queues
-            .get(topic, queue_id)
-            .map(|q| q.entries(queue_offset, scan))
-            .unwrap_or_default();
+        let Some(queue) = self.queues.get(topic, queue_id) else {
+            return Ok(Pulled::Ready(result));
+        };
         let log_min = self.commit_log.min_offset();
         let mut status = GetMessageStatus::NoMatchedMessage;
         let mut next = queue_offset;
         // Which records the pull takes follows from the queue alone (sizes
-        // and tags); they are read afterwards, neighbours together.
+        // and tags); they are read afterwards, neighbours together. Entries
+        // are decoded only up to the last one taken.
         let mut picked = Vec::new();
         let mut picked_bytes = 0usize;
-        for entry in entries {
+        for entry in queue.iter_entries(queue_offset, scan) {
             if picked.len() >= max_count
                 || (!picked.is_empty() && picked_bytes + entry.size as usize > max_bytes)
             {
@@ -322,6 +321,7 @@ impl<D: Disk> Store<D> {
             picked_bytes += entry.size as usize;
             picked.push((this_offset, entry));
         }
+        result.body.reserve(picked_bytes);
         let mut at = 0;
         while at < picked.len() {
             let (count, span) = self.read_span(&picked[at..]);
