@@ -8,7 +8,7 @@ use super::{
     FoundRecord, GetMessageStatus, GetMessagesResult, PullRead, Pulled, RecordRead, Store,
 };
 use crate::commit_log::{ShipPipe, Shipment, split_shard_offset};
-use crate::consume_queue::CqEntry;
+use crate::consume_queue::{ConsumeQueue, CqEntry};
 use crate::disk::Disk;
 use crate::error::StorageError;
 use crate::index_file::IndexQueryResult;
@@ -28,9 +28,13 @@ impl<D: Disk> Store<D> {
     /// The queue's max offset counting only acknowledgeable records (0 if it
     /// does not exist).
     pub fn queue_max_offset(&self, topic: &str, queue_id: u32) -> u64 {
-        let Some(queue) = self.queues.get(topic, queue_id) else {
-            return 0;
-        };
+        self.queues
+            .get(topic, queue_id)
+            .map_or(0, |queue| self.visible_max_offset(queue))
+    }
+
+    /// [`Store::queue_max_offset`] of `queue`.
+    fn visible_max_offset(&self, queue: &ConsumeQueue) -> u64 {
         let visible_end = self.commit_log.max_offset();
         let mut max = queue.max_offset();
         // Only the newest entries can be beyond the acknowledgeable position.
@@ -260,11 +264,11 @@ impl<D: Disk> Store<D> {
             body: Vec::new(),
             records: Vec::new(),
         };
-        if self.queues.get(topic, queue_id).is_none() {
+        let Some(queue) = self.queues.get(topic, queue_id) else {
             return Ok(Pulled::Ready(result));
-        }
-        let min = self.queue_min_offset(topic, queue_id);
-        let max = self.queue_max_offset(topic, queue_id);
+        };
+        let min = queue.min_offset();
+        let max = self.visible_max_offset(queue);
         result.min_offset = min;
         result.max_offset = max;
         if max == 0 {
@@ -290,9 +294,6 @@ impl<D: Disk> Store<D> {
         let max_bytes = max_bytes.min(GET_MESSAGES_BYTES_MAX);
         let scan =
             (max - queue_offset).min(GET_MESSAGES_SCAN_ENTRIES_MAX.max(max_count) as u64) as usize;
-        let Some(queue) = self.queues.get(topic, queue_id) else {
-            return Ok(Pulled::Ready(result));
-        };
         let log_min = self.commit_log.min_offset();
         let mut status = GetMessageStatus::NoMatchedMessage;
         let mut next = queue_offset;
