@@ -529,7 +529,6 @@ impl Registrar {
         let result = call(stream, &request);
         if result.is_err() {
             self.streams[index] = None;
-            self.accepted[index] = None;
         }
         result
     }
